@@ -1,0 +1,303 @@
+"""The stormguard wire protocol: header names, and how each value is read and written.
+
+This module is the one place where the SDK and the reference server meet (the
+server imports it; nothing here imports the server). docs/protocol.md is the
+prose version. Every parser is a pure function that returns ``None`` for a
+missing, malformed or absurd value: a header is advice from the server, and bad
+advice must never turn into an exception in the caller's code.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+__all__ = [
+    "ABSURD_RETRY_AFTER_S",
+    "HEADER_ATTEMPT",
+    "HEADER_DEADLINE_MS",
+    "HEADER_INFLIGHT_TOKENS",
+    "HEADER_KV_CACHE_USAGE",
+    "HEADER_LOAD_SHED",
+    "HEADER_PRIORITY",
+    "HEADER_QUEUE_DEPTH",
+    "HEADER_QUEUE_TOKENS",
+    "HEADER_REQUEST_ID",
+    "HEADER_RETRY_AFTER",
+    "HEADER_RETRY_AFTER_MS",
+    "HEADER_SHOULD_RETRY",
+    "HEADER_STAINLESS_RETRY_COUNT",
+    "HEADER_TOKEN_CAPACITY",
+    "LOAD_HEADERS",
+    "Priority",
+    "ServerLoad",
+    "ShedReason",
+    "format_retry_after",
+    "parse_attempt",
+    "parse_bool",
+    "parse_deadline_ms",
+    "parse_fraction",
+    "parse_non_negative_int",
+    "parse_priority",
+    "parse_retry_after",
+]
+
+# Client -> server.
+HEADER_ATTEMPT = "x-stormguard-attempt"
+HEADER_STAINLESS_RETRY_COUNT = "x-stainless-retry-count"  # openai-python's own retry counter
+HEADER_DEADLINE_MS = "x-request-deadline-ms"
+HEADER_PRIORITY = "x-priority"
+
+# Server -> client, on every response.
+HEADER_QUEUE_DEPTH = "x-queue-depth"
+HEADER_QUEUE_TOKENS = "x-queue-tokens"
+HEADER_INFLIGHT_TOKENS = "x-inflight-tokens"
+HEADER_TOKEN_CAPACITY = "x-token-capacity"
+HEADER_KV_CACHE_USAGE = "x-kv-cache-usage"
+HEADER_RETRY_AFTER = "retry-after"
+HEADER_RETRY_AFTER_MS = "retry-after-ms"
+HEADER_SHOULD_RETRY = "x-should-retry"
+HEADER_LOAD_SHED = "x-load-shed"
+HEADER_REQUEST_ID = "x-request-id"
+
+LOAD_HEADERS = (
+    HEADER_QUEUE_DEPTH,
+    HEADER_QUEUE_TOKENS,
+    HEADER_INFLIGHT_TOKENS,
+    HEADER_TOKEN_CAPACITY,
+    HEADER_KV_CACHE_USAGE,
+)
+
+# A Retry-After beyond one day is not advice a client can act on (a date in
+# another year, 1e308): parsers report it as absent, so the caller falls back
+# to its own backoff instead of sleeping for it or overflowing a timer.
+ABSURD_RETRY_AFTER_S = 86_400.0
+
+# Attempt numbers and deadlines beyond these are treated as garbage.
+_MAX_ATTEMPT = 1_000_000
+_MAX_DEADLINE_MS = 7 * 86_400_000
+
+
+class Priority(str, enum.Enum):
+    """Value of ``x-priority``; the server sheds ``sheddable`` first and ``critical`` last."""
+
+    CRITICAL = "critical"
+    STANDARD = "standard"
+    SHEDDABLE = "sheddable"
+
+    @property
+    def rank(self) -> int:
+        """0 for the most important: lower ranks are served and kept first."""
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.CRITICAL: 0, Priority.STANDARD: 1, Priority.SHEDDABLE: 2}
+
+
+class ShedReason(str, enum.Enum):
+    """Value of ``x-load-shed``: why the server refused a request."""
+
+    QUEUE_FULL = "queue_full"
+    TOKEN_BUDGET = "token_budget"
+    DEADLINE = "deadline"
+    WARMING = "warming"
+    DRAINING = "draining"
+    ENGINE_RESTART = "engine_restart"
+    RETRY_SHED = "retry_shed"
+    TOO_LONG = "too_long"
+
+
+def _get(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def parse_non_negative_int(value: str | None) -> int | None:
+    """``"12"`` -> 12; negative, fractional, huge or non-numeric -> None."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.isascii() or not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
+
+
+def parse_fraction(value: str | None) -> float | None:
+    """A float in [0, 1] (KV-cache usage); anything else -> None."""
+    number = _parse_finite_float(value)
+    if number is None or not 0.0 <= number <= 1.0:
+        return None
+    return number
+
+
+def parse_bool(value: str | None) -> bool | None:
+    """``true``/``false`` in any case; anything else -> None."""
+    if value is None:
+        return None
+    lowered = value.strip().lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    return None
+
+
+def _parse_finite_float(value: str | None) -> float | None:
+    if value is None or len(value) > 64:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    return number
+
+
+def _parse_seconds(value: str, now: float) -> float | None:
+    """A Retry-After value: delta-seconds (RFC 9110 allows only digits; we also take
+    decimals, as several servers send them) or an HTTP-date."""
+    number = _parse_finite_float(value)
+    if number is None:
+        try:
+            moment = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+        if moment is None:  # pragma: no cover - older Pythons returned None
+            return None
+        try:
+            number = moment.timestamp() - now
+        except (OverflowError, OSError, ValueError):
+            return None
+        # A date in the past means "now" (RFC 9110), not garbage.
+        number = max(number, 0.0)
+    if number < 0 or number > ABSURD_RETRY_AFTER_S:
+        return None
+    return number
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the server asks us to wait, from ``retry-after-ms`` (preferred, finer)
+    or ``retry-after`` (seconds or HTTP-date). None when absent, negative, not a
+    number, or absurd (over a day). ``now`` is the wall clock, for HTTP-dates."""
+    wall = time.time() if now is None else now
+    ms = _get(headers, HEADER_RETRY_AFTER_MS)
+    if ms is not None:
+        number = _parse_finite_float(ms)
+        if number is not None and 0 <= number <= ABSURD_RETRY_AFTER_S * 1000:
+            return number / 1000.0
+    seconds = _get(headers, HEADER_RETRY_AFTER)
+    if seconds is None:
+        return None
+    return _parse_seconds(seconds, wall)
+
+
+def format_retry_after(seconds: float) -> dict[str, str]:
+    """The two Retry-After headers for a wait of ``seconds``: whole seconds rounded
+    up (at least 1, as RFC 9110 has no fractions) and exact milliseconds."""
+    seconds = min(max(seconds, 0.0), ABSURD_RETRY_AFTER_S)
+    return {
+        HEADER_RETRY_AFTER: str(max(1, math.ceil(seconds))),
+        HEADER_RETRY_AFTER_MS: str(max(1, math.ceil(seconds * 1000))),
+    }
+
+
+def parse_attempt(headers: Mapping[str, str]) -> int | None:
+    """Attempt number of a request (1 = first try): ``x-stormguard-attempt``, else
+    openai-python's ``x-stainless-retry-count`` + 1. None when neither is usable."""
+    attempt = parse_non_negative_int(_get(headers, HEADER_ATTEMPT))
+    if attempt is not None and 1 <= attempt <= _MAX_ATTEMPT:
+        return attempt
+    retries = parse_non_negative_int(_get(headers, HEADER_STAINLESS_RETRY_COUNT))
+    if retries is not None and retries < _MAX_ATTEMPT:
+        return retries + 1
+    return None
+
+
+def parse_deadline_ms(headers: Mapping[str, str]) -> float | None:
+    """Milliseconds the caller will still wait (``x-request-deadline-ms``); None when
+    absent or malformed. Zero is valid: the caller has already given up."""
+    number = _parse_finite_float(_get(headers, HEADER_DEADLINE_MS))
+    if number is None or number < 0 or number > _MAX_DEADLINE_MS:
+        return None
+    return number
+
+
+def parse_priority(headers: Mapping[str, str]) -> Priority:
+    """``x-priority``; missing or unknown values mean ``standard``."""
+    value = _get(headers, HEADER_PRIORITY)
+    if value is None:
+        return Priority.STANDARD
+    try:
+        return Priority(value.lower())
+    except ValueError:
+        return Priority.STANDARD
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLoad:
+    """What a response said about the server's load; every field None when not sent.
+
+    >>> ServerLoad.from_headers({"x-queue-depth": "3", "retry-after": "abc"})
+    ServerLoad(queue_depth=3, queue_tokens=None, inflight_tokens=None, token_capacity=None, \
+kv_cache_usage=None, retry_after=None, should_retry=None, load_shed=None)
+    """
+
+    queue_depth: int | None = None
+    queue_tokens: int | None = None
+    inflight_tokens: int | None = None
+    token_capacity: int | None = None
+    kv_cache_usage: float | None = None
+    retry_after: float | None = None
+    should_retry: bool | None = None
+    load_shed: str | None = None
+
+    @classmethod
+    def from_headers(cls, headers: Mapping[str, str], *, now: float | None = None) -> ServerLoad:
+        """Parse the protocol's response headers; malformed values become None."""
+        shed = _get(headers, HEADER_LOAD_SHED)
+        if shed is not None and (len(shed) > 64 or not shed.isascii()):
+            shed = None
+        return cls(
+            queue_depth=parse_non_negative_int(_get(headers, HEADER_QUEUE_DEPTH)),
+            queue_tokens=parse_non_negative_int(_get(headers, HEADER_QUEUE_TOKENS)),
+            inflight_tokens=parse_non_negative_int(_get(headers, HEADER_INFLIGHT_TOKENS)),
+            token_capacity=parse_non_negative_int(_get(headers, HEADER_TOKEN_CAPACITY)),
+            kv_cache_usage=parse_fraction(_get(headers, HEADER_KV_CACHE_USAGE)),
+            retry_after=parse_retry_after(headers, now=now),
+            should_retry=parse_bool(_get(headers, HEADER_SHOULD_RETRY)),
+            load_shed=shed.lower() if shed is not None else None,
+        )
+
+    def to_headers(self) -> dict[str, str]:
+        """The headers that carry this load (the server's side of ``from_headers``)."""
+        out: dict[str, str] = {}
+        for name, value in (
+            (HEADER_QUEUE_DEPTH, self.queue_depth),
+            (HEADER_QUEUE_TOKENS, self.queue_tokens),
+            (HEADER_INFLIGHT_TOKENS, self.inflight_tokens),
+            (HEADER_TOKEN_CAPACITY, self.token_capacity),
+        ):
+            if value is not None:
+                out[name] = str(int(value))
+        if self.kv_cache_usage is not None:
+            out[HEADER_KV_CACHE_USAGE] = f"{min(max(self.kv_cache_usage, 0.0), 1.0):.4f}"
+        if self.retry_after is not None:
+            out.update(format_retry_after(self.retry_after))
+        if self.should_retry is not None:
+            out[HEADER_SHOULD_RETRY] = "true" if self.should_retry else "false"
+        if self.load_shed is not None:
+            out[HEADER_LOAD_SHED] = self.load_shed
+        return out
+
+    @property
+    def is_empty(self) -> bool:
+        """True when the response carried none of the protocol's headers."""
+        return all(getattr(self, f.name) is None for f in fields(self))
