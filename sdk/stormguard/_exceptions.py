@@ -1,0 +1,265 @@
+"""The stormguard exception tree.
+
+Names follow openai-python so that ``except RateLimitError`` ports unchanged::
+
+    StormguardError
+    ├── APIError                        the server or the network said no
+    │   ├── APIConnectionError          no usable response (refused, reset, DNS)
+    │   │   └── APITimeoutError         the deadline or an httpx timeout ran out
+    │   ├── APIResponseValidationError  a response that is not what the API promises
+    │   ├── StreamInterruptedError      a stream cut off before its end
+    │   └── APIStatusError              a 4xx/5xx answer (``status_code``)
+    │       ├── BadRequestError              400
+    │       ├── AuthenticationError          401
+    │       ├── PermissionDeniedError        403
+    │       ├── NotFoundError                404
+    │       ├── ConflictError                409
+    │       ├── UnprocessableEntityError     422
+    │       ├── RateLimitError               429
+    │       └── InternalServerError          5xx
+    │           └── ServiceUnavailableError  503
+    └── RefusedBeforeSendError          stopped in this process, no I/O happened
+        ├── ContextWindowExceededError  prompt + max_tokens cannot fit the model
+        ├── TokenRateLimitedError       the client-side token rate limit said wait too long
+        └── CircuitOpenError            the endpoint's breaker is open
+
+Every error carries ``server_load`` (parsed load headers, all None when there
+was no response), ``attempts``, ``attempt_history`` and ``retry_stopped_by``.
+No message or repr ever contains the API key: the client scrubs it from server
+messages, and requests (with their headers) are never part of a message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .protocol import ServerLoad
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._history import AttemptRecord
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AuthenticationError",
+    "BadRequestError",
+    "CircuitOpenError",
+    "ConflictError",
+    "ContextWindowExceededError",
+    "InternalServerError",
+    "NotFoundError",
+    "PermissionDeniedError",
+    "RateLimitError",
+    "RefusedBeforeSendError",
+    "ServiceUnavailableError",
+    "StormguardError",
+    "StreamInterruptedError",
+    "TokenRateLimitedError",
+    "UnprocessableEntityError",
+    "status_error_class",
+]
+
+_EMPTY_LOAD = ServerLoad()
+
+
+class StormguardError(Exception):
+    """Root of every error stormguard raises."""
+
+    message: str
+    server_load: ServerLoad
+    #: Number of HTTP attempts the logical call made (0 when refused before I/O).
+    attempts: int
+    attempt_history: tuple[AttemptRecord, ...]
+    #: Why the retry loop stopped: ``max_attempts``, ``budget``, ``deadline``,
+    #: ``not_retryable``, ``should_retry_false``, ``cancelled``; None when no retry
+    #: decision was taken (refused before any attempt).
+    retry_stopped_by: str | None
+
+    def __init__(self, message: str, *, server_load: ServerLoad | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.server_load = server_load if server_load is not None else _EMPTY_LOAD
+        self.attempts = 0
+        self.attempt_history = ()
+        self.retry_stopped_by = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class APIError(StormguardError):
+    """An error that came from talking to the server."""
+
+    request_id: str | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        server_load: ServerLoad | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, server_load=server_load)
+        self.request_id = request_id
+
+
+class APIConnectionError(APIError):
+    """The request got no usable response: refused, reset, unreachable."""
+
+
+class APITimeoutError(APIConnectionError):
+    """The call's deadline, or an httpx timeout, ran out."""
+
+
+class APIResponseValidationError(APIError):
+    """The server answered 2xx with a body the API does not allow (bad JSON, wrong type)."""
+
+    status_code: int
+
+    def __init__(self, message: str, *, status_code: int, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.status_code = status_code
+
+
+class StreamInterruptedError(APIError):
+    """A streamed response ended before its end marker (connection cut mid-event)."""
+
+    #: Chunks that had reached the caller before the cut.
+    chunks_received: int
+
+    def __init__(self, message: str, *, chunks_received: int = 0, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.chunks_received = chunks_received
+
+
+class APIStatusError(APIError):
+    """The server answered with a 4xx or 5xx status."""
+
+    status_code: int
+    #: The decoded JSON error body, or the raw text when it was not JSON.
+    body: object
+    response: httpx.Response | None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        body: object = None,
+        response: httpx.Response | None = None,
+        server_load: ServerLoad | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message, server_load=server_load, request_id=request_id)
+        self.status_code = status_code
+        self.body = body
+        self.response = response
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(status_code={self.status_code}, {self.message!r})"
+
+
+class BadRequestError(APIStatusError):
+    """400: the request can never succeed as sent."""
+
+
+class AuthenticationError(APIStatusError):
+    """401: missing or wrong API key."""
+
+
+class PermissionDeniedError(APIStatusError):
+    """403: the key may not do this."""
+
+
+class NotFoundError(APIStatusError):
+    """404: no such model or route."""
+
+
+class ConflictError(APIStatusError):
+    """409."""
+
+
+class UnprocessableEntityError(APIStatusError):
+    """422: the body is well-formed but its values are not accepted."""
+
+
+class RateLimitError(APIStatusError):
+    """429: this caller is over its rate."""
+
+
+class InternalServerError(APIStatusError):
+    """5xx: the server failed."""
+
+
+class ServiceUnavailableError(InternalServerError):
+    """503: overloaded, warming up, restarting or draining (see ``server_load.load_shed``)."""
+
+
+class RefusedBeforeSendError(StormguardError):
+    """The call was refused inside this process; nothing was sent."""
+
+
+class ContextWindowExceededError(RefusedBeforeSendError, ValueError):
+    """Prompt tokens plus ``max_tokens`` exceed the model's context window."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        context_window: int,
+        counter: str,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.context_window = context_window
+        self.counter = counter
+
+
+class TokenRateLimitedError(RefusedBeforeSendError):
+    """The client-side token rate limit would make the call wait past its deadline."""
+
+    def __init__(self, message: str, *, tokens: int, wait: float) -> None:
+        super().__init__(message)
+        self.tokens = tokens
+        self.wait = wait
+
+
+class CircuitOpenError(RefusedBeforeSendError):
+    """The breaker of the endpoint (and model) is open: failing fast, no I/O."""
+
+    def __init__(self, message: str, *, breaker: str, retry_in: float | None = None) -> None:
+        super().__init__(message)
+        self.breaker = breaker
+        self.retry_in = retry_in
+
+
+_STATUS_CLASSES: dict[int, type[APIStatusError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+    503: ServiceUnavailableError,
+}
+
+
+def status_error_class(status_code: int) -> type[APIStatusError]:
+    """The exception class for an HTTP error status."""
+    cls = _STATUS_CLASSES.get(status_code)
+    if cls is not None:
+        return cls
+    if status_code >= 500:
+        return InternalServerError
+    return APIStatusError

@@ -1,0 +1,26 @@
+"""What happened to each attempt of a logical call, kept on results and errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["AttemptRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One HTTP attempt of a logical call.
+
+    ``delay_before`` is the backoff slept before this attempt (0 for the first);
+    ``outcome`` is ``"ok"``, ``"retry"`` (a retry followed) or the reason the
+    call stopped here (see ``StormguardError.retry_stopped_by``).
+    """
+
+    number: int
+    status_code: int | None
+    error_type: str | None
+    delay_before: float
+    duration: float
+    outcome: str
+    endpoint: str | None = None
+    model: str | None = None
