@@ -115,6 +115,14 @@ class APIConnectionError(APIError):
 class APITimeoutError(APIConnectionError):
     """The call's deadline, or an httpx timeout, ran out."""
 
+    #: True when part of the response had arrived: the server did the work, and a
+    #: retry would do it again.
+    response_started: bool
+
+    def __init__(self, message: str, *, response_started: bool = False, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.response_started = response_started
+
 
 class APIResponseValidationError(APIError):
     """The server answered 2xx with a body the API does not allow (bad JSON, wrong type)."""

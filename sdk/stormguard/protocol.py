@@ -170,8 +170,6 @@ def _parse_seconds(value: str, now: float) -> float | None:
             moment = email.utils.parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError, OverflowError):
             return None
-        if moment is None:  # pragma: no cover - older Pythons returned None
-            return None
         try:
             number = moment.timestamp() - now
         except (OverflowError, OSError, ValueError):

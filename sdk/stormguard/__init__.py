@@ -1,0 +1,108 @@
+"""stormguard: an OpenAI-compatible client that cannot make an overloaded LLM server worse.
+
+Retry budgets, jittered backoff that honours ``Retry-After``, deadlines that
+cover every attempt, streams that close the moment they are left, and the
+server's load headers on every result and error.
+"""
+
+from ._async_client import AsyncClient
+from ._base_client import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
+from ._budget import BudgetState, RetryBudget
+from ._client import Client
+from ._clock import Clock
+from ._exceptions import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    AuthenticationError,
+    BadRequestError,
+    CircuitOpenError,
+    ConflictError,
+    ContextWindowExceededError,
+    InternalServerError,
+    NotFoundError,
+    PermissionDeniedError,
+    RateLimitError,
+    RefusedBeforeSendError,
+    ServiceUnavailableError,
+    StormguardError,
+    StreamInterruptedError,
+    TokenRateLimitedError,
+    UnprocessableEntityError,
+)
+from ._history import AttemptRecord
+from ._models import (
+    CallInfo,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionMessage,
+    Choice,
+    ChoiceDelta,
+    ChunkChoice,
+    Completion,
+    CompletionChoice,
+    CompletionUsage,
+    Model,
+    ModelList,
+    Record,
+)
+from ._retry import RetryPolicy
+from ._stats import CallStats
+from ._streaming import AsyncStream, Stream
+from ._version import __version__
+from .protocol import Priority, ServerLoad, ShedReason
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "NOT_GIVEN",
+    "APIConnectionError",
+    "APIError",
+    "APIResponseValidationError",
+    "APIStatusError",
+    "APITimeoutError",
+    "AsyncClient",
+    "AsyncStream",
+    "AttemptRecord",
+    "AuthenticationError",
+    "BadRequestError",
+    "BudgetState",
+    "CallInfo",
+    "CallStats",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionMessage",
+    "Choice",
+    "ChoiceDelta",
+    "ChunkChoice",
+    "CircuitOpenError",
+    "Client",
+    "Clock",
+    "Completion",
+    "CompletionChoice",
+    "CompletionUsage",
+    "ConflictError",
+    "ContextWindowExceededError",
+    "InternalServerError",
+    "Model",
+    "ModelList",
+    "NotFoundError",
+    "NotGiven",
+    "PermissionDeniedError",
+    "Priority",
+    "RateLimitError",
+    "Record",
+    "RefusedBeforeSendError",
+    "RetryBudget",
+    "RetryPolicy",
+    "ServerLoad",
+    "ServiceUnavailableError",
+    "ShedReason",
+    "StormguardError",
+    "Stream",
+    "StreamInterruptedError",
+    "TokenRateLimitedError",
+    "UnprocessableEntityError",
+    "__version__",
+]

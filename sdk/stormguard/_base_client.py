@@ -1,0 +1,234 @@
+"""Everything a client does that is not I/O: settings, URLs, headers, call specs.
+
+Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
+``ClientCore`` and repeat only a thin chain of same-named I/O methods.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from ._budget import RetryBudget
+from ._clock import Clock
+from ._models import ChatCompletion, ChatCompletionChunk, Completion, ModelList
+from ._pipeline import CallSpec
+from ._retry import RetryPolicy
+from ._stats import CallStats, StatsRecorder
+from ._version import __version__
+from .protocol import HEADER_PRIORITY, Priority
+
+__all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "ClientCore", "NotGiven"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Total time for one logical call, all attempts and sleeps included. Shorter
+# than openai-python's 600 s on purpose: a caller that waits ten minutes keeps
+# a queue slot on a server that is already behind.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+
+
+class NotGiven:
+    """Sentinel for "argument not passed" where None is a meaningful value."""
+
+    _instance: NotGiven | None = None
+
+    def __new__(cls) -> NotGiven:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "NOT_GIVEN"
+
+
+NOT_GIVEN = NotGiven()
+
+
+def _check_timeout(value: float | None, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None, got {type(value).__name__}")
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return None if math.isinf(value) else float(value)
+
+
+class ClientCore:
+    """Resolved settings and shared state of one client (sync or async)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | httpx.URL | None,
+        api_key: str | None,
+        model: str | None,
+        timeout: float | None,
+        connect_timeout: float,
+        default_headers: Mapping[str, str] | None,
+        priority: Priority | str | None,
+        retry_policy: RetryPolicy | None,
+        retry_budget: RetryBudget | None,
+        max_response_bytes: int,
+        clock: Clock | None,
+    ) -> None:
+        if base_url is None:
+            base_url = (
+                os.environ.get("STORMGUARD_BASE_URL")
+                or os.environ.get("OPENAI_BASE_URL")
+                or DEFAULT_BASE_URL
+            )
+        url = httpx.URL(str(base_url))
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url must be an http(s) URL, got {str(base_url)[:200]!r}")
+        self.base_url = str(url).rstrip("/")
+        if api_key is None:
+            api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        self.api_key = api_key or None
+        self.model = model
+        self.timeout = _check_timeout(timeout, "timeout")
+        self.connect_timeout = _check_timeout(connect_timeout, "connect_timeout")
+        if max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
+        self.max_response_bytes = max_response_bytes
+        self.clock = clock or Clock()
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.budget = retry_budget or RetryBudget(clock=self.clock)
+        self.rng = random.Random()
+        self.stats = StatsRecorder()
+        self.endpoint_name = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        headers = {
+            "accept": "application/json",
+            "content-type": "application/json",
+            "user-agent": f"stormguard/{__version__}",
+        }
+        if priority is not None:
+            headers[HEADER_PRIORITY] = Priority(priority).value
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        headers.update({k.lower(): v for k, v in (default_headers or {}).items()})
+        self.headers = headers
+
+    def url_for(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def attempt_timeout(self, remaining: float) -> httpx.Timeout:
+        """httpx timeouts for one attempt: each operation may take what is left."""
+        if not math.isfinite(remaining):
+            return httpx.Timeout(None, connect=self.connect_timeout)
+        connect = (
+            remaining if self.connect_timeout is None else min(self.connect_timeout, remaining)
+        )
+        return httpx.Timeout(remaining, connect=connect)
+
+    def stats_snapshot(self) -> CallStats:
+        return self.stats.snapshot()
+
+    # -- call specs: what each endpoint sends -----------------------------------------
+
+    def _timeout_for(self, timeout: float | NotGiven | None) -> float | None:
+        if isinstance(timeout, NotGiven):
+            return self.timeout
+        return _check_timeout(timeout, "timeout")
+
+    def _model_for(self, model: str | None) -> str:
+        chosen = model or self.model
+        if not chosen:
+            raise ValueError("No model: pass model= to the call or to the client")
+        return chosen
+
+    @staticmethod
+    def _body(
+        base: dict[str, Any], params: Mapping[str, Any], extra_body: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        base.update(params)
+        if extra_body:
+            base.update(extra_body)
+        return base
+
+    def chat_spec(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        model: str | None,
+        stream: bool,
+        timeout: float | NotGiven | None,
+        extra_headers: Mapping[str, str] | None,
+        extra_body: Mapping[str, Any] | None,
+        params: Mapping[str, Any],
+    ) -> CallSpec:
+        if isinstance(messages, (str, bytes, Mapping)):
+            raise TypeError("messages must be a list of message dicts")
+        message_list = list(messages)
+        if not all(isinstance(m, Mapping) for m in message_list):
+            raise TypeError("each message must be a dict with 'role' and 'content'")
+        chosen = self._model_for(model)
+        body = self._body({"model": chosen, "messages": message_list}, params, extra_body)
+        if stream:
+            body["stream"] = True
+        return CallSpec(
+            method="POST",
+            path="chat/completions",
+            result_type=ChatCompletion,
+            operation="chat",
+            body=body,
+            stream=stream,
+            chunk_type=ChatCompletionChunk,
+            model=chosen,
+            timeout=self._timeout_for(timeout),
+            headers=dict(extra_headers or {}),
+        )
+
+    def completion_spec(
+        self,
+        *,
+        prompt: str | list[str] | list[int],
+        model: str | None,
+        stream: bool,
+        timeout: float | NotGiven | None,
+        extra_headers: Mapping[str, str] | None,
+        extra_body: Mapping[str, Any] | None,
+        params: Mapping[str, Any],
+    ) -> CallSpec:
+        chosen = self._model_for(model)
+        body = self._body({"model": chosen, "prompt": prompt}, params, extra_body)
+        if stream:
+            body["stream"] = True
+        return CallSpec(
+            method="POST",
+            path="completions",
+            result_type=Completion,
+            operation="text_completion",
+            body=body,
+            stream=stream,
+            chunk_type=Completion,
+            model=chosen,
+            timeout=self._timeout_for(timeout),
+            headers=dict(extra_headers or {}),
+        )
+
+    def models_spec(
+        self, *, timeout: float | NotGiven | None, extra_headers: Mapping[str, str] | None
+    ) -> CallSpec:
+        return CallSpec(
+            method="GET",
+            path="models",
+            result_type=ModelList,
+            operation="models",
+            timeout=self._timeout_for(timeout),
+            headers=dict(extra_headers or {}),
+        )
+
+    def describe(self, cls: str) -> str:
+        """A repr that never shows the API key."""
+        return f"{cls}(base_url={self.base_url!r}, model={self.model!r})"

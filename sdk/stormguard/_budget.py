@@ -1,0 +1,129 @@
+"""A retry budget: retries are allowed only as a fraction of recent calls.
+
+This is Finagle's RetryBudget (and gRPC's retry throttling, and the AWS SDK's
+retry quota) in its simplest useful form: over a sliding window of
+``window`` seconds, retries may not exceed ``ratio`` times the logical calls
+made in that window, plus a floor of ``min_retries_per_second * window`` so a
+client that calls rarely can still ride out one transient fault.
+
+Why a budget and not only ``max_attempts``: with 3 attempts per call, a full
+outage turns every call into 3 requests — the server that is down sees 3x its
+load exactly when it can least take it. With a 10% budget it sees at most
+1.1x plus the floor, whatever the outage does. The SRE book ("Handling
+Overload") uses the same 10% per-client ratio.
+
+Hand-written because tenacity has no shared, time-windowed state across calls
+(its strategies see one call at a time); the budget plugs into tenacity as a
+stop condition.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+from ._clock import Clock
+
+__all__ = ["BudgetState", "RetryBudget"]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """The budget over the current window."""
+
+    calls: int
+    retries: int
+    refused: int
+    available: float
+
+
+class RetryBudget:
+    """Shared by every thread and task of a client; pass the same object to several
+    clients to give them one budget.
+
+    >>> from stormguard.testing import FakeClock
+    >>> budget = RetryBudget(ratio=0.1, min_retries_per_second=0, clock=FakeClock())
+    >>> for _ in range(20): budget.record_call()
+    >>> budget.try_spend(), budget.try_spend(), budget.try_spend()
+    (True, True, False)
+    """
+
+    def __init__(
+        self,
+        *,
+        ratio: float = 0.1,
+        window: float = 10.0,
+        min_retries_per_second: float = 0.1,
+        buckets: int = 10,
+        clock: Clock | None = None,
+    ) -> None:
+        if not (math.isfinite(ratio) and ratio >= 0):
+            raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
+        if not (math.isfinite(window) and window > 0):
+            raise ValueError(f"window must be a positive number of seconds, got {window!r}")
+        if not (math.isfinite(min_retries_per_second) and min_retries_per_second >= 0):
+            raise ValueError("min_retries_per_second must be a finite number >= 0")
+        if buckets < 1:
+            raise ValueError("buckets must be at least 1")
+        self.ratio = ratio
+        self.window = window
+        self.min_retries_per_second = min_retries_per_second
+        self._clock = clock or Clock()
+        self._width = window / buckets
+        # Ring of buckets: [epoch, calls, retries]; a bucket whose epoch is stale is
+        # empty. This keeps memory fixed whatever the call rate.
+        self._ring = [[-1, 0, 0] for _ in range(buckets)]
+        self._refused = 0
+        self._lock = threading.Lock()
+
+    def _bucket(self, epoch: int) -> list[int]:
+        slot = self._ring[epoch % len(self._ring)]
+        if slot[0] != epoch:
+            slot[0], slot[1], slot[2] = epoch, 0, 0
+        return slot
+
+    def _totals(self, epoch: int) -> tuple[int, int]:
+        oldest = epoch - len(self._ring) + 1
+        calls = retries = 0
+        for slot_epoch, slot_calls, slot_retries in self._ring:
+            if oldest <= slot_epoch <= epoch:
+                calls += slot_calls
+                retries += slot_retries
+        return calls, retries
+
+    def _available(self, calls: int, retries: int) -> float:
+        return self.ratio * calls + self.min_retries_per_second * self.window - retries
+
+    def record_call(self) -> None:
+        """Count one logical call (each deposit lets ``ratio`` of a retry happen)."""
+        with self._lock:
+            self._bucket(math.floor(self._clock.now() / self._width))[1] += 1
+
+    def try_spend(self) -> bool:
+        """Take one retry from the budget; False (and nothing taken) when it is empty."""
+        with self._lock:
+            epoch = math.floor(self._clock.now() / self._width)
+            calls, retries = self._totals(epoch)
+            if self._available(calls, retries) < 1.0:
+                self._refused += 1
+                return False
+            self._bucket(epoch)[2] += 1
+            return True
+
+    def state(self) -> BudgetState:
+        """Calls, retries and what is left over the current window."""
+        with self._lock:
+            calls, retries = self._totals(math.floor(self._clock.now() / self._width))
+            return BudgetState(
+                calls=calls,
+                retries=retries,
+                refused=self._refused,
+                available=max(self._available(calls, retries), 0.0),
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"RetryBudget(ratio={self.ratio}, window={self.window}, "
+            f"min_retries_per_second={self.min_retries_per_second})"
+        )

@@ -1,0 +1,300 @@
+"""The synchronous client: ``stormguard.Client``.
+
+Only I/O lives here (send, read, sleep); every decision is made by
+``ClientCore`` and ``LogicalCall``, shared with ``AsyncClient``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Literal, overload
+
+import httpx
+import tenacity
+
+from ._base_client import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_TIMEOUT,
+    NOT_GIVEN,
+    ClientCore,
+    NotGiven,
+)
+from ._budget import RetryBudget
+from ._clock import Clock
+from ._exceptions import StormguardError
+from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
+from ._pipeline import BodyReader, CallSpec, LogicalCall
+from ._responses import translate_transport_error
+from ._retry import RetryPolicy
+from ._stats import CallStats
+from ._streaming import Stream, _StreamState
+from .protocol import Priority
+
+__all__ = ["Client"]
+
+
+class Client:
+    """An OpenAI-compatible client that cannot make an overloaded server worse.
+
+    >>> client = Client(base_url="http://127.0.0.1:8000/v1", model="sim")  # doctest: +SKIP
+    >>> resp = client.chat.completions.create(messages=[{"role": "user", "content": "hi"}])
+    ...                                                                    # doctest: +SKIP
+    >>> resp.choices[0].message.content, resp.server_load.queue_depth    # doctest: +SKIP
+
+    ``timeout`` is the total time of one call, every attempt and backoff
+    included. ``http_client`` lets you bring your own ``httpx.Client`` (proxies,
+    TLS, limits); the client then does not close it.
+    """
+
+    def __init__(
+        self,
+        *,
+        base_url: str | httpx.URL | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        default_headers: Mapping[str, str] | None = None,
+        priority: Priority | str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_budget: RetryBudget | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        http_client: httpx.Client | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._core = ClientCore(
+            base_url=base_url,
+            api_key=api_key,
+            model=model,
+            timeout=timeout,
+            connect_timeout=connect_timeout,
+            default_headers=default_headers,
+            priority=priority,
+            retry_policy=retry_policy,
+            retry_budget=retry_budget,
+            max_response_bytes=max_response_bytes,
+            clock=clock,
+        )
+        self._owns_http = http_client is None
+        self._http = http_client if http_client is not None else httpx.Client()
+        self.chat = Chat(self)
+        self.completions = Completions(self)
+        self.models = Models(self)
+
+    @property
+    def base_url(self) -> str:
+        return self._core.base_url
+
+    @property
+    def retry_budget(self) -> RetryBudget:
+        return self._core.budget
+
+    def stats(self) -> CallStats:
+        """Logical calls, attempts, retries, budget refusals and retry amplification."""
+        return self._core.stats_snapshot()
+
+    # -- I/O ------------------------------------------------------------------------
+
+    def _request(self, spec: CallSpec) -> Any:
+        call = LogicalCall(self._core, spec)
+        retrying = tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs())
+        try:
+            for attempt in retrying:
+                with attempt:
+                    result = self._attempt(call)
+        except StormguardError as exc:
+            call.annotate(exc)
+            raise
+        if isinstance(result, APIResult):
+            return call.succeeded(result)
+        return result
+
+    def _attempt(self, call: LogicalCall) -> APIResult | Stream[Any]:
+        request = call.begin_attempt(self._http)
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise call.failed(translate_transport_error(exc)) from exc
+        call.saw_response(response)
+        try:
+            if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
+                stream: Stream[Any] = Stream(_StreamState(call, response, call.spec.chunk_type))
+                stream._prefetch()
+                return stream
+            reader = BodyReader(call, response)
+            try:
+                for chunk in response.iter_bytes():
+                    reader.feed(chunk)
+            except httpx.HTTPError as exc:
+                raise call.failed(
+                    translate_transport_error(
+                        exc, response_started=True, server_load=call.server_load
+                    )
+                ) from exc
+        except BaseException:
+            response.close()
+            raise
+        response.close()
+        return call.complete(response, reader.body())
+
+    def close(self) -> None:
+        """Close the connection pool (unless the httpx client was passed in)."""
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return self._core.describe(type(self).__name__)
+
+
+class ChatCompletions:
+    """``client.chat.completions``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        timeout: float | NotGiven | None = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> ChatCompletion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        stream: Literal[True],
+        timeout: float | NotGiven | None = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Stream[ChatCompletionChunk]: ...
+
+    def create(
+        self,
+        *,
+        messages: Iterable[Mapping[str, Any]],
+        model: str | None = None,
+        stream: bool = False,
+        timeout: float | NotGiven | None = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> ChatCompletion | Stream[ChatCompletionChunk]:
+        """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
+        vLLM's ``ignore_eos`` ...) goes into the request body as given."""
+        spec = self._client._core.chat_spec(
+            messages=messages,
+            model=model,
+            stream=stream,
+            timeout=timeout,
+            extra_headers=extra_headers,
+            extra_body=extra_body,
+            params=params,
+        )
+        result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(spec)
+        return result
+
+
+class Chat:
+    """``client.chat``."""
+
+    def __init__(self, client: Client) -> None:
+        self.completions = ChatCompletions(client)
+
+
+class Completions:
+    """``client.completions`` (the legacy text completion endpoint)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @overload
+    def create(
+        self,
+        *,
+        prompt: str | list[str] | list[int],
+        model: str | None = ...,
+        stream: Literal[False] = ...,
+        timeout: float | NotGiven | None = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Completion: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        prompt: str | list[str] | list[int],
+        model: str | None = ...,
+        stream: Literal[True],
+        timeout: float | NotGiven | None = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Stream[Completion]: ...
+
+    def create(
+        self,
+        *,
+        prompt: str | list[str] | list[int],
+        model: str | None = None,
+        stream: bool = False,
+        timeout: float | NotGiven | None = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> Completion | Stream[Completion]:
+        """Create a text completion."""
+        spec = self._client._core.completion_spec(
+            prompt=prompt,
+            model=model,
+            stream=stream,
+            timeout=timeout,
+            extra_headers=extra_headers,
+            extra_body=extra_body,
+            params=params,
+        )
+        result: Completion | Stream[Completion] = self._client._request(spec)
+        return result
+
+
+class Models:
+    """``client.models``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(
+        self,
+        *,
+        timeout: float | NotGiven | None = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+    ) -> ModelList:
+        """The models the server serves (with ``max_model_len`` on vLLM)."""
+        result: ModelList = self._client._request(
+            self._client._core.models_spec(timeout=timeout, extra_headers=extra_headers)
+        )
+        return result

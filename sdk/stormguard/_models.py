@@ -1,0 +1,305 @@
+"""OpenAI-shaped results with attribute access, built on the decoded JSON.
+
+Hand-written rather than pydantic models on purpose: results must keep every
+unknown field a server adds (vLLM, TGI and OpenAI all do), must cost next to
+nothing per call (the SDK's overhead target is 5% of a raw httpx call), and the
+SDK's runtime dependencies stay small. Access is lazy: nothing is converted
+until it is read, and what was converted is cached.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ._history import AttemptRecord
+    from .protocol import ServerLoad
+
+__all__ = [
+    "CallInfo",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "ChatCompletionMessage",
+    "Choice",
+    "ChoiceDelta",
+    "ChunkChoice",
+    "Completion",
+    "CompletionChoice",
+    "CompletionUsage",
+    "Model",
+    "ModelList",
+    "Record",
+]
+
+_MISSING = object()
+
+
+class Record:
+    """A JSON object with attribute access.
+
+    Declared fields (class annotations) read as None when the server left them
+    out; undeclared ones read as attributes too when present. ``obj["field"]``
+    works as well, and ``to_dict()`` returns a deep copy of the JSON.
+    """
+
+    __slots__ = ("_cache", "_data")
+
+    #: Fields whose values are records of a given type (or lists of them).
+    _nested: ClassVar[Mapping[str, type[Record]]] = {}
+    #: Declared fields that read as None when absent.
+    _optional: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        self._data = data
+        self._cache: dict[str, Any] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        declared: set[str] = set()
+        for klass in cls.__mro__:
+            declared.update(inspect.get_annotations(klass))
+        cls._optional = frozenset(name for name in declared if not name.startswith("_"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cache = self._cache
+        value = cache.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
+        raw = self._data.get(name, _MISSING)
+        if raw is _MISSING:
+            if name in self._optional:
+                return None
+            raise AttributeError(f"{type(self).__name__!s} has no field {name!r}")
+        value = _wrap(raw, self._nested.get(name, Record))
+        cache[name] = value
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The raw JSON value of ``key``, as ``dict.get``."""
+        return self._data.get(key, default)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A deep copy of the JSON object, unknown fields included."""
+        return copy.deepcopy(dict(self._data))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Record):
+            return NotImplemented
+        return type(self) is type(other) and self._data == other._data
+
+    __hash__ = None  # type: ignore[assignment]  # mutable JSON underneath
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self._data)!r})"
+
+
+def _wrap(value: Any, record_type: type[Record]) -> Any:
+    if isinstance(value, Mapping):
+        return record_type(value)
+    if isinstance(value, list):
+        return [_wrap(item, record_type) for item in value]
+    return value
+
+
+class CallInfo:
+    """What stormguard knows about the logical call that produced a result."""
+
+    __slots__ = ("attempt_history", "model", "request_id", "server_load")
+
+    def __init__(
+        self,
+        *,
+        server_load: ServerLoad,
+        attempt_history: tuple[AttemptRecord, ...],
+        request_id: str | None,
+        model: str | None,
+    ) -> None:
+        self.server_load = server_load
+        self.attempt_history = attempt_history
+        self.request_id = request_id
+        self.model = model
+
+    def __repr__(self) -> str:
+        return (
+            f"CallInfo(attempts={len(self.attempt_history)}, request_id={self.request_id!r}, "
+            f"server_load={self.server_load!r})"
+        )
+
+
+class APIResult(Record):
+    """A top-level result: the JSON plus what the call went through to get it."""
+
+    __slots__ = ("_info",)
+
+    def __init__(self, data: Mapping[str, Any], info: CallInfo | None = None) -> None:
+        super().__init__(data)
+        self._info = info
+
+    @property
+    def call_info(self) -> CallInfo | None:
+        """Attempts, load headers and request id of the call; None for a hand-built record."""
+        return self._info
+
+    @property
+    def server_load(self) -> ServerLoad:
+        """The load headers of the response that produced this result."""
+        from .protocol import ServerLoad
+
+        return self._info.server_load if self._info is not None else ServerLoad()
+
+    @property
+    def attempt_history(self) -> tuple[AttemptRecord, ...]:
+        """Every HTTP attempt of the call, in order."""
+        return self._info.attempt_history if self._info is not None else ()
+
+    @property
+    def attempts(self) -> int:
+        """Number of HTTP attempts the call made."""
+        return len(self.attempt_history)
+
+    @property
+    def request_id(self) -> str | None:
+        """The server's ``x-request-id`` for the attempt that succeeded."""
+        return self._info.request_id if self._info is not None else None
+
+
+class CompletionUsage(Record):
+    __slots__ = ()
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class FunctionCall(Record):
+    __slots__ = ()
+    name: str
+    arguments: str
+
+
+class ToolCall(Record):
+    __slots__ = ()
+    _nested = {"function": FunctionCall}
+    id: str
+    type: str
+    function: FunctionCall
+
+
+class ChatCompletionMessage(Record):
+    __slots__ = ()
+    _nested = {"tool_calls": ToolCall, "function_call": FunctionCall}
+    role: str
+    content: str | None
+    refusal: str | None
+    tool_calls: list[ToolCall] | None
+    function_call: FunctionCall | None
+
+
+class Choice(Record):
+    __slots__ = ()
+    _nested = {"message": ChatCompletionMessage}
+    index: int
+    message: ChatCompletionMessage
+    finish_reason: str | None
+    logprobs: Record | None
+
+
+class ChatCompletion(APIResult):
+    """Result of ``chat.completions.create``."""
+
+    __slots__ = ()
+    _nested = {"choices": Choice, "usage": CompletionUsage}
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: CompletionUsage | None
+    system_fingerprint: str | None
+
+
+class ChoiceDelta(Record):
+    __slots__ = ()
+    _nested = {"tool_calls": ToolCall, "function_call": FunctionCall}
+    role: str | None
+    content: str | None
+    refusal: str | None
+    tool_calls: list[ToolCall] | None
+
+
+class ChunkChoice(Record):
+    __slots__ = ()
+    _nested = {"delta": ChoiceDelta}
+    index: int
+    delta: ChoiceDelta
+    finish_reason: str | None
+    logprobs: Record | None
+
+
+class ChatCompletionChunk(Record):
+    """One event of a streamed chat completion."""
+
+    __slots__ = ()
+    _nested = {"choices": ChunkChoice, "usage": CompletionUsage}
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: CompletionUsage | None
+
+
+class CompletionChoice(Record):
+    __slots__ = ()
+    index: int
+    text: str
+    finish_reason: str | None
+    logprobs: Record | None
+
+
+class Completion(APIResult):
+    """Result of ``completions.create`` (and each event of its stream)."""
+
+    __slots__ = ()
+    _nested = {"choices": CompletionChoice, "usage": CompletionUsage}
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: CompletionUsage | None
+
+
+class Model(Record):
+    __slots__ = ()
+    id: str
+    object: str
+    created: int
+    owned_by: str
+    #: Context window as vLLM reports it (absent on OpenAI).
+    max_model_len: int | None
+
+
+class ModelList(APIResult):
+    """Result of ``models.list()``; iterating it yields the models."""
+
+    __slots__ = ()
+    _nested = {"data": Model}
+    object: str
+    data: list[Model]
+
+    def __iter__(self) -> Iterator[Model]:
+        return iter(self.data or [])
+
+    def __len__(self) -> int:
+        return len(self.data or [])

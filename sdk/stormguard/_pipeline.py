@@ -1,0 +1,288 @@
+"""One logical call, from first attempt to final answer, without any I/O.
+
+``LogicalCall`` holds every decision of a call: the deadline, the headers and
+timeout of each attempt, whether a failure is retried, how long to wait, when
+to stop and why, and the attempt history. tenacity runs the loop: the call
+hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
+``retry``/``wait``/``stop`` strategies, so the drivers in ``_client.py`` and
+``_async_client.py`` contain only I/O: send, read, sleep.
+
+Order of the checks after a failed attempt (tenacity's own order):
+``retry`` (is this failure retryable at all?) → ``wait`` (Retry-After or
+jittered backoff) → ``stop`` (attempts left? time left for the wait and an
+attempt? budget left?). The budget is asked last, so a retry that the attempt
+limit or the deadline already forbids never spends it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx
+import tenacity
+
+from ._deadline import Deadline
+from ._exceptions import APIError, APIResponseValidationError, APITimeoutError, StormguardError
+from ._history import AttemptRecord
+from ._models import APIResult, CallInfo, Record
+from ._responses import error_from_response, request_id_of, result_from_response
+from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
+
+if TYPE_CHECKING:
+    from ._base_client import ClientCore
+
+__all__ = ["BodyReader", "CallSpec", "LogicalCall"]
+
+R = TypeVar("R", bound=APIResult)
+
+_OK = "ok"
+_RETRY = "retry"
+
+
+@dataclass(frozen=True, slots=True)
+class CallSpec:
+    """What the facade asks for: one logical call."""
+
+    method: str
+    path: str
+    result_type: type[APIResult]
+    operation: str
+    body: Mapping[str, Any] | None = None
+    stream: bool = False
+    chunk_type: type[Record] | None = None
+    model: str | None = None
+    timeout: float | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class LogicalCall:
+    """State and decisions of one logical call; created per call, used by one driver."""
+
+    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+        self.core = core
+        self.spec = spec
+        self.deadline = Deadline(core.clock, spec.timeout)
+        self.history: list[AttemptRecord] = []
+        self.retry_stopped_by: str | None = None
+        self.attempt_number = 0
+        self.server_load = ServerLoad()
+        self._content = (
+            None if spec.body is None else json.dumps(spec.body, separators=(",", ":")).encode()
+        )
+        self._url = core.url_for(spec.path)
+        self._delay_before = 0.0
+        self._next_delay = 0.0
+        self._started = 0.0
+        self._pending: tuple[int | None, str | None, float] | None = None
+        core.budget.record_call()
+        core.stats.call()
+
+    # -- the tenacity loop -------------------------------------------------------------
+
+    def retrying_kwargs(self) -> dict[str, Any]:
+        """Strategies for ``tenacity.Retrying``/``AsyncRetrying``; the driver adds ``sleep``."""
+        return {
+            "retry": self._retry,
+            "wait": self._wait,
+            "stop": self._stop,
+            "before_sleep": self._before_sleep,
+            "reraise": True,
+        }
+
+    def _retry(self, state: tenacity.RetryCallState) -> bool:
+        error = _outcome_error(state)
+        if error is None:
+            return False
+        decision = self.core.retry_policy.decide(error)
+        if not decision.retry:
+            self._stopped(decision.reason or "not_retryable")
+        return decision.retry
+
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        error = _outcome_error(state)
+        self._next_delay = self.core.retry_policy.delay(
+            error if error is not None else Exception(), self.attempt_number, self.core.rng
+        )
+        return self._next_delay
+
+    def _stop(self, state: tenacity.RetryCallState) -> bool:
+        if self.attempt_number >= self.core.retry_policy.max_attempts:
+            reason = "max_attempts"
+        elif not self.deadline.allows_sleep(self._next_delay):
+            reason = "deadline"
+        elif not self.core.budget.try_spend():
+            self.core.stats.budget_refusal()
+            reason = "budget"
+        else:
+            return False
+        self._stopped(reason)
+        return True
+
+    def _before_sleep(self, state: tenacity.RetryCallState) -> None:
+        self._close_record(_RETRY)
+        self._delay_before = self._next_delay
+
+    def _stopped(self, reason: str) -> None:
+        self.retry_stopped_by = reason
+        self._close_record(reason)
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    def begin_attempt(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request of the next attempt, with its share of the deadline."""
+        remaining = self.deadline.remaining()
+        if self.deadline.expired:
+            raise APITimeoutError("The call's deadline passed before the attempt could start")
+        self.attempt_number += 1
+        self.core.stats.attempt(retry=self.attempt_number > 1)
+        headers = dict(self.core.headers)
+        headers.update(self.spec.headers)
+        headers[HEADER_ATTEMPT] = str(self.attempt_number)
+        if math.isfinite(remaining):
+            headers[HEADER_DEADLINE_MS] = str(max(int(remaining * 1000), 1))
+        self._started = self.core.clock.now()
+        self._pending = None
+        return http.build_request(
+            self.spec.method,
+            self._url,
+            content=self._content,
+            headers=headers,
+            timeout=self.core.attempt_timeout(remaining),
+        )
+
+    def remaining_or_none(self) -> float | None:
+        """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
+        remaining = self.deadline.remaining()
+        return remaining if math.isfinite(remaining) else None
+
+    def saw_response(self, response: httpx.Response) -> None:
+        """Note the status and load headers of the attempt's response."""
+        self.server_load = ServerLoad.from_headers(response.headers)
+        self._note(response.status_code, None)
+
+    def failed(self, error: APIError) -> APIError:
+        """Record that the attempt ended in ``error`` and return it, to be raised."""
+        if self._pending is None or self._pending[1] is None:
+            status = self._pending[0] if self._pending else getattr(error, "status_code", None)
+            self._note(status, type(error).__name__)
+        return error
+
+    def _note(self, status: int | None, error_type: str | None) -> None:
+        self._pending = (status, error_type, self.core.clock.now() - self._started)
+
+    def _close_record(self, outcome: str) -> None:
+        status, error_type, duration = self._pending or (None, None, 0.0)
+        if self._pending is None:
+            duration = self.core.clock.now() - self._started
+        self.history.append(
+            AttemptRecord(
+                number=self.attempt_number,
+                status_code=status,
+                error_type=error_type,
+                delay_before=self._delay_before,
+                duration=duration,
+                outcome=outcome,
+                endpoint=self.core.endpoint_name,
+                model=self.spec.model,
+            )
+        )
+        self._pending = None
+
+    def complete(self, response: httpx.Response, body: bytes) -> APIResult:
+        """The result of a read response, or the status error to raise (and retry)."""
+        if response.status_code >= 300:
+            raise self.failed(
+                error_from_response(
+                    response, body, server_load=self.server_load, secret=self.core.api_key
+                )
+            )
+        try:
+            return result_from_response(
+                response, body, self.spec.result_type, info=self.info(response)
+            )
+        except APIError as exc:
+            raise self.failed(exc) from None
+
+    def info(self, response: httpx.Response) -> CallInfo:
+        """What the result will say about this call (history completed on success)."""
+        return CallInfo(
+            server_load=self.server_load,
+            attempt_history=(),
+            request_id=request_id_of(response),
+            model=self.spec.model,
+        )
+
+    def succeeded(self, result: R) -> R:
+        """Close the history with an ``ok`` attempt and attach it to the result."""
+        if result.call_info is not None:
+            self.succeeded_info(result.call_info)
+        return result
+
+    def succeeded_info(self, info: CallInfo) -> None:
+        """Close the history with an ``ok`` attempt and attach it to ``info``."""
+        self._close_record(_OK)
+        info.attempt_history = tuple(self.history)
+
+    def annotate(self, error: StormguardError) -> None:
+        """Give the error the call's attempt count, history and stop reason."""
+        if self._pending is not None or len(self.history) < self.attempt_number:
+            self._close_record(self.retry_stopped_by or "not_retryable")
+        error.attempts = self.attempt_number
+        error.attempt_history = tuple(self.history)
+        error.retry_stopped_by = self.retry_stopped_by
+        if isinstance(error, APIError) and error.server_load.is_empty:
+            error.server_load = self.server_load
+
+
+def _outcome_error(state: tenacity.RetryCallState) -> BaseException | None:
+    outcome = state.outcome
+    if outcome is None or not outcome.failed:
+        return None
+    return outcome.exception()
+
+
+class BodyReader:
+    """Collects a response body with a size limit and the call's deadline; the
+    drivers feed it chunks from ``iter_bytes``/``aiter_bytes``."""
+
+    __slots__ = ("_call", "_chunks", "_limit", "_size", "_status")
+
+    def __init__(self, call: LogicalCall, response: httpx.Response) -> None:
+        self._call = call
+        self._limit = call.core.max_response_bytes
+        self._chunks: list[bytes] = []
+        self._size = 0
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._limit:
+            raise self._too_large(response.status_code)
+        self._status = response.status_code
+
+    def _too_large(self, status: int) -> APIError:
+        return self._call.failed(
+            APIResponseValidationError(
+                f"The response body exceeds max_response_bytes={self._limit}",
+                status_code=status,
+                server_load=self._call.server_load,
+            )
+        )
+
+    def feed(self, chunk: bytes) -> None:
+        self._size += len(chunk)
+        if self._size > self._limit:
+            raise self._too_large(self._status)
+        if self._call.deadline.expired:
+            raise self._call.failed(
+                APITimeoutError(
+                    "The call's deadline passed while reading the response",
+                    response_started=True,
+                    server_load=self._call.server_load,
+                )
+            )
+        self._chunks.append(chunk)
+
+    def body(self) -> bytes:
+        return b"".join(self._chunks)

@@ -1,0 +1,165 @@
+"""Turning HTTP responses and transport failures into results and stormguard errors.
+
+One place for it, like httpx's ``map_httpcore_exceptions``: the pipeline, the
+streams and the httpx transport all go through these functions.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+import httpx
+
+from ._exceptions import (
+    APIConnectionError,
+    APIError,
+    APIResponseValidationError,
+    APIStatusError,
+    APITimeoutError,
+    status_error_class,
+)
+from ._models import APIResult, CallInfo
+from .protocol import HEADER_REQUEST_ID, ServerLoad
+
+__all__ = [
+    "error_from_payload",
+    "error_from_response",
+    "parse_json_object",
+    "result_from_response",
+    "translate_transport_error",
+]
+
+R = TypeVar("R", bound=APIResult)
+
+# Server text quoted in an error message is cut here: a 10 MB HTML error page
+# must not end up in a log line.
+_MAX_QUOTED = 500
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    if secret and secret in text:
+        text = text.replace(secret, "[redacted]")
+    return text
+
+
+def request_id_of(response: httpx.Response) -> str | None:
+    value = response.headers.get(HEADER_REQUEST_ID)
+    return value[:200] if value else None
+
+
+def translate_transport_error(
+    exc: Exception, *, response_started: bool = False, server_load: ServerLoad | None = None
+) -> APIError:
+    """The stormguard error for an httpx failure (or an anyio/asyncio timeout)."""
+    detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+        return APITimeoutError(
+            f"Request timed out ({detail})",
+            response_started=response_started,
+            server_load=server_load,
+        )
+    if response_started:
+        return APIConnectionError(
+            f"Connection lost while reading the response ({detail})", server_load=server_load
+        )
+    return APIConnectionError(f"Connection error ({detail})", server_load=server_load)
+
+
+def parse_json_object(body: bytes) -> Mapping[str, Any] | None:
+    """The JSON object in ``body``, or None when it is not one."""
+    try:
+        value = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _error_message(payload: object, fallback: str) -> str:
+    """The human part of an error body: OpenAI's ``{"error": {"message"}}``,
+    FastAPI's ``{"detail"}``, or a plain ``{"message"}``."""
+    if isinstance(payload, Mapping):
+        error = payload.get("error", payload)
+        if isinstance(error, Mapping):
+            message = error.get("message")
+            if isinstance(message, str) and message:
+                return message
+        elif isinstance(error, str) and error:
+            return error
+        detail = payload.get("detail")
+        if detail:
+            return detail if isinstance(detail, str) else json.dumps(detail)[:_MAX_QUOTED]
+    return fallback
+
+
+def error_from_payload(
+    status_code: int,
+    payload: object,
+    *,
+    server_load: ServerLoad,
+    request_id: str | None,
+    response: httpx.Response | None,
+    secret: str | None,
+    fallback: str = "",
+) -> APIStatusError:
+    """An ``APIStatusError`` of the class for ``status_code``, from a decoded body."""
+    message = _error_message(payload, fallback) or httpx.codes.get_reason_phrase(status_code)
+    message = _scrub(message[:_MAX_QUOTED], secret)
+    cls = status_error_class(status_code)
+    return cls(
+        f"Error code: {status_code} - {message}",
+        status_code=status_code,
+        body=payload,
+        response=response,
+        server_load=server_load,
+        request_id=request_id,
+    )
+
+
+def error_from_response(
+    response: httpx.Response, body: bytes, *, server_load: ServerLoad, secret: str | None
+) -> APIStatusError:
+    """The error for a non-2xx response whose body has been read."""
+    payload: object = parse_json_object(body)
+    fallback = ""
+    if payload is None:
+        fallback = body[:_MAX_QUOTED].decode("utf-8", errors="replace").strip()
+        payload = fallback or None
+    return error_from_payload(
+        response.status_code,
+        payload,
+        server_load=server_load,
+        request_id=request_id_of(response),
+        response=response,
+        secret=secret,
+        fallback=fallback,
+    )
+
+
+def result_from_response(
+    response: httpx.Response,
+    body: bytes,
+    result_type: type[R],
+    *,
+    info: CallInfo,
+) -> R:
+    """The typed result of a 2xx JSON response, or a validation error."""
+    content_type = response.headers.get("content-type", "")
+    if content_type and "json" not in content_type.lower():
+        raise APIResponseValidationError(
+            f"Expected a JSON response, got content-type {content_type[:100]!r}",
+            status_code=response.status_code,
+            server_load=info.server_load,
+            request_id=info.request_id,
+        )
+    data = parse_json_object(body)
+    if data is None:
+        snippet = body[:80].decode("utf-8", errors="replace")
+        raise APIResponseValidationError(
+            f"The response body is not a JSON object (starts with {snippet!r})",
+            status_code=response.status_code,
+            server_load=info.server_load,
+            request_id=info.request_id,
+        )
+    return result_type(data, info)

@@ -1,0 +1,49 @@
+"""Counters of what a client did, for ``client.stats()``."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+__all__ = ["CallStats", "StatsRecorder"]
+
+
+@dataclass(frozen=True, slots=True)
+class CallStats:
+    """A snapshot of a client's counters since it was created."""
+
+    logical_calls: int
+    attempts: int
+    retries: int
+    retries_refused_by_budget: int
+
+    @property
+    def retry_amplification(self) -> float:
+        """Attempts per logical call (1.0 means no retries; 0.0 before any call)."""
+        return self.attempts / self.logical_calls if self.logical_calls else 0.0
+
+
+class StatsRecorder:
+    """Thread-safe counters; one per client."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls = self._attempts = self._retries = self._refused = 0
+
+    def call(self) -> None:
+        with self._lock:
+            self._calls += 1
+
+    def attempt(self, *, retry: bool) -> None:
+        with self._lock:
+            self._attempts += 1
+            if retry:
+                self._retries += 1
+
+    def budget_refusal(self) -> None:
+        with self._lock:
+            self._refused += 1
+
+    def snapshot(self) -> CallStats:
+        with self._lock:
+            return CallStats(self._calls, self._attempts, self._retries, self._refused)

@@ -1,0 +1,350 @@
+"""Streamed responses: ``Stream`` (sync) and ``AsyncStream`` over one shared decoder.
+
+``_StreamState`` does all the work that is not I/O (SSE decoding, ``[DONE]``,
+error events, the end-of-stream check, the deadline); the two stream classes
+only pull bytes from httpx and hand them over. Both close the HTTP response as
+soon as the stream ends, fails, is closed, or is left early (``with`` block,
+``break``, garbage collection of the iterator's owner, task cancellation), so
+the server sees the disconnect and can stop generating.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import anyio
+import httpx
+
+from ._exceptions import (
+    APIError,
+    APIResponseValidationError,
+    APITimeoutError,
+    StreamInterruptedError,
+)
+from ._models import CallInfo, Record
+from ._responses import error_from_payload, parse_json_object, request_id_of
+from ._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
+
+if TYPE_CHECKING:
+    from ._history import AttemptRecord
+    from ._pipeline import LogicalCall
+    from .protocol import ServerLoad
+
+__all__ = ["AsyncStream", "Stream"]
+
+T = TypeVar("T", bound=Record)
+
+
+class _StreamState(Generic[T]):
+    """Decoding and bookkeeping shared by both stream classes."""
+
+    def __init__(self, call: LogicalCall, response: httpx.Response, chunk_type: type[T]) -> None:
+        self.call = call
+        self.response = response
+        self.chunk_type = chunk_type
+        self.decoder = SSEDecoder()
+        self.pending: deque[T] = deque()
+        self.done = False
+        self.closed = False
+        self.in_caller_hands = False
+        self.delivered = 0
+        self.info = CallInfo(
+            server_load=call.server_load,
+            attempt_history=(),
+            request_id=request_id_of(response),
+            model=call.spec.model,
+        )
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.lower():
+            raise call.failed(
+                APIResponseValidationError(
+                    f"Expected an event stream, got content-type {content_type[:100]!r}",
+                    status_code=response.status_code,
+                    server_load=call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+
+    # Errors raised after the first chunk reached the caller are not retried; they
+    # still carry the call's attempt history.
+    def _raise(self, error: APIError) -> APIError:
+        if not self.in_caller_hands:
+            return self.call.failed(error)
+        self.call.annotate(error)
+        return error
+
+    def check_deadline(self) -> None:
+        if self.call.deadline.expired:
+            raise self._raise(
+                APITimeoutError(
+                    "The call's deadline passed during the stream",
+                    response_started=True,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+
+    def feed(self, raw: bytes) -> None:
+        try:
+            events = self.decoder.feed(raw)
+        except EventTooLargeError as exc:
+            raise self._raise(
+                APIResponseValidationError(
+                    str(exc),
+                    status_code=self.response.status_code,
+                    server_load=self.call.server_load,
+                )
+            ) from None
+        for event in events:
+            if self.done:
+                break
+            self._event(event)
+
+    def _event(self, event: ServerSentEvent) -> None:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return
+        payload = parse_json_object(event.data.encode())
+        if payload is None:
+            raise self._raise(
+                APIResponseValidationError(
+                    f"A stream event is not a JSON object: {event.data[:80]!r}",
+                    status_code=self.response.status_code,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+        if event.event == "error" or "error" in payload:
+            raise self._raise(self._error_event(payload))
+        self.pending.append(self.chunk_type(payload))
+
+    def _error_event(self, payload: Any) -> APIError:
+        """An error sent inside a 200 stream (vLLM does this when it sheds a streaming
+        request): the error class of the code it names, 500 when it names none."""
+        error = payload.get("error")
+        code = error.get("code") if isinstance(error, dict) else None
+        if isinstance(code, str) and code.isdigit():
+            code = int(code)
+        status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+        return error_from_payload(
+            status,
+            payload,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+            response=self.response,
+            secret=self.call.core.api_key,
+        )
+
+    def end_of_body(self) -> None:
+        self.check_deadline()
+        if not self.done:
+            partial = " in the middle of an event" if self.decoder.has_partial_event else ""
+            raise self._raise(
+                StreamInterruptedError(
+                    f"The stream ended{partial} before [DONE], after {self.delivered} chunks",
+                    chunks_received=self.delivered,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+
+    def transport_failed(self, exc: Exception) -> APIError:
+        if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+            error: APIError = APITimeoutError(
+                f"Timed out during the stream ({type(exc).__name__})",
+                response_started=True,
+                server_load=self.call.server_load,
+                request_id=self.info.request_id,
+            )
+        else:
+            error = StreamInterruptedError(
+                f"The stream was cut off after {self.delivered} chunks ({type(exc).__name__})",
+                chunks_received=self.delivered,
+                server_load=self.call.server_load,
+                request_id=self.info.request_id,
+            )
+        return self._raise(error)
+
+    def take(self) -> T:
+        self.delivered += 1
+        return self.pending.popleft()
+
+    def started(self) -> None:
+        """The first chunk is in hand: the attempt succeeded, no more retries."""
+        self.in_caller_hands = True
+        self.call.succeeded_info(self.info)
+
+
+class _StreamBase(Generic[T]):
+    _state: _StreamState[T]
+
+    @property
+    def response(self) -> httpx.Response:
+        """The underlying httpx response (headers, status)."""
+        return self._state.response
+
+    @property
+    def call_info(self) -> CallInfo:
+        return self._state.info
+
+    @property
+    def server_load(self) -> ServerLoad:
+        """Load headers of the response that carries this stream."""
+        return self._state.info.server_load
+
+    @property
+    def attempt_history(self) -> tuple[AttemptRecord, ...]:
+        return self._state.info.attempt_history
+
+    @property
+    def attempts(self) -> int:
+        return len(self._state.info.attempt_history)
+
+    @property
+    def chunks_received(self) -> int:
+        """Chunks handed to the caller so far."""
+        return self._state.delivered
+
+
+class Stream(_StreamBase[T]):
+    """Iterator of chunks of a streamed completion; also a context manager."""
+
+    def __init__(self, state: _StreamState[T]) -> None:
+        self._state = state
+        self._bytes = state.response.iter_bytes()
+
+    def _read_more(self) -> None:
+        state = self._state
+        state.check_deadline()
+        try:
+            raw = next(self._bytes)
+        except StopIteration:
+            state.end_of_body()
+            return
+        except httpx.HTTPError as exc:
+            raise state.transport_failed(exc) from exc
+        state.feed(raw)
+
+    def _prefetch(self) -> None:
+        """Read until the first chunk (or the end): failures so far are retryable."""
+        state = self._state
+        try:
+            while not state.pending and not state.done:
+                self._read_more()
+        except BaseException:
+            self.close()
+            raise
+        state.started()
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        state = self._state
+        try:
+            while not state.pending:
+                if state.done or state.closed:
+                    self.close()
+                    raise StopIteration
+                self._read_more()
+        except StopIteration:
+            raise
+        except BaseException:
+            self.close()
+            raise
+        return state.take()
+
+    def close(self) -> None:
+        """Close the HTTP response; the server sees the disconnect."""
+        if not self._state.closed:
+            self._state.closed = True
+            self._state.response.close()
+
+    def __enter__(self) -> Stream[T]:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        state = getattr(self, "_state", None)
+        if state is not None and not state.closed:
+            self.close()
+
+
+class AsyncStream(_StreamBase[T]):
+    """Async iterator of chunks of a streamed completion; also an async context manager.
+
+    Cancelling the task that iterates it closes the response at once.
+    """
+
+    def __init__(self, state: _StreamState[T]) -> None:
+        self._state = state
+        self._bytes = state.response.aiter_bytes()
+
+    async def _read_more(self) -> None:
+        state = self._state
+        state.check_deadline()
+        try:
+            with anyio.fail_after(state.call.remaining_or_none()):
+                raw = await self._bytes.__anext__()
+        except StopAsyncIteration:
+            state.end_of_body()
+            return
+        except (httpx.HTTPError, TimeoutError) as exc:
+            raise state.transport_failed(exc) from exc
+        state.feed(raw)
+
+    async def _prefetch(self) -> None:
+        state = self._state
+        try:
+            while not state.pending and not state.done:
+                await self._read_more()
+        except BaseException:
+            await self.aclose()
+            raise
+        state.started()
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        state = self._state
+        try:
+            while not state.pending:
+                if state.done or state.closed:
+                    await self.aclose()
+                    raise StopAsyncIteration
+                await self._read_more()
+        except StopAsyncIteration:
+            raise
+        except BaseException:
+            await self.aclose()
+            raise
+        return state.take()
+
+    async def aclose(self) -> None:
+        """Close the HTTP response, even from a cancelled task."""
+        if not self._state.closed:
+            self._state.closed = True
+            with anyio.CancelScope(shield=True):
+                await self._state.response.aclose()
+
+    async def __aenter__(self) -> AsyncStream[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
