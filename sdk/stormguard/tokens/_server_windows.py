@@ -1,0 +1,91 @@
+"""Context windows as the serving deployment reports them: ``max_model_len`` in ``/v1/models``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from ._flow import Flow, models_url
+
+__all__ = ["ServerWindows", "parse_models_response"]
+
+
+@dataclass
+class _Entry:
+    expires: float
+    windows: dict[str, int] = field(default_factory=dict)
+
+
+class ServerWindows:
+    """Per-endpoint cache of ``{model id: max_model_len}`` from ``GET {base}/models``.
+
+    One lookup serves every model of the endpoint for ``ttl`` seconds. A failed or
+    unusable answer is remembered for ``retry_after`` seconds, so an endpoint that
+    is down (or that, like OpenAI's, reports no ``max_model_len``) costs one request
+    per period, not one per call.
+    """
+
+    def __init__(
+        self,
+        *,
+        ttl: float = 600.0,
+        retry_after: float = 60.0,
+        timeout: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl = ttl
+        self.retry_after = retry_after
+        self.timeout = timeout
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+        self._lock = threading.Lock()
+
+    def window_flow(self, base_url: str | httpx.URL, model: str) -> Flow[int | None]:
+        """The window ``model`` has on the endpoint at ``base_url``, or None if unreported."""
+        url = models_url(base_url)
+        key = str(url)
+        with self._lock:
+            entry = self._entries.get(key)
+            fresh = entry is not None and entry.expires > self._clock()
+        if entry is not None and fresh:
+            return entry.windows.get(model)
+        response = yield httpx.Request(
+            "GET", url, extensions={"timeout": httpx.Timeout(self.timeout).as_dict()}
+        )
+        windows = parse_models_response(response)
+        now = self._clock()
+        with self._lock:
+            if windows is None:
+                self._entries[key] = _Entry(now + self.retry_after)
+            else:
+                self._entries[key] = _Entry(now + self.ttl, windows)
+        return (windows or {}).get(model)
+
+
+def parse_models_response(response: httpx.Response | None) -> dict[str, int] | None:
+    """``{id: max_model_len}`` from an OpenAI-style model list; None when unusable.
+
+    A list without any ``max_model_len`` (OpenAI's own) gives an empty dict: the
+    endpoint answered, it just reports no windows.
+    """
+    if response is None or response.status_code != 200:
+        return None
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    models = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(models, list):
+        return None
+    windows: dict[str, int] = {}
+    for model in models:
+        if not isinstance(model, dict):
+            continue
+        model_id, length = model.get("id"), model.get("max_model_len")
+        if isinstance(model_id, str) and type(length) is int and length > 0:
+            windows[model_id] = length
+    return windows
