@@ -50,6 +50,7 @@ class _StreamState(Generic[T]):
         self.done = False
         self.closed = False
         self.in_caller_hands = False
+        self.failure: APIError | None = None
         self.delivered = 0
         self.info = CallInfo(
             server_load=call.server_load,
@@ -101,25 +102,37 @@ class _StreamState(Generic[T]):
         for event in events:
             if self.done:
                 break
-            self._event(event)
+            error = self._event(event)
+            if error is not None:
+                # Chunks decoded before the error are still the caller's: raise
+                # the error once they have been handed out.
+                self.failure = error
+                self.done = True
+                break
+        if not self.pending:
+            self.raise_failure()
 
-    def _event(self, event: ServerSentEvent) -> None:
+    def raise_failure(self) -> None:
+        if self.failure is not None:
+            error, self.failure = self.failure, None
+            raise self._raise(error)
+
+    def _event(self, event: ServerSentEvent) -> APIError | None:
         if event.data.strip() == "[DONE]":
             self.done = True
-            return
+            return None
         payload = parse_json_object(event.data.encode())
         if payload is None:
-            raise self._raise(
-                APIResponseValidationError(
-                    f"A stream event is not a JSON object: {event.data[:80]!r}",
-                    status_code=self.response.status_code,
-                    server_load=self.call.server_load,
-                    request_id=self.info.request_id,
-                )
+            return APIResponseValidationError(
+                f"A stream event is not a JSON object: {event.data[:80]!r}",
+                status_code=self.response.status_code,
+                server_load=self.call.server_load,
+                request_id=self.info.request_id,
             )
         if event.event == "error" or "error" in payload:
-            raise self._raise(self._error_event(payload))
+            return self._error_event(payload)
         self.pending.append(self.chunk_type(payload))
+        return None
 
     def _error_event(self, payload: Any) -> APIError:
         """An error sent inside a 200 stream (vLLM does this when it sheds a streaming
@@ -246,6 +259,7 @@ class Stream(_StreamBase[T]):
         state = self._state
         try:
             while not state.pending:
+                state.raise_failure()
                 if state.done or state.closed:
                     self.close()
                     raise StopIteration
@@ -320,6 +334,7 @@ class AsyncStream(_StreamBase[T]):
         state = self._state
         try:
             while not state.pending:
+                state.raise_failure()
                 if state.done or state.closed:
                     await self.aclose()
                     raise StopAsyncIteration
