@@ -1,0 +1,445 @@
+"""Token-weighted admission with a bounded priority queue, in front of any engine.
+
+A request's cost is its prompt tokens plus its ``max_tokens`` (the seed's
+token_admission_load). It is admitted while the admitted cost fits the budget
+(the engine's KV capacity x a watermark, scaled down during slow start);
+otherwise it waits in a queue ordered by priority, then arrival, that is
+bounded in requests, tokens and wait. When something must go, the victim is
+the request that matters least: sheddable before standard before critical,
+retries before first attempts, newest first. Every refusal says why and when
+trying again makes sense, from the measured drain rate.
+
+The controller knows no HTTP and no engine internals: it reads the engine's
+``EngineLoad`` through a callable, and its clock is injectable, so every
+decision is unit-tested without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import itertools
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from stormguard.protocol import Priority, ServerLoad, ShedReason
+from stormguard_server.config import AdmissionConfig
+from stormguard_server.engine import EngineLoad
+
+_FALLBACK_RETRY_AFTER_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Shed:
+    """A refusal: the reason, when to come back, and whether coming back can help."""
+
+    reason: ShedReason
+    retry_after_s: float | None
+    should_retry: bool
+    message: str
+
+    @property
+    def status_code(self) -> int:
+        """400 for what can never fit, 503 for overload and unreadiness."""
+        return 400 if self.reason is ShedReason.TOO_LONG else 503
+
+
+class ShedError(Exception):
+    """Raised by ``acquire`` when a request is refused, now or while it waited."""
+
+    def __init__(self, shed: Shed) -> None:
+        super().__init__(shed.message)
+        self.shed = shed
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request asking for admission (identity is the object)."""
+
+    cost: int
+    priority: Priority = Priority.STANDARD
+    attempt: int = 1
+    # Absolute time (controller clock) after which the caller no longer waits.
+    deadline: float | None = None
+    arrival: float = 0.0
+    seq: int = 0
+    admitted_at: float | None = None
+    future: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    @property
+    def is_retry(self) -> bool:
+        return self.attempt > 1
+
+    @property
+    def order_key(self) -> tuple[int, int]:
+        """Serving order: priority, then arrival."""
+        return (self.priority.rank, self.seq)
+
+    @property
+    def shed_key(self) -> tuple[int, bool, int]:
+        """Shedding order (largest goes first): least important, retries, newest."""
+        return (self.priority.rank, self.is_retry, self.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    """An admitted request; ``release`` it exactly once when the engine is done."""
+
+    ticket: Ticket
+    waited_s: float
+
+
+class DrainMeter:
+    """Tokens of admitted cost released per second over a sliding window."""
+
+    def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        self._events: deque[tuple[float, int]] = deque()
+        self._total = 0
+        self._started: float | None = None
+
+    def record(self, tokens: int) -> None:
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        self._events.append((now, tokens))
+        self._total += tokens
+        self._trim(now)
+
+    def rate(self) -> float | None:
+        """Tokens per second, or None before anything was released."""
+        now = self._clock()
+        self._trim(now)
+        if self._started is None or not self._events:
+            return None
+        span = min(self._window_s, max(now - self._started, 0.0))
+        span = max(span, 0.1)  # one burst of releases is not an infinite rate
+        return self._total / span
+
+    def _trim(self, now: float) -> None:
+        while self._events and self._events[0][0] < now - self._window_s:
+            _, tokens = self._events.popleft()
+            self._total -= tokens
+
+
+class AdmissionController:
+    """Admits, queues or sheds tickets; see the module docstring."""
+
+    def __init__(
+        self,
+        config: AdmissionConfig,
+        engine_load: Callable[[], EngineLoad],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self._engine_load = engine_load
+        self._clock = clock
+        self._queue: list[Ticket] = []  # sorted by order_key
+        self._queue_tokens = 0
+        self._inflight_tokens = 0
+        self._inflight_count = 0
+        self._seq = itertools.count()
+        self.drain = DrainMeter(config.drain_window_s, clock)
+
+    # -- state ------------------------------------------------------------
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self._queue)
+
+    @property
+    def queue_tokens(self) -> int:
+        return self._queue_tokens
+
+    @property
+    def inflight_tokens(self) -> int:
+        return self._inflight_tokens
+
+    def full_budget(self, load: EngineLoad | None = None) -> int:
+        """Tokens admitted at most when the engine runs at full capacity."""
+        load = load or self._engine_load()
+        return math.floor(load.kv_capacity_tokens * self.config.kv_watermark)
+
+    def budget(self, load: EngineLoad | None = None) -> int:
+        """Tokens admitted at most now (smaller during slow start)."""
+        load = load or self._engine_load()
+        return math.floor(self.full_budget(load) * load.capacity_factor)
+
+    def server_load(self) -> ServerLoad:
+        """The load headers' values right now."""
+        load = self._engine_load()
+        return ServerLoad(
+            queue_depth=len(self._queue),
+            queue_tokens=self._queue_tokens,
+            inflight_tokens=self._inflight_tokens,
+            token_capacity=self.budget(load),
+            kv_cache_usage=load.kv_cache_usage,
+        )
+
+    # -- decisions (synchronous) ------------------------------------------
+
+    def make_ticket(
+        self,
+        cost: int,
+        *,
+        priority: Priority = Priority.STANDARD,
+        attempt: int = 1,
+        deadline_ms: float | None = None,
+    ) -> Ticket:
+        """A ticket stamped with arrival time and order."""
+        now = self._clock()
+        deadline = None if deadline_ms is None else now + deadline_ms / 1000.0
+        return Ticket(
+            cost=cost,
+            priority=priority,
+            attempt=attempt,
+            deadline=deadline,
+            arrival=now,
+            seq=next(self._seq),
+        )
+
+    def submit(self, ticket: Ticket) -> Permit | Shed | None:
+        """Admit now (Permit), refuse now (Shed), or queue (None: wait on ``ticket.future``)."""
+        now = self._clock()
+        load = self._engine_load()
+        if ticket.cost > self.full_budget(load):
+            return Shed(
+                ShedReason.TOO_LONG,
+                None,
+                False,
+                f"request needs {ticket.cost} tokens (prompt + max_tokens); the server "
+                f"admits at most {self.full_budget(load)}",
+            )
+        if not load.ready:
+            return self._shed_unready(load)
+        if ticket.deadline is not None and ticket.deadline <= now:
+            return Shed(ShedReason.DEADLINE, None, False, "the request's deadline has passed")
+
+        ahead_tokens = sum(t.cost for t in self._queue if t.order_key < ticket.order_key)
+        if ahead_tokens == 0 and self._fits(ticket.cost, load):
+            return self._admit(ticket, now)
+
+        wait = self._estimate_wait(ahead_tokens + ticket.cost, load)
+        if ticket.deadline is not None and wait is not None and now + wait > ticket.deadline:
+            return Shed(
+                ShedReason.DEADLINE,
+                None,
+                False,
+                f"the request's deadline cannot be met (estimated queue wait {wait:.2f} s)",
+            )
+        if ticket.is_retry and self._retry_must_go(ticket):
+            return self._overload_shed(ticket, ShedReason.QUEUE_FULL, load)
+        return self._enqueue(ticket, load)
+
+    def release(self, permit: Permit) -> None:
+        """An admitted request ended: its tokens drain, queued ones may enter."""
+        ticket = permit.ticket
+        if ticket.admitted_at is None:
+            return
+        ticket.admitted_at = None
+        self._inflight_tokens -= ticket.cost
+        self._inflight_count -= 1
+        self.drain.record(ticket.cost)
+        self.pump()
+
+    def cancel(self, ticket: Ticket) -> bool:
+        """Remove a queued ticket (its caller went away); True when it was queued."""
+        if self._remove(ticket):
+            self.pump()
+            return True
+        return False
+
+    def expire(self) -> list[Ticket]:
+        """Shed queued tickets whose deadline or maximum wait has passed."""
+        now = self._clock()
+        gone = [t for t in self._queue if now >= self._expiry(t)]
+        for ticket in gone:
+            self._remove(ticket)
+            self._resolve(ticket, self._expired_shed(ticket))
+        if gone:
+            self.pump()
+        return gone
+
+    def pump(self) -> list[Ticket]:
+        """Admit queued tickets from the head while they fit (strict order: no overtaking)."""
+        load = self._engine_load()
+        admitted: list[Ticket] = []
+        if not load.ready:
+            return admitted
+        now = self._clock()
+        while self._queue and self._fits(self._queue[0].cost, load):
+            ticket = self._queue.pop(0)
+            self._queue_tokens -= ticket.cost
+            self._admit(ticket, now)
+            self._resolve(ticket, None)
+            admitted.append(ticket)
+        return admitted
+
+    def shed_all_queued(self, load: EngineLoad | None = None) -> list[Ticket]:
+        """The engine went down: every queued ticket is refused with the restart reason."""
+        load = load or self._engine_load()
+        shed = self._shed_unready(load)
+        gone = list(self._queue)
+        self._queue.clear()
+        self._queue_tokens = 0
+        for ticket in gone:
+            self._resolve(ticket, shed)
+        return gone
+
+    def tick(self) -> None:
+        """Periodic housekeeping: an engine that went down takes its queue with it;
+        otherwise expire what waited too long and admit what now fits (the
+        slow-start budget grows between releases)."""
+        load = self._engine_load()
+        if not load.ready:
+            if self._queue:
+                self.shed_all_queued(load)
+            return
+        self.expire()
+        self.pump()
+
+    # -- waiting (asyncio) ------------------------------------------------
+
+    async def acquire(self, ticket: Ticket) -> Permit:
+        """Wait for admission; raises ``ShedError``. Cancelling it leaves the queue."""
+        decision = self.submit(ticket)
+        if isinstance(decision, Permit):
+            return decision
+        if isinstance(decision, Shed):
+            raise ShedError(decision)
+        assert ticket.future is not None
+        try:
+            while not ticket.future.done():
+                timeout = max(0.0, self._expiry(ticket) - self._clock())
+                done, _ = await asyncio.wait({ticket.future}, timeout=timeout)
+                if not done:
+                    self.expire()
+            ticket.future.result()
+        except asyncio.CancelledError:
+            if not self.cancel(ticket) and ticket.admitted_at is not None:
+                self.release(Permit(ticket, 0.0))
+            raise
+        return Permit(ticket, waited_s=max(0.0, (ticket.admitted_at or 0.0) - ticket.arrival))
+
+    # -- internals --------------------------------------------------------
+
+    def _fits(self, cost: int, load: EngineLoad) -> bool:
+        # An idle engine takes any request that passed the too_long check, so
+        # a small slow-start budget can never wedge a large request forever.
+        return self._inflight_count == 0 or self._inflight_tokens + cost <= self.budget(load)
+
+    def _admit(self, ticket: Ticket, now: float) -> Permit:
+        ticket.admitted_at = now
+        self._inflight_tokens += ticket.cost
+        self._inflight_count += 1
+        return Permit(ticket, waited_s=now - ticket.arrival)
+
+    def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
+        cfg = self.config
+        over_requests = len(self._queue) + 1 > cfg.max_queue_requests
+        over_tokens = self._queue_tokens + ticket.cost > cfg.max_queue_tokens
+        if over_requests or over_tokens:
+            reason = ShedReason.QUEUE_FULL if over_requests else ShedReason.TOKEN_BUDGET
+            victims = self._victims_for(ticket)
+            if victims is None:
+                return self._overload_shed(ticket, reason, load)
+            for victim in victims:
+                self._remove(victim)
+                self._resolve(victim, self._overload_shed(victim, reason, load))
+        ticket.future = asyncio.get_running_loop().create_future()
+        bisect.insort(self._queue, ticket, key=lambda t: t.order_key)
+        self._queue_tokens += ticket.cost
+        return None
+
+    def _victims_for(self, newcomer: Ticket) -> list[Ticket] | None:
+        """Queued tickets that matter less than ``newcomer`` and whose removal makes
+        room for it; None when the newcomer itself is the one to shed."""
+        cfg = self.config
+        candidates = sorted(
+            (t for t in self._queue if t.shed_key > newcomer.shed_key),
+            key=lambda t: t.shed_key,
+            reverse=True,
+        )
+        victims: list[Ticket] = []
+        depth, tokens = len(self._queue), self._queue_tokens
+        for candidate in candidates:
+            if (
+                depth + 1 <= cfg.max_queue_requests
+                and tokens + newcomer.cost <= cfg.max_queue_tokens
+            ):
+                break
+            victims.append(candidate)
+            depth -= 1
+            tokens -= candidate.cost
+        if depth + 1 > cfg.max_queue_requests or tokens + newcomer.cost > cfg.max_queue_tokens:
+            return None
+        return victims
+
+    def _retry_must_go(self, ticket: Ticket) -> bool:
+        limit = self.config.max_queue_requests * self.config.retry_queue_fraction
+        ahead = sum(1 for t in self._queue if t.order_key < ticket.order_key)
+        return ahead >= limit
+
+    def _overload_shed(self, ticket: Ticket, reason: ShedReason, load: EngineLoad) -> Shed:
+        wait = self._estimate_wait(self._queue_tokens + ticket.cost, load)
+        retry_after = self._clamp(wait if wait is not None else _FALLBACK_RETRY_AFTER_S)
+        if ticket.is_retry:
+            return Shed(
+                ShedReason.RETRY_SHED,
+                retry_after,
+                False,
+                "server overloaded: retries are shed first; do not retry this call now",
+            )
+        return Shed(reason, retry_after, True, f"server overloaded ({reason.value})")
+
+    def _shed_unready(self, load: EngineLoad) -> Shed:
+        restarting = load.state == "restarting"
+        reason = ShedReason.ENGINE_RESTART if restarting else ShedReason.WARMING
+        if load.state == "stopped":
+            reason = ShedReason.DRAINING
+        ready_in = load.ready_in_s if load.ready_in_s is not None else _FALLBACK_RETRY_AFTER_S
+        return Shed(reason, self._clamp(ready_in), True, f"engine not ready ({load.state})")
+
+    def _expired_shed(self, ticket: Ticket) -> Shed:
+        if ticket.deadline is not None and ticket.deadline <= self._expiry(ticket):
+            return Shed(ShedReason.DEADLINE, None, False, "deadline passed while queued")
+        load = self._engine_load()
+        return self._overload_shed(ticket, ShedReason.DEADLINE, load)
+
+    def _expiry(self, ticket: Ticket) -> float:
+        limit = ticket.arrival + self.config.max_queue_wait_s
+        return limit if ticket.deadline is None else min(limit, ticket.deadline)
+
+    def _estimate_wait(self, tokens_needed: int, load: EngineLoad) -> float | None:
+        """Seconds until ``tokens_needed`` more tokens fit, at the measured drain rate."""
+        rate = self.drain.rate()
+        if rate is None or rate <= 0:
+            return None
+        free = max(0, self.budget(load) - self._inflight_tokens)
+        return max(0.0, tokens_needed - free) / rate
+
+    def _clamp(self, seconds: float) -> float:
+        return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)
+
+    def _remove(self, ticket: Ticket) -> bool:
+        try:
+            self._queue.remove(ticket)
+        except ValueError:
+            return False
+        self._queue_tokens -= ticket.cost
+        return True
+
+    @staticmethod
+    def _resolve(ticket: Ticket, shed: Shed | None) -> None:
+        future = ticket.future
+        if future is None or future.done():
+            return
+        if shed is None:
+            future.set_result(None)
+        else:
+            future.set_exception(ShedError(shed))

@@ -1,0 +1,266 @@
+"""The OpenAI-compatible HTTP app: routes, error handlers, middlewares, lifespan.
+
+Routes stay thin: validate (pydantic), build the prompt, hand over to
+``generation.serve_generation``. Every error is an OpenAI-style body with a
+4xx/5xx status; bad input never becomes a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from stormguard._version import __version__
+from stormguard.protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY, ShedReason
+from stormguard.protocol import format_retry_after as _format_retry_after
+from stormguard_server.admission import AdmissionController
+from stormguard_server.config import ServerConfig
+from stormguard_server.engine import Engine
+from stormguard_server.errors import error_response
+from stormguard_server.faults import FaultState
+from stormguard_server.generation import serve_generation, size_call
+from stormguard_server.metrics import ServerMetrics
+from stormguard_server.middleware import (
+    BodyLimitMiddleware,
+    LoadHeadersMiddleware,
+    ResponseCountMiddleware,
+)
+from stormguard_server.schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
+from stormguard_server.sim_engine import SimEngine
+from stormguard_server.state import ServerState, get_state
+
+_CREATED = int(time.time())
+
+
+def build_state(
+    config: ServerConfig, *, engine: Engine | None = None, faults: FaultState | None = None
+) -> ServerState:
+    """Wire engine, faults, admission and metrics for ``config``."""
+    if engine is None:
+        faults = faults or FaultState(config.faults, oom_crash=config.engine.oom_crash)
+        engine = SimEngine(config.engine, faults)
+    admission = (
+        AdmissionController(config.admission, engine.load) if config.admission.enabled else None
+    )
+    metrics = ServerMetrics(
+        engine.load,
+        lambda: engine.stats,
+        (lambda: admission.server_load()) if admission is not None else (lambda: None),
+    )
+    return ServerState(config, engine, faults, admission, metrics)
+
+
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    state: ServerState | None = None,
+) -> FastAPI:
+    """The app for ``config`` (or for an already built ``state``, shared with the admin app)."""
+    state = state or build_state(config or ServerConfig())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await state.engine.start()
+        ticker = asyncio.create_task(_admission_ticker(state), name="admission-ticker")
+        try:
+            yield
+        finally:
+            ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ticker
+            await state.engine.stop()
+
+    app = FastAPI(
+        title="stormguard reference server",
+        version=__version__,
+        description="OpenAI-compatible API over a simulated continuous-batching engine, "
+        "with token-weighted admission and load headers (docs/protocol.md).",
+        lifespan=lifespan,
+    )
+    app.state.stormguard = state
+    _install_error_handlers(app)
+    _install_routes(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=state.config.max_body_bytes)
+    app.add_middleware(
+        ResponseCountMiddleware,
+        count=lambda route, status: state.metrics.responses.labels(route, str(status)).inc(),
+        routes=frozenset(r.path for r in app.routes if hasattr(r, "path")),
+    )
+    app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)  # outermost
+    return app
+
+
+async def _admission_ticker(state: ServerState) -> None:
+    if state.admission is None:
+        return
+    while True:
+        await asyncio.sleep(state.config.admission_tick_s)
+        state.admission.tick()
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        first: dict[str, Any] = errors[0] if errors else {}
+        loc = [str(part) for part in first.get("loc", ()) if part != "body"]
+        where = ".".join(loc)
+        message = str(first.get("msg", "invalid request"))
+        if first.get("type") == "json_invalid":
+            where, message = (
+                "",
+                f"malformed JSON body ({first.get('ctx', {}).get('error', message)})",
+            )
+        return error_response(
+            400,
+            f"{where}: {message}" if where else message,
+            code="invalid_request",
+            param=where or None,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
+        return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+
+
+def _resolve_model(state: ServerState, requested: str | None) -> str | Response:
+    if requested is None or requested in state.served_models:
+        return requested or state.engine.model
+    return error_response(
+        404,
+        f"The model `{requested}` does not exist.",
+        code="model_not_found",
+        param="model",
+    )
+
+
+def _install_routes(app: FastAPI) -> None:
+    @app.post("/v1/chat/completions", tags=["openai"])
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        state = get_state(request)
+        model = _resolve_model(state, body.model)
+        if isinstance(model, Response):
+            return model
+        prompt = state.engine.chat_prompt(
+            [(m.role, m.text()) for m in body.messages], add_generation_prompt=True
+        )
+        call = size_call(
+            state,
+            kind="chat",
+            model=model,
+            prompt=prompt,
+            requested_max_tokens=body.requested_max_tokens(),
+            stop=body.stop_strings(),
+            ignore_eos=body.ignore_eos,
+            stream=body.stream,
+            include_usage=body.include_usage,
+            headers=request.headers,
+        )
+        if isinstance(call, Response):
+            return call
+        return await serve_generation(state, call, request.receive)
+
+    @app.post("/v1/completions", tags=["openai"])
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        state = get_state(request)
+        model = _resolve_model(state, body.model)
+        if isinstance(model, Response):
+            return model
+        call = size_call(
+            state,
+            kind="completion",
+            model=model,
+            prompt=body.prompt_text(),
+            requested_max_tokens=body.requested_max_tokens(),
+            stop=body.stop_strings(),
+            ignore_eos=body.ignore_eos,
+            stream=body.stream,
+            include_usage=body.include_usage,
+            headers=request.headers,
+        )
+        if isinstance(call, Response):
+            return call
+        return await serve_generation(state, call, request.receive)
+
+    @app.get("/v1/models", tags=["openai"])
+    async def list_models(request: Request) -> dict[str, Any]:
+        state = get_state(request)
+        return {"object": "list", "data": [_model_card(state, m) for m in state.served_models]}
+
+    @app.get("/v1/models/{model}", tags=["openai"])
+    async def retrieve_model(model: str, request: Request) -> Response:
+        state = get_state(request)
+        resolved = _resolve_model(state, model)
+        if isinstance(resolved, Response):
+            return resolved
+        return JSONResponse(_model_card(state, resolved))
+
+    @app.post("/tokenize", tags=["vllm"])
+    async def tokenize(body: TokenizeRequest, request: Request) -> Response:
+        state = get_state(request)
+        model = _resolve_model(state, body.model)
+        if isinstance(model, Response):
+            return model
+        if body.messages is not None:
+            prompt = state.engine.chat_prompt(
+                [(m.role, m.text()) for m in body.messages],
+                add_generation_prompt=body.add_generation_prompt,
+            )
+        elif body.prompt is not None:
+            prompt = body.prompt
+        else:
+            return error_response(400, "give `prompt` or `messages`", code="invalid_request")
+        tokens = state.engine.encode(prompt)
+        return JSONResponse(
+            {"count": len(tokens), "max_model_len": state.engine.max_model_len, "tokens": tokens}
+        )
+
+    @app.get("/health", tags=["ops"])
+    async def health() -> dict[str, str]:
+        """Alive: the process answers (even while the engine restarts)."""
+        return {"status": "ok"}
+
+    @app.get("/ready", tags=["ops"])
+    async def ready(request: Request) -> Response:
+        """Ready: the engine is warm and requests are admitted."""
+        state = get_state(request)
+        load = state.engine.load()
+        body = {"ready": load.ready, "state": load.state}
+        if load.ready:
+            return JSONResponse(body)
+        headers: dict[str, str] = {}
+        if state.admission is not None:
+            reason = ShedReason.ENGINE_RESTART if load.state == "restarting" else ShedReason.WARMING
+            headers = {
+                HEADER_LOAD_SHED: reason.value,
+                HEADER_SHOULD_RETRY: "true",
+                **_format_retry_after(load.ready_in_s or 1.0),
+            }
+        return JSONResponse(body, status_code=503, headers=headers)
+
+    @app.get("/metrics", tags=["ops"])
+    async def metrics(request: Request) -> Response:
+        state = get_state(request)
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def _model_card(state: ServerState, name: str) -> dict[str, Any]:
+    return {
+        "id": name,
+        "object": "model",
+        "created": _CREATED,
+        "owned_by": "stormguard",
+        "root": state.engine.model,
+        "parent": None,
+        "max_model_len": state.engine.max_model_len,
+        "permission": [],
+    }

@@ -1,0 +1,362 @@
+"""``stormguard-server``: run the reference server from the command line.
+
+Every flag maps to one field of the config dataclasses (config.py); ``--help``
+explains each. The admin endpoint, when asked for, is a second uvicorn server
+bound to 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+from collections.abc import Generator, Sequence
+
+import uvicorn
+
+from stormguard._version import __version__
+from stormguard_server.admin import create_admin_app
+from stormguard_server.app import build_state, create_app
+from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
+from stormguard_server.logs import configure_logging
+
+logger = logging.getLogger("stormguard_server")
+
+_ENGINE = SimEngineConfig()
+_ADMISSION = AdmissionConfig()
+_SERVER = ServerConfig()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stormguard-server",
+        description="OpenAI-compatible reference server: a simulated continuous-batching "
+        "engine with a paged KV cache and faults, behind token-weighted admission that sheds "
+        "load with honest Retry-After and load headers on every response.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+    http = parser.add_argument_group("HTTP")
+    http.add_argument("--host", default=_SERVER.host, help="address to listen on")
+    http.add_argument("--port", type=int, default=_SERVER.port, help="port (0 = any free port)")
+    http.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=_SERVER.max_body_bytes,
+        help="request bodies larger than this get 413",
+    )
+    http.add_argument(
+        "--admin-port",
+        type=int,
+        default=None,
+        help="serve the fault admin endpoint on 127.0.0.1:PORT (off when not given)",
+    )
+    http.add_argument("--access-log", action="store_true", help="log every request (noisy)")
+    http.add_argument(
+        "--log-level",
+        default=_SERVER.log_level,
+        choices=["debug", "info", "warning", "error"],
+        help="log level",
+    )
+    http.add_argument(
+        "--log-format",
+        default="json",
+        choices=["json", "text"],
+        help="json: one JSON object per line; text: plain lines",
+    )
+
+    engine = parser.add_argument_group("engine (sim)")
+    engine.add_argument(
+        "--engine", default="sim", choices=["sim"], help="engine behind the admission layer"
+    )
+    engine.add_argument("--model", default=_ENGINE.model, help="served model name")
+    engine.add_argument(
+        "--model-alias",
+        action="append",
+        default=[],
+        help="another model name served by the same engine (repeatable)",
+    )
+    engine.add_argument(
+        "--max-model-len",
+        type=int,
+        default=_ENGINE.max_model_len,
+        help="context length: prompt + max_tokens above this is a 400",
+    )
+    engine.add_argument(
+        "--block-size", type=int, default=_ENGINE.block_size, help="tokens per KV block"
+    )
+    engine.add_argument(
+        "--num-kv-blocks",
+        type=int,
+        default=_ENGINE.num_kv_blocks,
+        help="KV blocks (capacity = blocks x block size tokens)",
+    )
+    engine.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=_ENGINE.max_num_seqs,
+        help="most sequences in the running batch",
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=_ENGINE.max_num_batched_tokens,
+        help="token budget of one step (prefill chunks + one per decoding sequence)",
+    )
+    engine.add_argument(
+        "--step-base-ms",
+        type=float,
+        default=_ENGINE.step_base_s * 1e3,
+        help="cost model: fixed time of every step",
+    )
+    engine.add_argument(
+        "--prefill-token-us",
+        type=float,
+        default=_ENGINE.prefill_token_s * 1e6,
+        help="cost model: time per prefilled token",
+    )
+    engine.add_argument(
+        "--decode-seq-us",
+        type=float,
+        default=_ENGINE.decode_seq_s * 1e6,
+        help="cost model: time per decoding sequence in a step",
+    )
+    engine.add_argument(
+        "--oom",
+        action=argparse.BooleanOptionalAction,
+        default=_ENGINE.oom_crash,
+        help="a KV allocation that does not fit crashes the engine (the seed's OOM); "
+        "--no-oom preempts like vLLM instead",
+    )
+    engine.add_argument(
+        "--restart-s",
+        type=float,
+        default=_ENGINE.restart_s,
+        help="cold-restart time after a crash (/ready is false meanwhile)",
+    )
+    engine.add_argument(
+        "--warmup-probe-tokens",
+        type=int,
+        default=_ENGINE.warmup_probe_tokens,
+        help="tokens the warm-up probe generates before the engine is ready",
+    )
+    engine.add_argument(
+        "--slow-start-s",
+        type=float,
+        default=_ENGINE.slow_start_s,
+        help="after a restart, batch size and admission budget ramp up over this long",
+    )
+    engine.add_argument(
+        "--slow-start-floor",
+        type=float,
+        default=_ENGINE.slow_start_floor,
+        help="fraction of capacity at the start of the ramp",
+    )
+    engine.add_argument(
+        "--restart-loop-window-s",
+        type=float,
+        default=_ENGINE.restart_loop_window_s,
+        help="a crash this soon after the engine came back counts as a restart loop",
+    )
+    engine.add_argument(
+        "--natural-output-tokens",
+        type=int,
+        default=_ENGINE.natural_output_tokens,
+        help="typical completion length without ignore_eos (0.5x..1.5x, per prompt)",
+    )
+    engine.add_argument("--seed", type=int, default=_ENGINE.seed, help="seed of text and faults")
+
+    faults = parser.add_argument_group("faults (sim)")
+    faults.add_argument(
+        "--error-rate",
+        type=float,
+        default=0.0,
+        help="fraction of requests failing with an injected 500",
+    )
+    faults.add_argument(
+        "--added-latency-ms",
+        type=float,
+        default=0.0,
+        help="delay before each request enters the engine",
+    )
+    faults.add_argument(
+        "--stall-s", type=float, default=0.0, help="freeze the engine for this long at start"
+    )
+
+    adm = parser.add_argument_group("admission")
+    adm.add_argument(
+        "--admission",
+        default="on",
+        choices=["on", "off"],
+        help="off: plain engine behaviour (unbounded FIFO, no shedding, no load headers)",
+    )
+    adm.add_argument(
+        "--kv-watermark",
+        type=float,
+        default=_ADMISSION.kv_watermark,
+        help="admission budget = KV capacity tokens x this",
+    )
+    adm.add_argument(
+        "--max-queue-requests",
+        type=int,
+        default=_ADMISSION.max_queue_requests,
+        help="most requests waiting for admission (then queue_full)",
+    )
+    adm.add_argument(
+        "--max-queue-tokens",
+        type=int,
+        default=_ADMISSION.max_queue_tokens,
+        help="most token cost waiting for admission (then token_budget)",
+    )
+    adm.add_argument(
+        "--max-queue-wait-s",
+        type=float,
+        default=_ADMISSION.max_queue_wait_s,
+        help="longest wait in the queue before a request is shed",
+    )
+    adm.add_argument(
+        "--retry-queue-fraction",
+        type=float,
+        default=_ADMISSION.retry_queue_fraction,
+        help="a retry that would queue behind more than this fraction of the request limit "
+        "is shed at once (retry_shed)",
+    )
+    adm.add_argument(
+        "--min-retry-after-ms",
+        type=float,
+        default=_ADMISSION.min_retry_after_s * 1e3,
+        help="smallest Retry-After sent",
+    )
+    adm.add_argument(
+        "--max-retry-after-s",
+        type=float,
+        default=_ADMISSION.max_retry_after_s,
+        help="largest Retry-After sent",
+    )
+    adm.add_argument(
+        "--drain-window-s",
+        type=float,
+        default=_ADMISSION.drain_window_s,
+        help="window over which the drain rate behind Retry-After is measured",
+    )
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The ServerConfig the parsed flags describe."""
+    engine = SimEngineConfig(
+        model=args.model,
+        max_model_len=args.max_model_len,
+        block_size=args.block_size,
+        num_kv_blocks=args.num_kv_blocks,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        step_base_s=args.step_base_ms / 1e3,
+        prefill_token_s=args.prefill_token_us / 1e6,
+        decode_seq_s=args.decode_seq_us / 1e6,
+        oom_crash=args.oom,
+        restart_s=args.restart_s,
+        warmup_probe_tokens=args.warmup_probe_tokens,
+        slow_start_s=args.slow_start_s,
+        slow_start_floor=args.slow_start_floor,
+        restart_loop_window_s=args.restart_loop_window_s,
+        natural_output_tokens=args.natural_output_tokens,
+        seed=args.seed,
+    )
+    faults = FaultConfig(
+        error_rate=args.error_rate,
+        added_latency_s=args.added_latency_ms / 1e3,
+        stall_s=args.stall_s,
+        seed=args.seed,
+    )
+    admission = AdmissionConfig(
+        enabled=args.admission == "on",
+        kv_watermark=args.kv_watermark,
+        max_queue_requests=args.max_queue_requests,
+        max_queue_tokens=args.max_queue_tokens,
+        max_queue_wait_s=args.max_queue_wait_s,
+        retry_queue_fraction=args.retry_queue_fraction,
+        min_retry_after_s=args.min_retry_after_ms / 1e3,
+        max_retry_after_s=args.max_retry_after_s,
+        drain_window_s=args.drain_window_s,
+    )
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        admin_port=args.admin_port,
+        max_body_bytes=args.max_body_bytes,
+        access_log=args.access_log,
+        log_level=args.log_level,
+        model_aliases=tuple(args.model_alias),
+        engine=engine,
+        faults=faults,
+        admission=admission,
+    )
+
+
+class _AdminServer(uvicorn.Server):
+    """The admin server leaves signals to the main server, which stops it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+async def serve(config: ServerConfig) -> None:
+    """Run the main server (and the admin server, if enabled) until interrupted."""
+    state = build_state(config)
+    app = create_app(state=state)
+    main = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_config=None,
+            access_log=config.access_log,
+            timeout_graceful_shutdown=2,
+            backlog=4096,
+        )
+    )
+    logger.info(
+        "starting stormguard-server",
+        extra={
+            "event": "server_start",
+            "host": config.host,
+            "port": config.port,
+            "admission": config.admission.enabled,
+            "kv_capacity_tokens": config.engine.kv_capacity_tokens,
+            "oom_crash": config.engine.oom_crash,
+            "admin_port": config.admin_port,
+        },
+    )
+    if config.admin_port is None:
+        await main.serve()
+        return
+    admin = _AdminServer(
+        uvicorn.Config(
+            create_admin_app(state),
+            host="127.0.0.1",  # never configurable: faults are not for the network
+            port=config.admin_port,
+            log_config=None,
+            access_log=config.access_log,
+            lifespan="off",
+        )
+    )
+    admin_task = asyncio.create_task(admin.serve())
+    try:
+        await main.serve()
+    finally:
+        admin.should_exit = True
+        await admin_task
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_format)
+    asyncio.run(serve(config_from_args(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""Every knob of the reference server in one place, as plain frozen dataclasses.
+
+The CLI builds these from flags (cli.py); tests build them directly with small
+sizes and fast speeds. Defaults are chosen so that the seed's failure shows
+within seconds on a 2-core laptop: a KV cache of 8192 tokens fills with a
+handful of 2k-token prompts, a step takes milliseconds, a cold restart takes
+a few seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class SimEngineConfig:
+    """Sizes and speeds of the simulated continuous-batching engine."""
+
+    model: str = "stormguard-sim"
+    max_model_len: int = 4096
+    # KV cache: num_kv_blocks blocks of block_size tokens (vLLM's paged layout).
+    block_size: int = 16
+    num_kv_blocks: int = 512
+    # Running batch bounds, as vLLM's --max-num-seqs and --max-num-batched-tokens.
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 1024
+    # Step time = step_base_s + prefill_token_s * prefill tokens + decode_seq_s * decoding seqs.
+    step_base_s: float = 0.004
+    prefill_token_s: float = 0.00002
+    decode_seq_s: float = 0.0002
+    # When a running sequence needs a KV block and none is free: True = the
+    # engine "OOMs" and crashes (the seed's failure); False = vLLM's
+    # recompute preemption of the newest running sequence.
+    oom_crash: bool = True
+    # Cold restart after a crash, then a warm-up probe, then a slow-start ramp
+    # during which the engine's batch (and the admission budget) grow linearly.
+    restart_s: float = 3.0
+    warmup_probe_tokens: int = 8
+    slow_start_s: float = 2.0
+    slow_start_floor: float = 0.25
+    # An OOM within this long after the engine became ready again counts as a
+    # restart loop (the engine never really recovered).
+    restart_loop_window_s: float = 10.0
+    # Natural completion length when ignore_eos is false: deterministic per
+    # prompt, between half and 1.5x this.
+    natural_output_tokens: int = 64
+    seed: int = 0
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        """Tokens the whole KV cache holds."""
+        return self.block_size * self.num_kv_blocks
+
+
+@dataclass(frozen=True, slots=True)
+class FaultConfig:
+    """Faults active at start; the admin endpoint changes them at run time."""
+
+    error_rate: float = 0.0
+    added_latency_s: float = 0.0
+    stall_s: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionConfig:
+    """Token-weighted admission in front of the engine."""
+
+    enabled: bool = True
+    # Budget = engine KV capacity (tokens) x watermark; the headroom absorbs
+    # rounding of sequences up to whole KV blocks.
+    kv_watermark: float = 0.9
+    max_queue_requests: int = 256
+    max_queue_tokens: int = 65_536
+    max_queue_wait_s: float = 10.0
+    # During overload a retry is shed at once (x-load-shed: retry_shed,
+    # x-should-retry: false) when it would queue behind more than this
+    # fraction of the queue's request limit: retries feed the storm.
+    retry_queue_fraction: float = 0.5
+    # Retry-After bounds: never tell a client "0" nor "come back in an hour".
+    min_retry_after_s: float = 0.05
+    max_retry_after_s: float = 30.0
+    # Drain rate is measured over this sliding window of released tokens.
+    drain_window_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """The whole server: HTTP side plus the engine, faults and admission."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    admin_port: int | None = None
+    max_body_bytes: int = 1_048_576
+    # Further model names served by the same engine (listed in /v1/models).
+    model_aliases: tuple[str, ...] = ()
+    # How often queued requests are expired and re-checked for admission.
+    admission_tick_s: float = 0.02
+    access_log: bool = False
+    log_level: str = "info"
+    engine: SimEngineConfig = field(default_factory=SimEngineConfig)
+    faults: FaultConfig = field(default_factory=FaultConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)

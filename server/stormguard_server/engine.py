@@ -1,0 +1,137 @@
+"""The engine seam: what the HTTP layer and the admission layer need from an engine.
+
+Two engines sit behind it: the embedded simulator (``sim_engine.SimEngine``)
+and, later, real vLLM. Everything above this seam (routes, admission,
+headers, metrics) only sees these types, so the same admission layer can
+front either one. An engine streams ``TokenDelta`` for a ``GenerationRequest``,
+aborts on request (within one step), and reports its live load and lifetime
+counters (``EngineLoad``, ``EngineStats``) for headers, budget and metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+EngineState = Literal["starting", "ready", "restarting", "warming", "stopped"]
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One sequence to generate (n=1): sizes are in the engine's tokens."""
+
+    request_id: str
+    prompt: str
+    prompt_tokens: int
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenDelta:
+    """New output since the previous delta; the last one carries ``finish_reason``."""
+
+    text: str
+    output_tokens: int
+    finish_reason: FinishReason | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLoad:
+    """The engine's live state, read on every response for the load headers."""
+
+    state: EngineState
+    kv_cache_usage: float
+    kv_capacity_tokens: int
+    running: int
+    waiting: int
+    # 0..1 while the engine ramps up after a restart (slow start); 1 otherwise.
+    capacity_factor: float = 1.0
+    # When not ready: best guess of seconds until it is (None = unknown).
+    ready_in_s: float | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True when the engine accepts work."""
+        return self.state == "ready"
+
+
+@dataclass(slots=True)
+class EngineStats:
+    """Lifetime counters of an engine, exported as Prometheus counters."""
+
+    requests_started: int = 0
+    requests_finished: int = 0
+    requests_aborted: int = 0
+    requests_failed: int = 0
+    prompt_tokens_computed: int = 0
+    output_tokens: int = 0
+    steps: int = 0
+    preemptions: int = 0
+    ooms: int = 0
+    crashes: int = 0
+    restarts: int = 0
+    oom_restart_loops: int = 0
+    injected_errors: int = 0
+
+
+class EngineError(Exception):
+    """An engine could not serve a request; the HTTP layer answers 5xx."""
+
+
+class EngineUnavailable(EngineError):
+    """The engine is not ready (cold restart or warm-up); ``ready_in_s`` is a guess."""
+
+    def __init__(self, message: str, *, ready_in_s: float | None = None) -> None:
+        super().__init__(message)
+        self.ready_in_s = ready_in_s
+
+
+class EngineCrashed(EngineError):
+    """The engine died (out of KV memory or a crash fault) while the request was in it."""
+
+
+class InjectedError(EngineError):
+    """The random-error fault fired for this request."""
+
+
+class Engine(Protocol):
+    """What any engine behind the admission layer provides."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    @property
+    def stats(self) -> EngineStats: ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (for prompt counts and /tokenize)."""
+        ...
+
+    def chat_prompt(
+        self, messages: Sequence[tuple[str, str]], *, add_generation_prompt: bool
+    ) -> str:
+        """The prompt text of chat messages given as (role, content), per the model's template."""
+        ...
+
+    def load(self) -> EngineLoad:
+        """Live load; cheap, called on every response."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
+        """Stream the output; raises ``EngineError``. Closing the iterator aborts."""
+        ...
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request at the next step boundary (no-op when unknown)."""
+        ...

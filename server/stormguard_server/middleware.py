@@ -1,0 +1,131 @@
+"""Pure-ASGI middlewares (they stream: no response buffering).
+
+``LoadHeadersMiddleware`` stamps the load headers on every response at the
+moment its status line goes out: errors, 404s, validation failures and SSE
+streams included. ``BodyLimitMiddleware`` refuses bodies over the size limit
+with a 413 before any route reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stormguard_server.errors import error_response
+
+
+class LoadHeadersMiddleware:
+    """Adds ``headers()`` to every HTTP response, never overriding the route's own."""
+
+    def __init__(self, app: ASGIApp, headers: Callable[[], dict[str, str]]) -> None:
+        self.app = app
+        self.headers = headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_load(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = self.headers()
+                if extra:
+                    raw = list(message.get("headers", []))
+                    present = {name.lower() for name, _ in raw}
+                    for name, value in extra.items():
+                        key = name.encode("latin-1")
+                        if key not in present:
+                            raw.append((key, value.encode("latin-1")))
+                    message["headers"] = raw
+            await send(message)
+
+        await self.app(scope, receive, send_with_load)
+
+
+class ResponseCountMiddleware:
+    """Counts responses by route and status; unknown paths share one label."""
+
+    def __init__(
+        self, app: ASGIApp, count: Callable[[str, int], None], routes: frozenset[str]
+    ) -> None:
+        self.app = app
+        self.count = count
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        route = path if path in self.routes else "other"
+
+        async def send_counted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.count(route, int(message["status"]))
+            await send(message)
+
+        await self.app(scope, receive, send_counted)
+
+
+class BodyLimitMiddleware:
+    """Reads the body up to ``max_bytes``; over that, answers 413 without calling the app."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") not in {"POST", "PUT", "PATCH"}:
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                # The client left while sending: let the app see the disconnect.
+                await self.app(scope, _replay([], message, receive), send)
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        request: Message = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([request], None, receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = error_response(
+            413, f"request body is larger than {self.max_bytes} bytes", code="body_too_large"
+        )
+        await response(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-length":
+            text = value.decode("latin-1").strip()
+            return int(text) if text.isdigit() and len(text) < 19 else None
+    return None
+
+
+def _replay(messages: list[Message], then: Message | None, receive: Receive) -> Receive:
+    """A receive that returns the buffered messages first, then the real ones."""
+    pending = list(messages)
+    if then is not None:
+        pending.append(then)
+
+    async def replay() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replay

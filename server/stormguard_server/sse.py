@@ -1,0 +1,20 @@
+"""Server-sent events in the shape the openai package parses.
+
+One ``data: <json>`` line and a blank line per event; the stream ends with
+``data: [DONE]``. An error after the stream has started is sent as an event
+``{"error": {...}}``, as vLLM does, since the status line is already out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+MEDIA_TYPE = "text/event-stream"
+HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
+
+
+def event(data: Any) -> bytes:
+    """One SSE event carrying ``data`` as compact JSON."""
+    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"

@@ -1,0 +1,43 @@
+"""What one running server holds: config, engine, faults, admission and metrics.
+
+Routes, the admin app and the middlewares all reach the same objects through
+one ``ServerState`` kept on ``app.state.stormguard``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import HTTPConnection
+
+from stormguard_server.admission import AdmissionController
+from stormguard_server.config import ServerConfig
+from stormguard_server.engine import Engine
+from stormguard_server.faults import FaultState
+from stormguard_server.metrics import ServerMetrics
+
+
+@dataclass
+class ServerState:
+    config: ServerConfig
+    engine: Engine
+    faults: FaultState | None
+    admission: AdmissionController | None
+    metrics: ServerMetrics
+
+    @property
+    def served_models(self) -> tuple[str, ...]:
+        """The engine's model name first, then the aliases served by the same engine."""
+        return (self.engine.model, *self.config.model_aliases)
+
+    def load_headers(self) -> dict[str, str]:
+        """The load headers for a response now; none when admission is off."""
+        if self.admission is None:
+            return {}
+        return self.admission.server_load().to_headers()
+
+
+def get_state(conn: HTTPConnection) -> ServerState:
+    """The server state of the app serving this request."""
+    state: ServerState = conn.app.state.stormguard
+    return state
