@@ -57,7 +57,7 @@ def count_chat_tokens(
     for message in messages:
         total += overhead.tokens_per_message
         for key, value in message.items():
-            total += _count_value(value, count_text)
+            total += _count_value(key, value, count_text)
             if key == "name":
                 total += overhead.tokens_per_name
     total += overhead.reply_priming
@@ -67,14 +67,14 @@ def count_chat_tokens(
     return total
 
 
-def _count_value(value: object, count_text: Callable[[str], int]) -> int:
+def _count_value(key: str, value: object, count_text: Callable[[str], int]) -> int:
     if value is None:
         return 0
     if isinstance(value, str):
         return count_text(value)
-    if isinstance(value, list):  # content parts
+    if key == "content" and isinstance(value, list):
         return sum(_count_part(part, count_text) for part in value)
-    return count_text(_compact_json(value))
+    return count_text(_compact_json(value))  # tool_calls, function_call, audio...
 
 
 def _count_part(part: object, count_text: Callable[[str], int]) -> int:

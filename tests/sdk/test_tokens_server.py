@@ -1,0 +1,163 @@
+"""ServerTokenizeCounter: vLLM's /tokenize, cached, with a fallback when it fails."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+import respx
+
+from stormguard.tokens import (
+    EstimatingCounter,
+    ServerTokenizeCounter,
+    TokenCount,
+    run_precheck_async,
+    run_precheck_sync,
+)
+from stormguard.tokens._lru import LRUCache
+from stormguard.tokens._request import read_request
+from stormguard.tokens._server_counter import parse_tokenize_response
+from tests.sdk.test_tokens_support import FakeClock
+
+BASE = "http://vllm.test/v1"
+TOKENIZE = "http://vllm.test/tokenize"
+CHAT = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5}
+
+
+def _answer(count: int, max_model_len: int | None = 4096) -> httpx.Response:
+    body: dict[str, object] = {"count": count, "tokens": list(range(count))}
+    if max_model_len is not None:
+        body["max_model_len"] = max_model_len
+    return httpx.Response(200, json=body)
+
+
+def _count(
+    counter: ServerTokenizeCounter, body: dict[str, object], kind: str = "chat"
+) -> TokenCount:
+    request = read_request("chat" if kind == "chat" else "completion", body)
+    with httpx.Client() as client:
+        return run_precheck_sync(counter.count_flow(request, model="llama", base_url=BASE), client)
+
+
+@respx.mock
+def test_chat_is_tokenized_at_the_server_root_with_the_vllm_payload() -> None:
+    route = respx.post(TOKENIZE).mock(return_value=_answer(17))
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    result = _count(ServerTokenizeCounter(), {**CHAT, "tools": tools})
+    assert result == TokenCount(17, "server:/tokenize", 4096)
+    sent = json.loads(route.calls.last.request.content)
+    assert sent == {
+        "model": "llama",
+        "messages": CHAT["messages"],
+        "add_generation_prompt": True,
+        "tools": tools,
+    }
+
+
+@respx.mock
+def test_a_completion_prompt_is_sent_as_prompt() -> None:
+    route = respx.post(TOKENIZE).mock(return_value=_answer(3, max_model_len=None))
+    result = _count(ServerTokenizeCounter(), {"prompt": "a b c"}, kind="completion")
+    assert result == TokenCount(3, "server:/tokenize", None)
+    assert json.loads(route.calls.last.request.content) == {"model": "llama", "prompt": "a b c"}
+
+
+@respx.mock
+def test_results_are_cached_by_input() -> None:
+    route = respx.post(TOKENIZE).mock(return_value=_answer(9))
+    counter = ServerTokenizeCounter()
+    assert _count(counter, CHAT).tokens == 9
+    assert _count(counter, CHAT).tokens == 9
+    assert route.call_count == 1
+    _count(counter, {"messages": [{"role": "user", "content": "other"}]})
+    assert route.call_count == 2
+
+
+@respx.mock
+async def test_the_async_driver_runs_the_same_flow() -> None:
+    respx.post(TOKENIZE).mock(return_value=_answer(11))
+    counter = ServerTokenizeCounter()
+    flow = counter.count_flow(read_request("chat", CHAT), model="llama", base_url=BASE)
+    async with httpx.AsyncClient() as client:
+        assert (await run_precheck_async(flow, client)).tokens == 11
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        httpx.ConnectError("refused"),
+        httpx.ReadTimeout("slow"),
+        httpx.Response(404, json={"detail": "Not Found"}),
+        httpx.Response(503),
+        httpx.Response(200, text="<html>proxy</html>"),
+        httpx.Response(200, json={"count": "many"}),
+        httpx.Response(200, json={"count": 3, "tokens": [1, 2]}),
+    ],
+)
+@respx.mock
+def test_failures_fall_back_and_rest_the_endpoint(failure: object) -> None:
+    if isinstance(failure, Exception):
+        route = respx.post(TOKENIZE).mock(side_effect=failure)
+    else:
+        route = respx.post(TOKENIZE).mock(return_value=failure)
+    clock = FakeClock()
+    fallback = EstimatingCounter()
+    counter = ServerTokenizeCounter(fallback, retry_after=30, clock=clock)
+    expected = fallback.count_messages(CHAT["messages"])  # type: ignore[arg-type]
+    assert _count(counter, CHAT) == TokenCount(expected, "estimate:utf8-bytes")
+    clock.advance(29)
+    assert _count(counter, CHAT).counter == "estimate:utf8-bytes"
+    assert route.call_count == 1  # no second request while the endpoint rests
+    clock.advance(2)
+    route.mock(return_value=_answer(5), side_effect=None)
+    assert _count(counter, CHAT).tokens == 5
+
+
+@respx.mock
+def test_batches_are_not_sent_to_tokenize() -> None:
+    route = respx.post(TOKENIZE).mock(return_value=_answer(1))
+    result = _count(ServerTokenizeCounter(), {"prompt": ["aa", "bbbb"]}, kind="completion")
+    assert result == TokenCount(4, "estimate:utf8-bytes")
+    assert not route.called
+
+
+def test_outside_a_flow_the_fallback_answers() -> None:
+    counter = ServerTokenizeCounter(EstimatingCounter())
+    assert counter.count_text("héllo") == 6
+    assert counter.name == "server:/tokenize"
+
+
+@pytest.mark.parametrize(
+    ("response", "parsed"),
+    [
+        (None, None),
+        (
+            httpx.Response(200, json={"count": 2, "tokens": [1, 2], "max_model_len": 8192}),
+            (2, 8192),
+        ),
+        (httpx.Response(200, json={"count": 0, "tokens": []}), (0, None)),
+        (httpx.Response(200, json={"count": 2, "max_model_len": -1}), (2, None)),
+        (httpx.Response(200, json={"count": 2, "max_model_len": "big"}), (2, None)),
+        (httpx.Response(200, json={"count": True}), None),
+        (httpx.Response(200, json={"count": -1}), None),
+        (httpx.Response(200, json=[1, 2]), None),
+        (httpx.Response(200, content=b"\xff"), None),
+        (httpx.Response(400, json={"count": 2}), None),
+    ],
+)
+def test_parse_tokenize_response(
+    response: httpx.Response | None, parsed: tuple[int, int | None] | None
+) -> None:
+    assert parse_tokenize_response(response) == parsed
+
+
+def test_lru_cache_is_bounded() -> None:
+    cache: LRUCache[str, int] = LRUCache(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    assert cache.get("a") == 1  # "a" is now the most recent
+    cache.put("c", 3)
+    assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
+    with pytest.raises(ValueError):
+        LRUCache(0)
