@@ -28,6 +28,11 @@ def _fresh(server: FlakyServer) -> None:
     server.reset()
 
 
+def pool_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
+    """Requests httpcore still holds (in flight or waiting): 0 once nothing leaked."""
+    return len(client._http._transport._pool._requests)  # type: ignore[attr-defined]
+
+
 def run_calls(client: stormguard.Client, n: int, workers: int = 4) -> tuple[int, int]:
     """n calls from ``workers`` threads; (successes, failures)."""
     results: list[bool] = []
@@ -100,6 +105,7 @@ def test_full_outage_amplification_stays_within_the_budget(server: FlakyServer) 
     with stormguard.Client(base_url=server.base_url, model="e2e") as client:
         ok, failed = run_calls(client, 100)
         stats = client.stats()
+        assert pool_requests(client) == 0  # 100 failed calls and their retries leaked nothing
     assert (ok, failed) == (0, 100)
     # At the server, from the attempt headers: 100 first attempts, retries only as budgeted.
     assert server.seen.attempts[1] == 100
@@ -150,6 +156,8 @@ async def test_cancelled_task_mid_stream_closes_the_connection(server: FlakyServ
         disconnected = await asyncio.to_thread(
             wait_for, lambda: server.seen.streams_disconnected == 1, 3.0
         )
+        assert pool_requests(client) == 0
+        assert asyncio.all_tasks() == {asyncio.current_task()}
     assert disconnected, "the server never saw the client go away"
     assert server.seen.streams_finished == 0
     assert len(got) < 50
@@ -163,6 +171,7 @@ async def test_deadline_mid_stream_closes_the_connection(server: FlakyServer) ->
             async for _ in stream:
                 pass
         assert await asyncio.to_thread(wait_for, lambda: server.seen.streams_disconnected == 1, 3.0)
+        assert pool_requests(client) == 0
 
 
 def test_closing_a_sync_stream_closes_the_connection(server: FlakyServer) -> None:
@@ -174,4 +183,5 @@ def test_closing_a_sync_stream_closes_the_connection(server: FlakyServer) -> Non
                 break
         stream.close()
         assert wait_for(lambda: server.seen.streams_disconnected == 1, 3.0)
+        assert pool_requests(client) == 0
     assert server.seen.streams_finished == 0
