@@ -1,0 +1,157 @@
+"""Run the real ``stormguard-server`` in a subprocess on a free loopback port.
+
+Reusable by any e2e test (the SDK's too):
+
+    with run_server("--max-queue-requests", "4") as server:
+        httpx.get(server.url("/v1/models"))
+
+``server.base_url`` ends in ``/v1`` (what openai/stormguard clients take);
+``server.metrics()`` parses /metrics; ``server.rss_bytes()`` reads the
+process's resident memory; ``server.admin_url(...)`` exists when the server
+was started with ``admin=True``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+# Small, fast engine for tests: 2048-token KV cache, quick steps, 1 s cold restart.
+FAST_ENGINE_ARGS = (
+    "--num-kv-blocks",
+    "128",
+    "--block-size",
+    "16",
+    "--max-model-len",
+    "2048",
+    "--max-num-seqs",
+    "16",
+    "--max-num-batched-tokens",
+    "512",
+    "--step-base-ms",
+    "2",
+    "--restart-s",
+    "1",
+    "--slow-start-s",
+    "0.5",
+)
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class RunningServer:
+    port: int
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    admin_port: int | None = None
+
+    @property
+    def root(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/v1"
+
+    def url(self, path: str) -> str:
+        return f"{self.root}{path}"
+
+    def admin_url(self, path: str) -> str:
+        assert self.admin_port is not None, "start the server with admin=True"
+        return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of /metrics as ``{'name{labels}': value}``."""
+        text = httpx.get(self.url("/metrics"), timeout=10).text
+        samples: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                samples[name] = float(value)
+        return samples
+
+    def metric(self, name: str) -> float:
+        """One sample (0 when absent, e.g. a labelled counter never incremented)."""
+        return self.metrics().get(name, 0.0)
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server process."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise RuntimeError("no VmRSS")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 20.0) -> float:
+        """Block until /ready is 200; returns the seconds it took."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url("/ready"), timeout=2).status_code == 200:
+                    return time.monotonic() - start
+            time.sleep(0.05)
+        raise TimeoutError(f"server not ready after {timeout} s:\n{self.log()}")
+
+
+@contextlib.contextmanager
+def run_server(*args: str, admin: bool = False, fast: bool = True) -> Iterator[RunningServer]:
+    """Start the server with ``args`` (after the fast test sizes), yield it ready, stop it."""
+    port = free_port()
+    admin_port = free_port() if admin else None
+    command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
+    if fast:
+        command += FAST_ENGINE_ARGS
+    if admin_port is not None:
+        command += ["--admin-port", str(admin_port)]
+    command += list(args)
+    with tempfile.NamedTemporaryFile(prefix="stormguard-server-", suffix=".log", delete=False) as f:
+        log_path = Path(f.name)
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    server = RunningServer(port=port, process=process, log_path=log_path, admin_port=admin_port)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        stop_server(server)
+        with contextlib.suppress(OSError):
+            log_path.unlink()
+
+
+def stop_server(server: RunningServer) -> None:
+    """SIGINT (graceful), then SIGKILL after a few seconds."""
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGINT)
+        try:
+            server.process.wait(timeout=8)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait(timeout=5)
