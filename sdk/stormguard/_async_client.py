@@ -14,29 +14,18 @@ import anyio
 import httpx
 import tenacity
 
-from ._base_client import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    NOT_GIVEN,
-    ClientCore,
-    NotGiven,
-)
-from ._budget import RetryBudget
-from ._clock import Clock
+from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._compat import Unpack
 from ._exceptions import StormguardError
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
-from ._retry import RetryPolicy
-from ._stats import CallStats
 from ._streaming import AsyncStream, _StreamState
-from .protocol import Priority
 
 __all__ = ["AsyncClient"]
 
 
-class AsyncClient:
+class AsyncClient(BaseClient):
     """An OpenAI-compatible client that cannot make an overloaded server worse.
 
     >>> client = AsyncClient(base_url="http://127.0.0.1:8000/v1", model="sim")  # doctest: +SKIP
@@ -50,51 +39,20 @@ class AsyncClient:
     """
 
     def __init__(
-        self,
-        *,
-        base_url: str | httpx.URL | None = None,
-        api_key: str | None = None,
-        model: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        default_headers: Mapping[str, str] | None = None,
-        priority: Priority | str | None = None,
-        retry_policy: RetryPolicy | None = None,
-        retry_budget: RetryBudget | None = None,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        http_client: httpx.AsyncClient | None = None,
-        clock: Clock | None = None,
+        self, *, http_client: httpx.AsyncClient | None = None, **options: Unpack[ClientOptions]
     ) -> None:
-        self._core = ClientCore(
-            base_url=base_url,
-            api_key=api_key,
-            model=model,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            default_headers=default_headers,
-            priority=priority,
-            retry_policy=retry_policy,
-            retry_budget=retry_budget,
-            max_response_bytes=max_response_bytes,
-            clock=clock,
-        )
+        """``http_client``: your own ``httpx.AsyncClient`` (proxies, TLS, limits), which
+        ``close()`` then leaves open. The other options: ``ClientOptions``."""
+        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
+            raise TypeError(
+                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
+            )
+        super().__init__(**options)
         self._owns_http = http_client is None
         self._http = http_client if http_client is not None else httpx.AsyncClient()
         self.chat = AsyncChat(self)
         self.completions = AsyncCompletions(self)
         self.models = AsyncModels(self)
-
-    @property
-    def base_url(self) -> str:
-        return self._core.base_url
-
-    @property
-    def retry_budget(self) -> RetryBudget:
-        return self._core.budget
-
-    def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, budget refusals and retry amplification."""
-        return self._core.stats_snapshot()
 
     # -- I/O ------------------------------------------------------------------------
 
@@ -161,9 +119,6 @@ class AsyncClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
-
-    def __repr__(self) -> str:
-        return self._core.describe(type(self).__name__)
 
 
 class AsyncChatCompletions:

@@ -10,20 +10,22 @@ import math
 import os
 import random
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypedDict
 
 import httpx
 
 from ._budget import RetryBudget
 from ._clock import Clock
-from ._models import ChatCompletion, ChatCompletionChunk, Completion, ModelList
+from ._compat import Unpack
+from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._pipeline import CallSpec
 from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._version import __version__
 from .protocol import HEADER_PRIORITY, Priority
 
-__all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "ClientCore", "NotGiven"]
+__all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "BaseClient", "ClientCore", "ClientOptions", "NotGiven"]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Total time for one logical call, all attempts and sleeps included. Shorter
@@ -64,23 +66,44 @@ def _check_timeout(value: float | None, name: str) -> float | None:
     return None if math.isinf(value) else float(value)
 
 
+@dataclass(frozen=True)
+class GenerationEndpoint:
+    """An endpoint that generates text: where it lives and what it returns."""
+
+    path: str
+    operation: str
+    result_type: type[APIResult]
+    chunk_type: type[Record]
+
+    CHAT: ClassVar[GenerationEndpoint]
+    COMPLETION: ClassVar[GenerationEndpoint]
+
+
+GenerationEndpoint.CHAT = GenerationEndpoint(
+    "chat/completions", "chat", ChatCompletion, ChatCompletionChunk
+)
+GenerationEndpoint.COMPLETION = GenerationEndpoint(
+    "completions", "text_completion", Completion, Completion
+)
+
+
 class ClientCore:
     """Resolved settings and shared state of one client (sync or async)."""
 
     def __init__(
         self,
         *,
-        base_url: str | httpx.URL | None,
-        api_key: str | None,
-        model: str | None,
-        timeout: float | None,
-        connect_timeout: float,
-        default_headers: Mapping[str, str] | None,
-        priority: Priority | str | None,
-        retry_policy: RetryPolicy | None,
-        retry_budget: RetryBudget | None,
-        max_response_bytes: int,
-        clock: Clock | None,
+        base_url: str | httpx.URL | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        default_headers: Mapping[str, str] | None = None,
+        priority: Priority | str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        retry_budget: RetryBudget | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        clock: Clock | None = None,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -131,9 +154,6 @@ class ClientCore:
         )
         return httpx.Timeout(remaining, connect=connect)
 
-    def stats_snapshot(self) -> CallStats:
-        return self.stats.snapshot()
-
     # -- call specs: what each endpoint sends -----------------------------------------
 
     def _timeout_for(self, timeout: float | NotGiven | None) -> float | None:
@@ -146,15 +166,6 @@ class ClientCore:
         if not chosen:
             raise ValueError("No model: pass model= to the call or to the client")
         return chosen
-
-    @staticmethod
-    def _body(
-        base: dict[str, Any], params: Mapping[str, Any], extra_body: Mapping[str, Any] | None
-    ) -> dict[str, Any]:
-        base.update(params)
-        if extra_body:
-            base.update(extra_body)
-        return base
 
     def chat_spec(
         self,
@@ -172,22 +183,10 @@ class ClientCore:
         message_list = list(messages)
         if not all(isinstance(m, Mapping) for m in message_list):
             raise TypeError("each message must be a dict with 'role' and 'content'")
-        chosen = self._model_for(model)
-        body = self._body({"model": chosen, "messages": message_list}, params, extra_body)
-        if stream:
-            body["stream"] = True
-        return CallSpec(
-            method="POST",
-            path="chat/completions",
-            result_type=ChatCompletion,
-            operation="chat",
-            body=body,
-            stream=stream,
-            chunk_type=ChatCompletionChunk,
-            model=chosen,
-            timeout=self._timeout_for(timeout),
-            headers=dict(extra_headers or {}),
-        )
+        return self._generation_spec(
+            GenerationEndpoint.CHAT, "messages", message_list, model, stream, timeout,
+            extra_headers, extra_body, params,
+        )  # fmt: skip
 
     def completion_spec(
         self,
@@ -200,18 +199,38 @@ class ClientCore:
         extra_body: Mapping[str, Any] | None,
         params: Mapping[str, Any],
     ) -> CallSpec:
+        return self._generation_spec(
+            GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, timeout,
+            extra_headers, extra_body, params,
+        )  # fmt: skip
+
+    def _generation_spec(
+        self,
+        endpoint: GenerationEndpoint,
+        input_field: str,
+        input_value: object,
+        model: str | None,
+        stream: bool,
+        timeout: float | NotGiven | None,
+        extra_headers: Mapping[str, str] | None,
+        extra_body: Mapping[str, Any] | None,
+        params: Mapping[str, Any],
+    ) -> CallSpec:
         chosen = self._model_for(model)
-        body = self._body({"model": chosen, "prompt": prompt}, params, extra_body)
+        body: dict[str, Any] = {"model": chosen, input_field: input_value}
+        body.update(params)
+        if extra_body:
+            body.update(extra_body)
         if stream:
             body["stream"] = True
         return CallSpec(
             method="POST",
-            path="completions",
-            result_type=Completion,
-            operation="text_completion",
+            path=endpoint.path,
+            result_type=endpoint.result_type,
+            operation=endpoint.operation,
             body=body,
             stream=stream,
-            chunk_type=Completion,
+            chunk_type=endpoint.chunk_type,
             model=chosen,
             timeout=self._timeout_for(timeout),
             headers=dict(extra_headers or {}),
@@ -229,6 +248,51 @@ class ClientCore:
             headers=dict(extra_headers or {}),
         )
 
-    def describe(self, cls: str) -> str:
-        """A repr that never shows the API key."""
-        return f"{cls}(base_url={self.base_url!r}, model={self.model!r})"
+
+class ClientOptions(TypedDict, total=False):
+    """Keyword options of ``Client`` and ``AsyncClient`` (defaults in ``ClientCore``).
+
+    ``timeout`` is the total time of one call, every attempt and backoff included
+    (None: no limit); ``connect_timeout`` bounds each TCP connect; ``priority`` is
+    sent as ``x-priority``; ``retry_budget`` may be shared with other clients;
+    ``max_response_bytes`` caps a response body; ``clock`` is for tests
+    (``stormguard.testing.FakeClock``).
+    """
+
+    base_url: str | httpx.URL | None
+    api_key: str | None
+    model: str | None
+    timeout: float | None
+    connect_timeout: float
+    default_headers: Mapping[str, str] | None
+    priority: Priority | str | None
+    retry_policy: RetryPolicy | None
+    retry_budget: RetryBudget | None
+    max_response_bytes: int
+    clock: Clock | None
+
+
+class BaseClient:
+    """Construction and introspection shared by ``Client`` and ``AsyncClient``."""
+
+    def __init__(self, **options: Unpack[ClientOptions]) -> None:
+        self._core = ClientCore(**options)
+
+    @property
+    def base_url(self) -> str:
+        return self._core.base_url
+
+    @property
+    def retry_budget(self) -> RetryBudget:
+        """The budget this client spends its retries from."""
+        return self._core.budget
+
+    def stats(self) -> CallStats:
+        """Logical calls, attempts, retries, budget refusals and retry amplification."""
+        return self._core.stats.snapshot()
+
+    def __repr__(self) -> str:
+        # Never the API key.
+        return (
+            f"{type(self).__name__}(base_url={self._core.base_url!r}, model={self._core.model!r})"
+        )

@@ -13,29 +13,18 @@ from typing import Any, Literal, overload
 import httpx
 import tenacity
 
-from ._base_client import (
-    DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_RESPONSE_BYTES,
-    DEFAULT_TIMEOUT,
-    NOT_GIVEN,
-    ClientCore,
-    NotGiven,
-)
-from ._budget import RetryBudget
-from ._clock import Clock
+from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._compat import Unpack
 from ._exceptions import StormguardError
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
-from ._retry import RetryPolicy
-from ._stats import CallStats
 from ._streaming import Stream, _StreamState
-from .protocol import Priority
 
 __all__ = ["Client"]
 
 
-class Client:
+class Client(BaseClient):
     """An OpenAI-compatible client that cannot make an overloaded server worse.
 
     >>> client = Client(base_url="http://127.0.0.1:8000/v1", model="sim")  # doctest: +SKIP
@@ -49,51 +38,20 @@ class Client:
     """
 
     def __init__(
-        self,
-        *,
-        base_url: str | httpx.URL | None = None,
-        api_key: str | None = None,
-        model: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
-        default_headers: Mapping[str, str] | None = None,
-        priority: Priority | str | None = None,
-        retry_policy: RetryPolicy | None = None,
-        retry_budget: RetryBudget | None = None,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        http_client: httpx.Client | None = None,
-        clock: Clock | None = None,
+        self, *, http_client: httpx.Client | None = None, **options: Unpack[ClientOptions]
     ) -> None:
-        self._core = ClientCore(
-            base_url=base_url,
-            api_key=api_key,
-            model=model,
-            timeout=timeout,
-            connect_timeout=connect_timeout,
-            default_headers=default_headers,
-            priority=priority,
-            retry_policy=retry_policy,
-            retry_budget=retry_budget,
-            max_response_bytes=max_response_bytes,
-            clock=clock,
-        )
+        """``http_client``: your own ``httpx.Client`` (proxies, TLS, limits), which
+        ``close()`` then leaves open. The other options: ``ClientOptions``."""
+        if http_client is not None and not isinstance(http_client, httpx.Client):
+            raise TypeError(
+                f"http_client must be an httpx.Client, got {type(http_client).__name__}"
+            )
+        super().__init__(**options)
         self._owns_http = http_client is None
         self._http = http_client if http_client is not None else httpx.Client()
         self.chat = Chat(self)
         self.completions = Completions(self)
         self.models = Models(self)
-
-    @property
-    def base_url(self) -> str:
-        return self._core.base_url
-
-    @property
-    def retry_budget(self) -> RetryBudget:
-        return self._core.budget
-
-    def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, budget refusals and retry amplification."""
-        return self._core.stats_snapshot()
 
     # -- I/O ------------------------------------------------------------------------
 
@@ -154,9 +112,6 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return self._core.describe(type(self).__name__)
 
 
 class ChatCompletions:

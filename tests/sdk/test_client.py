@@ -389,3 +389,10 @@ def test_public_api_is_sorted_and_importable() -> None:
     assert stormguard.__all__ == sorted(stormguard.__all__, key=lambda n: (not n.isupper(), n))
     for name in stormguard.__all__:
         assert hasattr(stormguard, name), name
+
+
+def test_wrong_http_client_type_is_a_clear_error() -> None:
+    with pytest.raises(TypeError, match=r"httpx\.Client"):
+        stormguard.Client(base_url="http://x/v1", http_client=httpx.AsyncClient())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"httpx\.AsyncClient"):
+        stormguard.AsyncClient(base_url="http://x/v1", http_client=httpx.Client())  # type: ignore[arg-type]

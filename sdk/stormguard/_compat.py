@@ -1,0 +1,10 @@
+"""Names that moved between the Python versions we support."""
+
+import sys
+
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+else:  # pragma: no cover - exercised on 3.10 only
+    from typing_extensions import Unpack
+
+__all__ = ["Unpack"]
