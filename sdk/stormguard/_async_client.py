@@ -21,6 +21,7 @@ from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion,
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import AsyncStream, _StreamState
+from .tokens import run_precheck_async
 
 __all__ = ["AsyncClient"]
 
@@ -60,6 +61,11 @@ class AsyncClient(BaseClient):
         call = LogicalCall(self._core, spec)
         retrying = tenacity.AsyncRetrying(sleep=self._core.clock.asleep, **call.retrying_kwargs())
         try:
+            precheck = call.precheck_flow()
+            if precheck is not None:
+                wait = call.prechecked(await run_precheck_async(precheck, self._http))
+                if wait > 0:
+                    await self._core.clock.asleep(wait)
             async for attempt in retrying:
                 with attempt:
                     result = await self._attempt(call)

@@ -24,6 +24,7 @@ from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._version import __version__
 from .protocol import HEADER_PRIORITY, Priority
+from .tokens import TokenPolicy
 
 __all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "BaseClient", "ClientCore", "ClientOptions", "NotGiven"]
 
@@ -103,6 +104,7 @@ class ClientCore:
         retry_policy: RetryPolicy | None = None,
         retry_budget: RetryBudget | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        token_policy: TokenPolicy | None = None,
         clock: Clock | None = None,
     ) -> None:
         if base_url is None:
@@ -127,6 +129,7 @@ class ClientCore:
         self.clock = clock or Clock()
         self.retry_policy = retry_policy or RetryPolicy()
         self.budget = retry_budget or RetryBudget(clock=self.clock)
+        self.token_policy = token_policy
         self.rng = random.Random()
         self.stats = StatsRecorder()
         self.endpoint_name = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
@@ -255,7 +258,8 @@ class ClientOptions(TypedDict, total=False):
     ``timeout`` is the total time of one call, every attempt and backoff included
     (None: no limit); ``connect_timeout`` bounds each TCP connect; ``priority`` is
     sent as ``x-priority``; ``retry_budget`` may be shared with other clients;
-    ``max_response_bytes`` caps a response body; ``clock`` is for tests
+    ``max_response_bytes`` caps a response body; ``token_policy`` counts tokens
+    and refuses what cannot fit before any I/O (``stormguard.tokens``); ``clock`` is for tests
     (``stormguard.testing.FakeClock``).
     """
 
@@ -269,6 +273,7 @@ class ClientOptions(TypedDict, total=False):
     retry_policy: RetryPolicy | None
     retry_budget: RetryBudget | None
     max_response_bytes: int
+    token_policy: TokenPolicy | None
     clock: Clock | None
 
 

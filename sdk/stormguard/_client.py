@@ -20,6 +20,7 @@ from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion,
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import Stream, _StreamState
+from .tokens import run_precheck_sync
 
 __all__ = ["Client"]
 
@@ -59,6 +60,11 @@ class Client(BaseClient):
         call = LogicalCall(self._core, spec)
         retrying = tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs())
         try:
+            precheck = call.precheck_flow()
+            if precheck is not None:
+                wait = call.prechecked(run_precheck_sync(precheck, self._http))
+                if wait > 0:
+                    self._core.clock.sleep(wait)
             for attempt in retrying:
                 with attempt:
                     result = self._attempt(call)

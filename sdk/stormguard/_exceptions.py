@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import httpx
 
     from ._history import AttemptRecord
+    from .tokens import Precheck
 
 __all__ = [
     "APIConnectionError",
@@ -79,6 +80,8 @@ class StormguardError(Exception):
     #: ``not_retryable``, ``should_retry_false``, ``cancelled``; None when no retry
     #: decision was taken (refused before any attempt).
     retry_stopped_by: str | None
+    #: The call's token pre-check when one ran and passed (counter name, counts).
+    precheck: Precheck | None
 
     def __init__(self, message: str, *, server_load: ServerLoad | None = None) -> None:
         super().__init__(message)
@@ -87,6 +90,7 @@ class StormguardError(Exception):
         self.attempts = 0
         self.attempt_history = ()
         self.retry_stopped_by = None
+        self.precheck = None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"

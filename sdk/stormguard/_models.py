@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from ._history import AttemptRecord
     from .protocol import ServerLoad
+    from .tokens import Precheck
 
 __all__ = [
     "CallInfo",
@@ -115,7 +116,7 @@ def _wrap(value: Any, record_type: type[Record]) -> Any:
 class CallInfo:
     """What stormguard knows about the logical call that produced a result."""
 
-    __slots__ = ("attempt_history", "model", "request_id", "server_load")
+    __slots__ = ("attempt_history", "model", "precheck", "request_id", "server_load")
 
     def __init__(
         self,
@@ -129,6 +130,8 @@ class CallInfo:
         self.attempt_history = attempt_history
         self.request_id = request_id
         self.model = model
+        #: The token pre-check (counts, window, counter name); None when none ran.
+        self.precheck: Precheck | None = None
 
     def __repr__(self) -> str:
         return (
@@ -167,6 +170,11 @@ class APIResult(Record):
     def attempts(self) -> int:
         """Number of HTTP attempts the call made."""
         return len(self.attempt_history)
+
+    @property
+    def precheck(self) -> Precheck | None:
+        """The token pre-check of the call (counter used, prompt tokens, window)."""
+        return self._info.precheck if self._info is not None else None
 
     @property
     def request_id(self) -> str | None:

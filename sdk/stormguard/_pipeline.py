@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -34,6 +34,10 @@ from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
 
 if TYPE_CHECKING:
     from ._base_client import ClientCore
+    from .tokens import Precheck, Reservation
+
+PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
+_PRECHECKED_OPERATIONS = {"chat": "chat", "text_completion": "completion"}
 
 __all__ = ["BodyReader", "CallSpec", "LogicalCall"]
 
@@ -78,8 +82,68 @@ class LogicalCall:
         self._next_delay = 0.0
         self._started = 0.0
         self._pending: tuple[int | None, str | None, float] | None = None
+        self.precheck: Precheck | None = None
+        self._reservation: Reservation | None = None
         core.budget.record_call()
         core.stats.call()
+
+    # -- the token pre-check, before any attempt ----------------------------------------
+
+    def precheck_flow(self) -> PrecheckFlow | None:
+        """The token pre-check of this call (None when there is nothing to check): a
+        flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
+        raises ``ContextWindowExceededError`` before any attempt is made."""
+        policy = self.core.token_policy
+        kind = _PRECHECKED_OPERATIONS.get(self.spec.operation)
+        if policy is None or kind is None or self.spec.body is None or self.spec.model is None:
+            return None
+        flow = policy.precheck_flow(
+            self.spec.model,
+            kind,  # type: ignore[arg-type]
+            self.spec.body,
+            base_url=self.core.base_url,
+        )
+        return self._with_client_headers(flow)
+
+    def _with_client_headers(self, flow: PrecheckFlow) -> PrecheckFlow:
+        # The lookups (/models, /tokenize) go to the same server as the call and need
+        # its credentials; the flow itself knows nothing of them.
+        try:
+            request = next(flow)
+            while True:
+                for name in ("authorization", "user-agent"):
+                    if name in self.core.headers and name not in request.headers:
+                        request.headers[name] = self.core.headers[name]
+                request = flow.send((yield request))
+        except StopIteration as stop:
+            result: Precheck = stop.value
+            return result
+
+    def prechecked(self, check: Precheck) -> float:
+        """Apply a passed pre-check: switch to the context fallback model if it chose
+        one, and reserve the token cost with the rate limiter. Returns the seconds to
+        wait for the rate limiter (raises ``TokenRateLimitedError`` when that wait
+        would pass the deadline)."""
+        self.precheck = check
+        if check.model != self.spec.model and self.spec.body is not None:
+            body = dict(self.spec.body)
+            body["model"] = check.model
+            self.spec = replace(self.spec, model=check.model, body=body)
+            self._content = json.dumps(body, separators=(",", ":")).encode()
+        policy = self.core.token_policy
+        if policy is None:
+            return 0.0
+        remaining = self.deadline.remaining()
+        self._reservation = policy.reserve(
+            check, max_wait=remaining if math.isfinite(remaining) else None
+        )
+        return self._reservation.wait if self._reservation is not None else 0.0
+
+    def settle_tokens(self, total_tokens: object) -> None:
+        """Refund the unused part of the rate-limit reservation once usage is known."""
+        if self._reservation is not None and isinstance(total_tokens, int):
+            self._reservation.settle(total_tokens)
+            self._reservation = None
 
     # -- the tenacity loop -------------------------------------------------------------
 
@@ -220,12 +284,16 @@ class LogicalCall:
         """Close the history with an ``ok`` attempt and attach it to the result."""
         if result.call_info is not None:
             self.succeeded_info(result.call_info)
+        usage = result.get("usage")
+        if isinstance(usage, Mapping):
+            self.settle_tokens(usage.get("total_tokens"))
         return result
 
     def succeeded_info(self, info: CallInfo) -> None:
         """Close the history with an ``ok`` attempt and attach it to ``info``."""
         self._close_record(_OK)
         info.attempt_history = tuple(self.history)
+        info.precheck = self.precheck
 
     def annotate(self, error: StormguardError) -> None:
         """Give the error the call's attempt count, history and stop reason."""
@@ -234,6 +302,12 @@ class LogicalCall:
         error.attempts = self.attempt_number
         error.attempt_history = tuple(self.history)
         error.retry_stopped_by = self.retry_stopped_by
+        error.precheck = self.precheck
+        if self._reservation is not None and self.attempt_number > 0:
+            # The call failed: its tokens were not used (a server that failed does not
+            # count them either), so they go back to the rate limiter.
+            self._reservation.cancel()
+            self._reservation = None
         if isinstance(error, APIError) and error.server_load.is_empty:
             error.server_load = self.server_load
 
