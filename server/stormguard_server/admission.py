@@ -102,10 +102,14 @@ class DrainMeter:
         self._total = 0
         self._started: float | None = None
 
+    def start(self) -> None:
+        """Begin measuring (at the first admission): the rate's span starts here."""
+        if self._started is None:
+            self._started = self._clock()
+
     def record(self, tokens: int) -> None:
         now = self._clock()
-        if self._started is None:
-            self._started = now
+        self.start()
         self._events.append((now, tokens))
         self._total += tokens
         self._trim(now)
@@ -334,6 +338,7 @@ class AdmissionController:
         return self._inflight_count == 0 or self._inflight_tokens + cost <= self.budget(load)
 
     def _admit(self, ticket: Ticket, now: float) -> Permit:
+        self.drain.start()
         ticket.admitted_at = now
         self._inflight_tokens += ticket.cost
         self._inflight_count += 1

@@ -1,0 +1,172 @@
+"""The HTTP app in process: bad input is always a 4xx with an OpenAI-style body, load
+headers are on every response, and admission off sends none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from stormguard.protocol import LOAD_HEADERS
+from tests.server.conftest import AppClient
+
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+
+
+def assert_openai_error(response: httpx.Response, status: int) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    for name in LOAD_HEADERS:
+        assert name in response.headers
+    return dict(error)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": []}, "messages"),
+        ({"messages": "hi"}, "messages"),
+        ({"messages": [{"role": "user", "content": 5}]}, None),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "5"}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 10**30}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 1.5}, "max_tokens"),
+        ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n"),
+        ({"messages": [{"role": "user", "content": "x"}], "stream": "yes"}, "stream"),
+        ({"messages": [{"role": "user", "content": "x"}], "stop": [1, 2]}, None),
+        ([1, 2, 3], None),
+        ("just a string", None),
+        (None, None),
+    ],
+)
+async def test_wrong_types_are_400(client: httpx.AsyncClient, body: Any, param: str | None) -> None:
+    error = assert_openai_error(await client.post(CHAT, json=body), 400)
+    assert error["type"] == "invalid_request_error"
+    if param is not None:
+        assert error["param"] is not None and error["param"].startswith(param)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"{", b'{"prompt": "x",}', b"\xff\xfe\x00garbage", b'{"prompt": "\xff"}', b"", b"null"],
+)
+async def test_malformed_or_non_utf8_bodies_are_400(client: httpx.AsyncClient, raw: bytes) -> None:
+    response = await client.post(
+        COMPLETIONS, content=raw, headers={"content-type": "application/json"}
+    )
+    assert_openai_error(response, 400)
+
+
+async def test_huge_max_tokens_is_too_long(client: httpx.AsyncClient) -> None:
+    response = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 10**6})
+    error = assert_openai_error(response, 400)
+    assert error["code"] == "context_length_exceeded"
+    assert response.headers["x-load-shed"] == "too_long"
+    assert response.headers["x-should-retry"] == "false"
+
+
+async def test_body_over_the_limit_is_413(make_client: AppClient) -> None:
+    async with make_client(max_body_bytes=1000) as client:
+        big = {"prompt": "x" * 2000, "max_tokens": 1}
+        assert_openai_error(await client.post(COMPLETIONS, json=big), 413)
+
+        async def chunks() -> Any:
+            for _ in range(5):
+                yield b" " * 400  # no content-length: counted while read
+
+        response = await client.post(
+            COMPLETIONS, content=chunks(), headers={"content-type": "application/json"}
+        )
+        assert_openai_error(response, 413)
+        # Still serving.
+        assert (
+            await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+        ).status_code == 200
+
+
+async def test_unknown_route_method_and_model(client: httpx.AsyncClient) -> None:
+    assert_openai_error(await client.get("/v1/nothing"), 404)
+    assert_openai_error(await client.get(CHAT), 405)
+    error = assert_openai_error(
+        await client.post(COMPLETIONS, json={"model": "gpt-9", "prompt": "x"}), 404
+    )
+    assert error["code"] == "model_not_found"
+    assert_openai_error(await client.get("/v1/models/gpt-9"), 404)
+
+
+async def test_non_json_content_type_is_400(client: httpx.AsyncClient) -> None:
+    response = await client.post(
+        COMPLETIONS, content=b"prompt=x", headers={"content-type": "text/plain"}
+    )
+    assert_openai_error(response, 400)
+
+
+async def test_load_headers_on_success_stream_and_metrics(client: httpx.AsyncClient) -> None:
+    for response in (
+        await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2}),
+        await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2, "stream": True}),
+        await client.get("/metrics"),
+        await client.get("/health"),
+    ):
+        assert response.status_code == 200
+        for name in LOAD_HEADERS:
+            assert name in response.headers, (response.url, name)
+
+
+async def test_admission_off_sends_no_load_headers(make_client: AppClient) -> None:
+    async with make_client(admission=False) as client:
+        ok = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 2})
+        too_long = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 10**6})
+        for response in (ok, too_long):
+            assert not any(name in response.headers for name in LOAD_HEADERS)
+            assert "x-load-shed" not in response.headers
+        assert ok.status_code == 200 and too_long.status_code == 400
+
+
+async def test_max_completion_tokens_and_content_parts(client: httpx.AsyncClient) -> None:
+    body = {
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+        "max_completion_tokens": 3,
+        "temperature": 0.7,
+        "seed": 1,
+    }
+    response = await client.post(CHAT, json=body)
+    assert response.status_code == 200
+    assert response.json()["usage"]["completion_tokens"] == 3
+
+
+async def test_default_max_tokens_fills_the_context(client: httpx.AsyncClient) -> None:
+    response = await client.post(COMPLETIONS, json={"prompt": "x", "ignore_eos": True})
+    usage = response.json()["usage"]
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == 512
+
+
+async def test_tokenize_messages_and_errors(client: httpx.AsyncClient) -> None:
+    chat = await client.post("/tokenize", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert chat.status_code == 200 and chat.json()["count"] > 1
+    assert_openai_error(await client.post("/tokenize", json={}), 400)
+
+
+async def test_ready_reports_restart_with_retry_after(client: httpx.AsyncClient) -> None:
+    app = client.app  # type: ignore[attr-defined]
+    state = app.state.stormguard
+    state.faults.request_crash()
+    for _ in range(100):
+        response = await client.get("/ready")
+        if response.status_code == 503:
+            break
+        import asyncio
+
+        await asyncio.sleep(0.01)
+    assert response.status_code == 503
+    assert response.json()["state"] == "restarting"
+    assert response.headers["x-load-shed"] == "engine_restart"
+    assert response.headers["retry-after"] == "1"
+    shed = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+    assert_openai_error(shed, 503)
+    assert shed.headers["x-load-shed"] == "engine_restart"

@@ -1,0 +1,52 @@
+"""The CLI: every flag is explained and lands in the config."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from stormguard_server.cli import build_parser, config_from_args
+from stormguard_server.config import ServerConfig
+
+
+def test_every_flag_has_help() -> None:
+    parser = build_parser()
+    for action in parser._actions:
+        if action.dest in {"help", "version"}:
+            continue
+        assert action.help and len(action.help) > 8, action.option_strings
+
+
+def test_help_mentions_the_main_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = capsys.readouterr().out
+    for flag in ("--admission", "--num-kv-blocks", "--restart-s", "--admin-port", "--oom"):
+        assert flag in out
+    assert re.search(r"--host HOST\s+address to listen on \(default: 127\.0\.0\.1\)", out)
+
+
+def test_defaults_match_the_config_dataclasses() -> None:
+    config = config_from_args(build_parser().parse_args([]))
+    assert config == ServerConfig()
+
+
+def test_flags_map_to_fields() -> None:
+    args = build_parser().parse_args(
+        [
+            "--admission", "off", "--no-oom", "--num-kv-blocks", "64", "--step-base-ms", "2",
+            "--max-queue-requests", "5", "--min-retry-after-ms", "100", "--error-rate", "0.5",
+            "--model-alias", "small", "--admin-port", "9999",
+        ]
+    )  # fmt: skip
+    config = config_from_args(args)
+    assert config.admission.enabled is False
+    assert config.engine.oom_crash is False
+    assert config.engine.num_kv_blocks == 64
+    assert config.engine.step_base_s == 0.002
+    assert config.admission.max_queue_requests == 5
+    assert config.admission.min_retry_after_s == 0.1
+    assert config.faults.error_rate == 0.5
+    assert config.model_aliases == ("small",)
+    assert config.admin_port == 9999
