@@ -67,6 +67,8 @@ class Ticket:
     arrival: float = 0.0
     seq: int = 0
     admitted_at: float | None = None
+    # Place in the queue when it was queued (0 = next); None when admitted at once.
+    queue_position: int | None = None
     future: asyncio.Future[None] | None = field(default=None, repr=False)
 
     @property
@@ -86,7 +88,9 @@ class Ticket:
 
 @dataclass(frozen=True, slots=True)
 class Permit:
-    """An admitted request; ``release`` it exactly once when the engine is done."""
+    """An admitted request; release it (``AdmissionController.release``) when the
+    engine is done. ``waited_s`` and ``ticket.queue_position`` describe its wait
+    (what a tracing span of the admission step records)."""
 
     ticket: Ticket
     waited_s: float
@@ -220,7 +224,7 @@ class AdmissionController:
                 f"admits at most {self.full_budget(load)}",
             )
         if not load.ready:
-            return self._shed_unready(load)
+            return self.unready_shed(load)
         if ticket.deadline is not None and ticket.deadline <= now:
             return Shed(ShedReason.DEADLINE, None, False, "the request's deadline has passed")
 
@@ -287,7 +291,7 @@ class AdmissionController:
     def shed_all_queued(self, load: EngineLoad | None = None) -> list[Ticket]:
         """The engine went down: every queued ticket is refused with the restart reason."""
         load = load or self._engine_load()
-        shed = self._shed_unready(load)
+        shed = self.unready_shed(load)
         gone = list(self._queue)
         self._queue.clear()
         self._queue_tokens = 0
@@ -358,6 +362,7 @@ class AdmissionController:
                 self._resolve(victim, self._overload_shed(victim, reason, load))
         ticket.future = asyncio.get_running_loop().create_future()
         bisect.insort(self._queue, ticket, key=lambda t: t.order_key)
+        ticket.queue_position = self._queue.index(ticket)
         self._queue_tokens += ticket.cost
         return None
 
@@ -402,7 +407,9 @@ class AdmissionController:
             )
         return Shed(reason, retry_after, True, f"server overloaded ({reason.value})")
 
-    def _shed_unready(self, load: EngineLoad) -> Shed:
+    def unready_shed(self, load: EngineLoad) -> Shed:
+        """The refusal while the engine is not ready: restarting, warming or draining,
+        with Retry-After = the engine's own estimate of when it is back."""
         restarting = load.state == "restarting"
         reason = ShedReason.ENGINE_RESTART if restarting else ShedReason.WARMING
         if load.state == "stopped":

@@ -20,8 +20,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from stormguard._version import __version__
-from stormguard.protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY, ShedReason
-from stormguard.protocol import format_retry_after as _format_retry_after
 from stormguard_server.admission import AdmissionController
 from stormguard_server.config import ServerConfig
 from stormguard_server.engine import Engine
@@ -31,9 +29,11 @@ from stormguard_server.generation import serve_generation, size_call
 from stormguard_server.metrics import ServerMetrics
 from stormguard_server.middleware import (
     BodyLimitMiddleware,
+    ErrorBoundaryMiddleware,
     LoadHeadersMiddleware,
     ResponseCountMiddleware,
 )
+from stormguard_server.refusals import refusal_headers
 from stormguard_server.schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
@@ -95,6 +95,7 @@ def create_app(
         count=lambda route, status: state.metrics.responses.labels(route, str(status)).inc(),
         routes=frozenset(r.path for r in app.routes if hasattr(r, "path")),
     )
+    app.add_middleware(ErrorBoundaryMiddleware)
     app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)  # outermost
     return app
 
@@ -239,12 +240,8 @@ def _install_routes(app: FastAPI) -> None:
             return JSONResponse(body)
         headers: dict[str, str] = {}
         if state.admission is not None:
-            reason = ShedReason.ENGINE_RESTART if load.state == "restarting" else ShedReason.WARMING
-            headers = {
-                HEADER_LOAD_SHED: reason.value,
-                HEADER_SHOULD_RETRY: "true",
-                **_format_retry_after(load.ready_in_s or 1.0),
-            }
+            shed = state.admission.unready_shed(load)
+            headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
         return JSONResponse(body, status_code=503, headers=headers)
 
     @app.get("/metrics", tags=["ops"])

@@ -18,18 +18,9 @@ from typing import Any, Literal
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from stormguard.protocol import (
-    HEADER_LOAD_SHED,
-    HEADER_SHOULD_RETRY,
-    Priority,
-    ShedReason,
-    format_retry_after,
-    parse_attempt,
-    parse_deadline_ms,
-    parse_priority,
-)
+from stormguard.protocol import Priority, parse_attempt, parse_deadline_ms, parse_priority
 from stormguard_server import sse
-from stormguard_server.admission import Permit, Shed, ShedError
+from stormguard_server.admission import Permit, ShedError
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
     EngineCrashed,
@@ -38,8 +29,9 @@ from stormguard_server.engine import (
     GenerationRequest,
     TokenDelta,
 )
-from stormguard_server.errors import error_body, error_response
+from stormguard_server.errors import error_body
 from stormguard_server.metrics import attempt_label
+from stormguard_server.refusals import engine_error_response, shed_response, too_long_response
 from stormguard_server.state import ServerState
 
 Kind = Literal["chat", "completion"]
@@ -111,42 +103,6 @@ def size_call(
         attempt=parse_attempt(headers),
         deadline_ms=parse_deadline_ms(headers),
     )
-
-
-def too_long_response(state: ServerState, message: str) -> Response:
-    """400: the request can never fit; retrying cannot help."""
-    headers = {} if state.admission is None else _refusal_headers(ShedReason.TOO_LONG, None, False)
-    return error_response(
-        400, message, code="context_length_exceeded", param="messages", headers=headers
-    )
-
-
-def shed_response(state: ServerState, shed: Shed) -> Response:
-    """A refusal from admission, with its reason, Retry-After and x-should-retry."""
-    headers = _refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
-    code = "context_length_exceeded" if shed.reason is ShedReason.TOO_LONG else shed.reason.value
-    return error_response(shed.status_code, shed.message, code=code, headers=headers)
-
-
-def engine_error_response(state: ServerState, error: EngineError) -> Response:
-    """An engine failure: 503 while it restarts or warms up, 500 for an injected error."""
-    if isinstance(error, EngineUnavailable | EngineCrashed):
-        headers: dict[str, str] = {}
-        if state.admission is not None:
-            load = state.engine.load()
-            reason = ShedReason.WARMING if load.state == "warming" else ShedReason.ENGINE_RESTART
-            headers = _refusal_headers(reason, load.ready_in_s or 1.0, True)
-        return error_response(503, str(error), code="engine_unavailable", headers=headers)
-    return error_response(500, str(error), code="engine_error")
-
-
-def _refusal_headers(
-    reason: ShedReason, retry_after_s: float | None, should_retry: bool
-) -> dict[str, str]:
-    headers = {HEADER_LOAD_SHED: reason.value, HEADER_SHOULD_RETRY: str(should_retry).lower()}
-    if retry_after_s is not None:
-        headers.update(format_retry_after(retry_after_s))
-    return headers
 
 
 @dataclass

@@ -3,11 +3,13 @@
 ``LoadHeadersMiddleware`` stamps the load headers on every response at the
 moment its status line goes out: errors, 404s, validation failures and SSE
 streams included. ``BodyLimitMiddleware`` refuses bodies over the size limit
-with a 413 before any route reads them.
+with a 413 before any route reads them; ``ErrorBoundaryMiddleware`` turns a
+bug into a logged, OpenAI-shaped 500 that still carries the load headers.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -41,6 +43,39 @@ class LoadHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_load)
+
+
+logger = logging.getLogger("stormguard_server.http")
+
+
+class ErrorBoundaryMiddleware:
+    """A bug must not take the load headers (or the OpenAI error shape) with it:
+    an unhandled exception becomes a logged 500 with an OpenAI-style body."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def send_tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_tracked)
+        except Exception:
+            logger.exception(
+                "unhandled error", extra={"event": "unhandled_error", "path": scope.get("path")}
+            )
+            if not started:
+                response = error_response(500, "internal server error", code="internal_error")
+                await response(scope, receive, send)
 
 
 class ResponseCountMiddleware:

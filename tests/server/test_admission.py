@@ -305,3 +305,12 @@ async def test_acquire_waits_and_cancellation_cleans_up() -> None:
     assert permit.ticket.cost == 10
     with pytest.raises(ShedError):
         await ctl.acquire(ticket(ctl, 5000))
+
+
+async def test_queue_position_is_recorded() -> None:
+    ctl, _, _ = make(max_queue_requests=10)
+    admitted(ctl.submit(ticket(ctl, 1000)))
+    later, urgent = ticket(ctl, 10), ticket(ctl, 10, Priority.CRITICAL)
+    assert ctl.submit(later) is None and ctl.submit(urgent) is None
+    assert (later.queue_position, urgent.queue_position) == (0, 0)
+    assert [t.queue_position for t in (ticket(ctl, 10),) if ctl.submit(t) is None] == [2]

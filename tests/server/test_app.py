@@ -170,3 +170,15 @@ async def test_ready_reports_restart_with_retry_after(client: httpx.AsyncClient)
     shed = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
     assert_openai_error(shed, 503)
     assert shed.headers["x-load-shed"] == "engine_restart"
+
+
+async def test_a_bug_becomes_an_openai_500_with_load_headers(client: httpx.AsyncClient) -> None:
+    app = client.app  # type: ignore[attr-defined]
+
+    def broken(text: str) -> list[int]:
+        raise RuntimeError("boom")
+
+    app.state.stormguard.engine.encode = broken
+    response = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+    error = assert_openai_error(response, 500)
+    assert error["code"] == "internal_error" and "boom" not in error["message"]

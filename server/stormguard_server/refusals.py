@@ -1,0 +1,56 @@
+"""Refusal responses: the status, body and headers of every "no" the server says.
+
+Kept apart from the generation flow so that any front end of the admission
+layer (the reference app, a middleware in front of real vLLM) answers a shed,
+a too-long request or an engine failure in exactly the same way.
+"""
+
+from __future__ import annotations
+
+from fastapi.responses import Response
+
+from stormguard.protocol import (
+    HEADER_LOAD_SHED,
+    HEADER_SHOULD_RETRY,
+    ShedReason,
+    format_retry_after,
+)
+from stormguard_server.admission import Shed
+from stormguard_server.engine import EngineCrashed, EngineError, EngineUnavailable
+from stormguard_server.errors import error_response
+from stormguard_server.state import ServerState
+
+
+def too_long_response(state: ServerState, message: str) -> Response:
+    """400: the request can never fit; retrying cannot help."""
+    headers = {} if state.admission is None else refusal_headers(ShedReason.TOO_LONG, None, False)
+    return error_response(
+        400, message, code="context_length_exceeded", param="messages", headers=headers
+    )
+
+
+def shed_response(state: ServerState, shed: Shed) -> Response:
+    """A refusal from admission, with its reason, Retry-After and x-should-retry."""
+    headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
+    code = "context_length_exceeded" if shed.reason is ShedReason.TOO_LONG else shed.reason.value
+    return error_response(shed.status_code, shed.message, code=code, headers=headers)
+
+
+def engine_error_response(state: ServerState, error: EngineError) -> Response:
+    """An engine failure: 503 while it restarts or warms up, 500 for an injected error."""
+    if isinstance(error, EngineUnavailable | EngineCrashed):
+        headers: dict[str, str] = {}
+        if state.admission is not None:
+            shed = state.admission.unready_shed(state.engine.load())
+            headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
+        return error_response(503, str(error), code="engine_unavailable", headers=headers)
+    return error_response(500, str(error), code="engine_error")
+
+
+def refusal_headers(
+    reason: ShedReason, retry_after_s: float | None, should_retry: bool
+) -> dict[str, str]:
+    headers = {HEADER_LOAD_SHED: reason.value, HEADER_SHOULD_RETRY: str(should_retry).lower()}
+    if retry_after_s is not None:
+        headers.update(format_retry_after(retry_after_s))
+    return headers
