@@ -28,6 +28,34 @@ _ADMISSION = AdmissionConfig()
 _SERVER = ServerConfig()
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be within 0..1, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stormguard-server",
@@ -40,16 +68,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     http = parser.add_argument_group("HTTP")
     http.add_argument("--host", default=_SERVER.host, help="address to listen on")
-    http.add_argument("--port", type=int, default=_SERVER.port, help="port (0 = any free port)")
+    http.add_argument("--port", type=_port, default=_SERVER.port, help="port (0 = any free port)")
     http.add_argument(
         "--max-body-bytes",
-        type=int,
+        type=_positive_int,
         default=_SERVER.max_body_bytes,
         help="request bodies larger than this get 413",
     )
     http.add_argument(
         "--admin-port",
-        type=int,
+        type=_port,
         default=None,
         help="serve the fault admin endpoint on 127.0.0.1:PORT (off when not given)",
     )
@@ -80,46 +108,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine.add_argument(
         "--max-model-len",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.max_model_len,
         help="context length: prompt + max_tokens above this is a 400",
     )
     engine.add_argument(
-        "--block-size", type=int, default=_ENGINE.block_size, help="tokens per KV block"
+        "--block-size", type=_positive_int, default=_ENGINE.block_size, help="tokens per KV block"
     )
     engine.add_argument(
         "--num-kv-blocks",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.num_kv_blocks,
         help="KV blocks (capacity = blocks x block size tokens)",
     )
     engine.add_argument(
         "--max-num-seqs",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.max_num_seqs,
         help="most sequences in the running batch",
     )
     engine.add_argument(
         "--max-num-batched-tokens",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.max_num_batched_tokens,
         help="token budget of one step (prefill chunks + one per decoding sequence)",
     )
     engine.add_argument(
         "--step-base-ms",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.step_base_s * 1e3,
         help="cost model: fixed time of every step",
     )
     engine.add_argument(
         "--prefill-token-us",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.prefill_token_s * 1e6,
         help="cost model: time per prefilled token",
     )
     engine.add_argument(
         "--decode-seq-us",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.decode_seq_s * 1e6,
         help="cost model: time per decoding sequence in a step",
     )
@@ -132,37 +160,37 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine.add_argument(
         "--restart-s",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.restart_s,
         help="cold-restart time after a crash (/ready is false meanwhile)",
     )
     engine.add_argument(
         "--warmup-probe-tokens",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.warmup_probe_tokens,
         help="tokens the warm-up probe generates before the engine is ready",
     )
     engine.add_argument(
         "--slow-start-s",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.slow_start_s,
         help="after a restart, batch size and admission budget ramp up over this long",
     )
     engine.add_argument(
         "--slow-start-floor",
-        type=float,
+        type=_fraction,
         default=_ENGINE.slow_start_floor,
         help="fraction of capacity at the start of the ramp",
     )
     engine.add_argument(
         "--restart-loop-window-s",
-        type=float,
+        type=_non_negative,
         default=_ENGINE.restart_loop_window_s,
         help="a crash this soon after the engine came back counts as a restart loop",
     )
     engine.add_argument(
         "--natural-output-tokens",
-        type=int,
+        type=_positive_int,
         default=_ENGINE.natural_output_tokens,
         help="typical completion length without ignore_eos (0.5x..1.5x, per prompt)",
     )
@@ -171,18 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
     faults = parser.add_argument_group("faults (sim)")
     faults.add_argument(
         "--error-rate",
-        type=float,
+        type=_fraction,
         default=0.0,
         help="fraction of requests failing with an injected 500",
     )
     faults.add_argument(
         "--added-latency-ms",
-        type=float,
+        type=_non_negative,
         default=0.0,
         help="delay before each request enters the engine",
     )
     faults.add_argument(
-        "--stall-s", type=float, default=0.0, help="freeze the engine for this long at start"
+        "--stall-s",
+        type=_non_negative,
+        default=0.0,
+        help="freeze the engine for this long at start",
     )
 
     adm = parser.add_argument_group("admission")
@@ -194,50 +225,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     adm.add_argument(
         "--kv-watermark",
-        type=float,
+        type=_fraction,
         default=_ADMISSION.kv_watermark,
         help="admission budget = KV capacity tokens x this",
     )
     adm.add_argument(
         "--max-queue-requests",
-        type=int,
+        type=_positive_int,
         default=_ADMISSION.max_queue_requests,
         help="most requests waiting for admission (then queue_full)",
     )
     adm.add_argument(
         "--max-queue-tokens",
-        type=int,
+        type=_positive_int,
         default=_ADMISSION.max_queue_tokens,
         help="most token cost waiting for admission (then token_budget)",
     )
     adm.add_argument(
         "--max-queue-wait-s",
-        type=float,
+        type=_non_negative,
         default=_ADMISSION.max_queue_wait_s,
         help="longest wait in the queue before a request is shed",
     )
     adm.add_argument(
         "--retry-queue-fraction",
-        type=float,
+        type=_fraction,
         default=_ADMISSION.retry_queue_fraction,
         help="a retry that would queue behind more than this fraction of the request limit "
         "is shed at once (retry_shed)",
     )
     adm.add_argument(
         "--min-retry-after-ms",
-        type=float,
+        type=_non_negative,
         default=_ADMISSION.min_retry_after_s * 1e3,
         help="smallest Retry-After sent",
     )
     adm.add_argument(
         "--max-retry-after-s",
-        type=float,
+        type=_non_negative,
         default=_ADMISSION.max_retry_after_s,
         help="largest Retry-After sent",
     )
     adm.add_argument(
         "--drain-window-s",
-        type=float,
+        type=_non_negative,
         default=_ADMISSION.drain_window_s,
         help="window over which the drain rate behind Retry-After is measured",
     )

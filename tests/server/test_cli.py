@@ -50,3 +50,19 @@ def test_flags_map_to_fields() -> None:
     assert config.faults.error_rate == 0.5
     assert config.model_aliases == ("small",)
     assert config.admin_port == 9999
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--num-kv-blocks", "0"],
+        ["--kv-watermark", "1.5"],
+        ["--restart-s", "-1"],
+        ["--restart-s", "nan"],
+        ["--port", "70000"],
+        ["--admission", "maybe"],
+    ],
+)
+def test_nonsense_flags_are_refused(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
