@@ -139,8 +139,21 @@ def test_admin_endpoint_faults(stormguard_server_factory: Start) -> None:
     client.completions.create(model="stormguard-sim", prompt="x", max_tokens=1)
     assert time.monotonic() - started >= 0.4
 
-    # Crash now: /ready false with the restart reason and an honest Retry-After, then ready.
-    assert httpx.post(server.admin_url("/admin/crash")).status_code == 200
+    # Crash now, in the middle of a stream: the stream ends with an SSE error event,
+    # which openai raises as an APIError after the content it already delivered.
+    stream = client.completions.create(
+        model="stormguard-sim", prompt="x", max_tokens=1500, stream=True,
+        extra_body={"ignore_eos": True},
+    )  # fmt: skip
+    delivered = 0
+    with pytest.raises(openai.APIError) as broken:
+        for _ in stream:
+            delivered += 1
+            if delivered == 5:
+                assert httpx.post(server.admin_url("/admin/crash")).status_code == 200
+    assert 5 <= delivered < 1500
+    assert "crashed" in str(broken.value)
+    # /ready false with the restart reason and an honest Retry-After, then ready.
     deadline = time.monotonic() + 2
     while httpx.get(server.url("/ready")).status_code == 200 and time.monotonic() < deadline:
         time.sleep(0.01)
