@@ -14,7 +14,12 @@ import sys
 from typing import Any
 
 # Attributes every LogRecord has; anything else came from ``extra``.
-_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+# (uvicorn's ``color_message`` is its message with terminal colours: not for JSON.)
+_STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 
 
 class JsonFormatter(logging.Formatter):

@@ -288,7 +288,12 @@ class SimEngine:
         self._ready_at = now + self.config.restart_s + self._probe_time()
         logger.warning(
             "engine crashed",
-            extra={"event": "engine_crash", "reason": why, "restart_loop": loop},
+            extra={
+                "event": "engine_crash",
+                "reason": why,
+                "restart_loop": loop,
+                "restart_s": self.config.restart_s,
+            },
         )
         await asyncio.sleep(self.config.restart_s)
         self._stats.restarts += 1
