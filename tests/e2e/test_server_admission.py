@@ -57,7 +57,7 @@ async def wait_for_metric(
 
 async def test_flood_keeps_queue_bounded_and_memory_flat(stormguard_server_factory: Start) -> None:
     server = stormguard_server_factory("--max-queue-requests", "64", "--max-queue-wait-s", "30")
-    n = 1500
+    n = 2000
     body = completion(400, 16)
 
     async def flood() -> list[httpx.Response]:

@@ -66,3 +66,13 @@ def test_flags_map_to_fields() -> None:
 def test_nonsense_flags_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(argv)
+
+
+def test_console_script_is_installed_and_runs() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).parent / "stormguard-server"
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=True)
+    assert done.stdout.startswith("stormguard-server ")
