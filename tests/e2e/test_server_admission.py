@@ -233,3 +233,46 @@ async def test_running_request_whose_client_leaves_is_aborted(
             server, "stormguard_engine_requests_aborted_total", lambda v: v >= 2, timeout=2
         )
         assert aborted == 2
+
+
+async def test_openai_retries_stop_at_the_first_shed_retry(
+    stormguard_server_factory: Start,
+) -> None:
+    """openai-python (3 retries allowed) honours Retry-After and x-should-retry: one retry
+    reaches the server, is shed as retry_shed with x-should-retry false, and openai stops."""
+    import openai
+
+    server = stormguard_server_factory("--max-queue-requests", "2")
+    async with httpx.AsyncClient(timeout=30) as client:
+        holder = asyncio.create_task(hold_budget(client, server, HOLD_TOKENS))
+        await wait_for_metric(server, "stormguard_inflight_tokens", lambda v: v > 0)
+        queued = [
+            asyncio.create_task(client.post(server.url("/v1/completions"), json=completion(8, 4)))
+            for _ in range(2)
+        ]
+        await wait_for_metric(server, "stormguard_queue_depth", lambda v: v == 2)
+
+        caller = openai.AsyncOpenAI(base_url=server.base_url, api_key="t", max_retries=3)
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as refused:
+            await caller.completions.create(
+                model="stormguard-sim",
+                prompt="please",
+                max_tokens=4,
+                extra_headers={"x-priority": "sheddable"},
+            )
+        elapsed = time.monotonic() - started
+        await caller.close()
+        assert refused.value.status_code == 503
+        assert refused.value.response.headers["x-load-shed"] == "retry_shed"
+        assert refused.value.response.headers["x-should-retry"] == "false"
+        # It waited the server's Retry-After (1 s before any drain was measured) once.
+        assert 0.9 <= elapsed < 5
+        holder.cancel()
+        for task in queued:
+            assert (await task).status_code == 200
+    metrics = server.metrics()
+    # the holder, the 2 queued, openai's first attempt
+    assert metrics['stormguard_attempts_total{attempt="1"}'] == 4
+    assert metrics['stormguard_attempts_total{attempt="2"}'] == 1
+    assert 'stormguard_attempts_total{attempt="3"}' not in metrics
