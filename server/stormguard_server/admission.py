@@ -199,11 +199,17 @@ class AdmissionController:
         attempt: int = 1,
         deadline_ms: float | None = None,
     ) -> Ticket:
-        """A ticket stamped with arrival time and order."""
+        """A ticket stamped with arrival time and order.
+
+        The cost is counted in whole KV blocks (rounded up to the engine's block
+        size), as the engine allocates them: admitted work then always fits the
+        cache, however many sequences share it.
+        """
         now = self._clock()
         deadline = None if deadline_ms is None else now + deadline_ms / 1000.0
+        block = max(1, self._engine_load().kv_block_size)
         return Ticket(
-            cost=cost,
+            cost=-(-cost // block) * block,
             priority=priority,
             attempt=attempt,
             deadline=deadline,

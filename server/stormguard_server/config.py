@@ -67,8 +67,9 @@ class AdmissionConfig:
     """Token-weighted admission in front of the engine."""
 
     enabled: bool = True
-    # Budget = engine KV capacity (tokens) x watermark; the headroom absorbs
-    # rounding of sequences up to whole KV blocks.
+    # Budget = engine KV capacity (tokens) x watermark. Costs are counted in
+    # whole KV blocks, so admitted work fits even at 1.0; the headroom is for
+    # engines that need memory beyond the KV cache.
     kv_watermark: float = 0.9
     max_queue_requests: int = 256
     max_queue_tokens: int = 65_536

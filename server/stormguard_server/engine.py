@@ -52,6 +52,8 @@ class EngineLoad:
     capacity_factor: float = 1.0
     # When not ready: best guess of seconds until it is (None = unknown).
     ready_in_s: float | None = None
+    # KV slots are allocated in blocks of this many tokens (1 = per token).
+    kv_block_size: int = 1
 
     @property
     def ready(self) -> bool:

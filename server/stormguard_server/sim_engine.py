@@ -128,6 +128,7 @@ class SimEngine:
             waiting=len(self.scheduler.waiting),
             capacity_factor=self._capacity_factor(),
             ready_in_s=ready_in,
+            kv_block_size=self.config.block_size,
         )
 
     async def start(self) -> None:

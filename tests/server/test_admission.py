@@ -314,3 +314,14 @@ async def test_queue_position_is_recorded() -> None:
     assert ctl.submit(later) is None and ctl.submit(urgent) is None
     assert (later.queue_position, urgent.queue_position) == (0, 0)
     assert [t.queue_position for t in (ticket(ctl, 10),) if ctl.submit(t) is None] == [2]
+
+
+async def test_cost_is_counted_in_whole_kv_blocks() -> None:
+    ctl, _, engine = make()
+    engine.current = replace(engine.current, kv_block_size=16)
+    assert ticket(ctl, 17).cost == 32
+    assert ticket(ctl, 16).cost == 16
+    # 62 one-token requests take 62 blocks = 992 slots: the 63rd does not fit in 1000.
+    for _ in range(62):
+        admitted(ctl.submit(ticket(ctl, 1)))
+    assert ctl.submit(ticket(ctl, 1)) is None
