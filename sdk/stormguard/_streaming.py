@@ -51,6 +51,7 @@ class _StreamState(Generic[T]):
         self.closed = False
         self.in_caller_hands = False
         self.failure: APIError | None = None
+        self.usage_total: object = None
         self.delivered = 0
         self.info = CallInfo(
             server_load=call.server_load,
@@ -131,6 +132,9 @@ class _StreamState(Generic[T]):
             )
         if event.event == "error" or "error" in payload:
             return self._error_event(payload)
+        usage = payload.get("usage")
+        if isinstance(usage, dict):
+            self.usage_total = usage.get("total_tokens")
         self.pending.append(self.chunk_type(payload))
         return None
 
@@ -180,6 +184,11 @@ class _StreamState(Generic[T]):
                 request_id=self.info.request_id,
             )
         return self._raise(error)
+
+    def finished(self) -> None:
+        """The stream reached ``[DONE]``: settle the token reservation with its usage
+        (``stream_options={"include_usage": True}``); without usage it stays spent."""
+        self.call.settle_tokens(self.usage_total)
 
     def take(self) -> T:
         self.delivered += 1
@@ -261,6 +270,7 @@ class Stream(_StreamBase[T]):
             while not state.pending:
                 state.raise_failure()
                 if state.done or state.closed:
+                    state.finished()
                     self.close()
                     raise StopIteration
                 self._read_more()
@@ -336,6 +346,7 @@ class AsyncStream(_StreamBase[T]):
             while not state.pending:
                 state.raise_failure()
                 if state.done or state.closed:
+                    state.finished()
                     await self.aclose()
                     raise StopAsyncIteration
                 await self._read_more()

@@ -10,7 +10,7 @@ import respx
 
 import stormguard
 from stormguard.tokens import TokenPolicy, TokenRateLimiter
-from tests.sdk.helpers import Api, chat_json
+from tests.sdk.helpers import Api, chat_json, chunk, event_stream, sse
 
 LONG = [{"role": "user", "content": "word " * 400}]
 SHORT = [{"role": "user", "content": "hi"}]
@@ -118,3 +118,19 @@ def test_no_policy_means_no_lookups() -> None:
     )
     client.chat.completions.create(messages=LONG)
     assert seen == ["/v1/chat/completions"]
+
+
+async def test_stream_usage_settles_the_reservation(api: Api, mock: respx.MockRouter) -> None:
+    usage = {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}
+    body = sse(chunk("a"), json.dumps({"choices": [], "usage": usage}))
+    mock.post("/chat/completions").mock(side_effect=lambda _: event_stream(body))
+    limiter = TokenRateLimiter(tokens_per_minute=60, burst=60, clock=api.clock.now)
+    client = api.client(model="gpt-4o", token_policy=offline_policy(rate_limiter=limiter))
+    for _ in range(2):  # 2 x 48 reserved would not fit 60; 10 used + 48 does
+        stream = await api.run(
+            client.chat.completions.create(
+                messages=SHORT, max_tokens=40, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        await api.collect(stream)
+    assert api.clock.sleeps == []
