@@ -1,10 +1,11 @@
 """One generation request, from parsed body to HTTP response.
 
 The flow reads top to bottom: size the request and refuse what can never fit
--> count the attempt -> wait for admission (shed, expired or disconnected
-requests stop here and never reach the engine) -> run it in the engine,
-racing the client's disconnect -> answer as JSON or as an SSE stream. The
-permit is released exactly once, however the request ends.
+-> announce it to the observers -> wait for admission (shed, expired or
+disconnected requests stop here and never reach the engine) -> run it in the
+engine, racing the client's disconnect -> answer as JSON or as an SSE stream.
+However it ends, ``_Flight.end`` runs exactly once: it releases the admission
+permit and hands the finished ``RequestRecord`` to the observers.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from stormguard.protocol import Priority, parse_attempt, parse_deadline_ms, parse_priority
-from stormguard_server import sse
+from stormguard_server import openai_format, sse
 from stormguard_server.admission import Permit, ShedError
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
@@ -30,11 +31,10 @@ from stormguard_server.engine import (
     TokenDelta,
 )
 from stormguard_server.errors import error_body
-from stormguard_server.metrics import attempt_label
+from stormguard_server.openai_format import Kind
+from stormguard_server.records import GoneStage, Outcome, RequestRecord
 from stormguard_server.refusals import engine_error_response, shed_response, too_long_response
 from stormguard_server.state import ServerState
-
-Kind = Literal["chat", "completion"]
 
 # Status for a request whose client has gone: never delivered, only logged and counted.
 _CLIENT_CLOSED = 499
@@ -105,25 +105,66 @@ def size_call(
     )
 
 
-@dataclass
-class _Progress:
-    """What a request has produced so far (for metrics when it ends early)."""
+class _Flight:
+    """One request in progress: its record, its output so far, its permit."""
 
-    arrival: float
-    text: list[str] = field(default_factory=list)
-    output_tokens: int = 0
-    finish_reason: str | None = None
-    first_token_at: float | None = None
-    failed: bool = False
+    def __init__(self, state: ServerState, call: GenerationCall) -> None:
+        self.state = state
+        self.call = call
+        prefix = "chatcmpl" if call.kind == "chat" else "cmpl"
+        self.record = RequestRecord(
+            request_id=f"{prefix}-{uuid.uuid4().hex}",
+            kind=call.kind,
+            model=call.model,
+            priority=call.priority,
+            attempt=call.attempt,
+            deadline_ms=call.deadline_ms,
+            prompt_tokens=call.prompt_tokens,
+            max_tokens=call.max_tokens,
+            arrival=time.monotonic(),
+        )
+        self.text: list[str] = []
+        self.permit: Permit | None = None
+        self._ended = False
+
+    @property
+    def request_id(self) -> str:
+        return self.record.request_id
+
+    def took(self, delta: TokenDelta) -> None:
+        """Note one delta from the engine."""
+        record = self.record
+        if record.first_token_at is None:
+            record.first_token_at = time.monotonic()
+        self.text.append(delta.text)
+        record.output_tokens = delta.output_tokens
+        record.finish_reason = delta.finish_reason
+        if delta.finish_reason is not None:
+            record.finished_at = time.monotonic()
+
+    def end(self, outcome: Outcome, *, gone: GoneStage | None = None, error: str = "") -> None:
+        """Release the permit and tell the observers; only the first call counts."""
+        if self._ended:
+            return
+        self._ended = True
+        if gone == "running":
+            self.state.engine.abort(self.request_id)  # takes effect at the next engine step
+        if self.permit is not None and self.state.admission is not None:
+            self.state.admission.release(self.permit)
+        self.record.outcome = outcome
+        self.record.gone_stage = gone
+        self.record.error = error or None
+        for observer in self.state.observers:
+            observer.request_done(self.record)
 
 
 async def serve_generation(state: ServerState, call: GenerationCall, receive: Receive) -> Response:
     """Admit, generate and answer one request (see the module docstring)."""
-    metrics = state.metrics
-    progress = _Progress(arrival=time.monotonic())
-    metrics.attempts.labels(attempt_label(call.attempt)).inc()
+    flight = _Flight(state, call)
+    record = flight.record
+    for observer in state.observers:
+        observer.request_arrived(record)
 
-    permit: Permit | None = None
     if state.admission is not None:
         ticket = state.admission.make_ticket(
             call.cost,
@@ -131,21 +172,23 @@ async def serve_generation(state: ServerState, call: GenerationCall, receive: Re
             attempt=call.attempt or 1,
             deadline_ms=call.deadline_ms,
         )
+        record.cost = ticket.cost
         try:
-            permit = await unless_disconnected(receive, state.admission.acquire(ticket))
+            flight.permit = await unless_disconnected(receive, state.admission.acquire(ticket))
         except ShedError as exc:
-            metrics.shed.labels(exc.shed.reason.value, call.priority.value).inc()
+            record.shed_reason = exc.shed.reason
+            record.queue_position = ticket.queue_position
+            flight.end("shed", error=exc.shed.message)
             return shed_response(state, exc.shed)
         except ClientGone:
-            metrics.disconnects.labels("queued").inc()
+            record.queue_position = ticket.queue_position
+            flight.end("client_gone", gone="queued")
             return Response(status_code=_CLIENT_CLOSED)
-        metrics.admitted.labels(call.priority.value).inc()
-        metrics.queue_wait.observe(permit.waited_s)
+        record.queue_position = ticket.queue_position
+        record.admitted_at = ticket.admitted_at
 
-    release = _releaser(state, permit)
-    request_id = f"{'chatcmpl' if call.kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
     engine_request = GenerationRequest(
-        request_id=request_id,
+        request_id=flight.request_id,
         prompt=call.prompt,
         prompt_tokens=call.prompt_tokens,
         max_tokens=call.max_tokens,
@@ -153,175 +196,98 @@ async def serve_generation(state: ServerState, call: GenerationCall, receive: Re
         ignore_eos=call.ignore_eos,
     )
     deltas = state.engine.generate(engine_request)
-    metrics.prompt_tokens.inc(call.prompt_tokens)
+    record.started = True
     try:
         if call.stream:
-            first = await unless_disconnected(receive, _next_delta(deltas, state, progress))
+            first = await unless_disconnected(receive, _next_delta(deltas, flight))
         else:
-            await unless_disconnected(receive, _drain(deltas, state, progress))
+            await unless_disconnected(receive, _drain(deltas, flight))
     except ClientGone:
-        state.engine.abort(request_id)
-        _count_gone(state, progress)
-        release()
+        flight.end("client_gone", gone="running")
         return Response(status_code=_CLIENT_CLOSED)
     except EngineError as exc:
-        release()
+        flight.end("engine_error", error=str(exc))
         return engine_error_response(state, exc)
-    except BaseException:
-        release()
+    except BaseException as exc:
+        flight.end("engine_error", error=repr(exc))
         raise
 
     if not call.stream:
-        release()
-        _observe_done(state, progress)
-        return JSONResponse(_full_body(call, request_id, progress))
-
-    events = _stream_events(state, call, request_id, deltas, first, progress)
+        flight.end("ok")
+        return JSONResponse(
+            openai_format.full_response(
+                call.kind,
+                request_id=flight.request_id,
+                model=call.model,
+                text="".join(flight.text),
+                finish_reason=record.finish_reason,
+                prompt_tokens=call.prompt_tokens,
+                completion_tokens=record.output_tokens,
+            )
+        )
     return _GuardedStream(
-        events,
-        on_close=lambda: _close_stream(state, request_id, progress, release),
+        _stream_events(flight, deltas, first),
+        on_close=lambda: flight.end("client_gone", gone="running"),
         media_type=sse.MEDIA_TYPE,
         headers=sse.HEADERS,
     )
 
 
-def _releaser(state: ServerState, permit: Permit | None) -> Callable[[], None]:
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if released or permit is None or state.admission is None:
-            return
-        released = True
-        state.admission.release(permit)
-
-    return release
-
-
-async def _next_delta(
-    deltas: AsyncIterator[TokenDelta], state: ServerState, progress: _Progress
-) -> TokenDelta:
+async def _next_delta(deltas: AsyncIterator[TokenDelta], flight: _Flight) -> TokenDelta:
     delta = await deltas.__anext__()
-    _record(state, progress, delta)
+    flight.took(delta)
     return delta
 
 
-async def _drain(
-    deltas: AsyncIterator[TokenDelta], state: ServerState, progress: _Progress
-) -> None:
+async def _drain(deltas: AsyncIterator[TokenDelta], flight: _Flight) -> None:
     async for delta in deltas:
-        _record(state, progress, delta)
-
-
-def _record(state: ServerState, progress: _Progress, delta: TokenDelta) -> None:
-    if progress.first_token_at is None:
-        progress.first_token_at = time.monotonic()
-        state.metrics.ttft.observe(progress.first_token_at - progress.arrival)
-    progress.text.append(delta.text)
-    progress.output_tokens = delta.output_tokens
-    progress.finish_reason = delta.finish_reason
-
-
-def _observe_done(state: ServerState, progress: _Progress) -> None:
-    state.metrics.output_tokens.inc(progress.output_tokens)
-    state.metrics.e2e_latency.observe(time.monotonic() - progress.arrival)
-
-
-def _count_gone(state: ServerState, progress: _Progress) -> None:
-    state.metrics.disconnects.labels("running").inc()
-    state.metrics.gone_client_tokens.inc(progress.output_tokens)
-
-
-def _close_stream(
-    state: ServerState, request_id: str, progress: _Progress, release: Callable[[], None]
-) -> None:
-    """The stream ended: unfinished means the client left (or the engine failed)."""
-    if progress.finish_reason is None and not progress.failed:
-        state.engine.abort(request_id)  # takes effect at the next engine step
-        _count_gone(state, progress)
-    release()
-
-
-def _usage(call: GenerationCall, progress: _Progress) -> dict[str, int]:
-    return {
-        "prompt_tokens": call.prompt_tokens,
-        "completion_tokens": progress.output_tokens,
-        "total_tokens": call.prompt_tokens + progress.output_tokens,
-    }
-
-
-def _full_body(call: GenerationCall, request_id: str, progress: _Progress) -> dict[str, Any]:
-    text = "".join(progress.text)
-    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": progress.finish_reason}
-    if call.kind == "chat":
-        choice["message"] = {"role": "assistant", "content": text}
-    else:
-        choice["text"] = text
-    return {
-        "id": request_id,
-        "object": "chat.completion" if call.kind == "chat" else "text_completion",
-        "created": int(time.time()),
-        "model": call.model,
-        "choices": [choice],
-        "usage": _usage(call, progress),
-    }
-
-
-def _chunk(
-    call: GenerationCall, request_id: str, created: int, choices: list[dict[str, Any]]
-) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "id": request_id,
-        "object": "chat.completion.chunk" if call.kind == "chat" else "text_completion",
-        "created": created,
-        "model": call.model,
-        "choices": choices,
-    }
-    if call.include_usage:
-        body["usage"] = None
-    return body
-
-
-def _choice_delta(call: GenerationCall, delta: TokenDelta, first: bool) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": delta.finish_reason}
-    if call.kind == "chat":
-        content: dict[str, Any] = {"content": delta.text}
-        if first:
-            content = {"role": "assistant", **content}
-        choice["delta"] = content
-    else:
-        choice["text"] = delta.text
-    return choice
+        flight.took(delta)
 
 
 async def _stream_events(
-    state: ServerState,
-    call: GenerationCall,
-    request_id: str,
-    deltas: AsyncIterator[TokenDelta],
-    first: TokenDelta,
-    progress: _Progress,
+    flight: _Flight, deltas: AsyncIterator[TokenDelta], first: TokenDelta
 ) -> AsyncIterator[bytes]:
-    created = int(time.time())
-    yield sse.event(_chunk(call, request_id, created, [_choice_delta(call, first, True)]))
+    """The SSE body. Ending normally or with an engine error ends the flight here; if
+    the client leaves first, the response's ``on_close`` ends it as client_gone."""
+    call, created = flight.call, int(time.time())
+
+    def event(choices: list[dict[str, Any]]) -> bytes:
+        return sse.event(
+            openai_format.chunk(
+                call.kind,
+                request_id=flight.request_id,
+                model=call.model,
+                created=created,
+                choices=choices,
+                include_usage=call.include_usage,
+            )
+        )
+
+    yield event([openai_format.delta_choice(call.kind, first, first=True)])
     try:
         if first.finish_reason is None:
             async for delta in deltas:
-                _record(state, progress, delta)
-                choice = _choice_delta(call, delta, False)
-                yield sse.event(_chunk(call, request_id, created, [choice]))
+                flight.took(delta)
+                yield event([openai_format.delta_choice(call.kind, delta, first=False)])
     except EngineError as exc:
-        progress.failed = True
+        flight.end("engine_error", error=str(exc))
         status = 503 if isinstance(exc, EngineUnavailable | EngineCrashed) else 500
         body = error_body(str(exc), status=status, code="engine_error")
-        body["error"]["code"] = str(status)
+        body["error"]["code"] = str(status)  # vLLM's shape: the status as the code
         yield sse.event(body)
         yield sse.DONE
         return
-    _observe_done(state, progress)
+    flight.end("ok")
     if call.include_usage:
-        usage_chunk = _chunk(call, request_id, created, [])
-        usage_chunk["usage"] = _usage(call, progress)
+        usage_chunk = openai_format.chunk(
+            call.kind,
+            request_id=flight.request_id,
+            model=call.model,
+            created=created,
+            choices=[],
+            include_usage=True,
+        )
+        usage_chunk["usage"] = openai_format.usage(call.prompt_tokens, flight.record.output_tokens)
         yield sse.event(usage_chunk)
     yield sse.DONE
 

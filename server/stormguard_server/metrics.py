@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from stormguard.protocol import ServerLoad
 from stormguard_server.engine import EngineLoad, EngineStats
+from stormguard_server.records import RequestRecord
 
 PREFIX = "stormguard"
 
@@ -106,7 +107,7 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
 
 
 class ServerMetrics:
-    """Per-request metrics of one app, plus the live collector."""
+    """Per-request metrics of one app (a ``RequestObserver``), plus the live collector."""
 
     def __init__(
         self,
@@ -173,3 +174,26 @@ class ServerMetrics:
             registry=reg,
         )
         reg.register(_LiveCollector(engine_load, engine_stats, server_load))
+
+    def request_arrived(self, record: RequestRecord) -> None:
+        """Attempts are counted on arrival, so retry amplification shows at once."""
+        self.attempts.labels(attempt_label(record.attempt)).inc()
+
+    def request_done(self, record: RequestRecord) -> None:
+        priority = record.priority.value
+        if record.shed_reason is not None:
+            self.shed.labels(record.shed_reason.value, priority).inc()
+        if record.admitted_at is not None:
+            self.admitted.labels(priority).inc()
+            self.queue_wait.observe(record.admitted_at - record.arrival)
+        if record.started:
+            self.prompt_tokens.inc(record.prompt_tokens)
+        if record.ttft_s is not None:
+            self.ttft.observe(record.ttft_s)
+        if record.gone_stage is not None:
+            self.disconnects.labels(record.gone_stage).inc()
+            self.gone_client_tokens.inc(record.output_tokens)
+        if record.outcome == "ok":
+            self.output_tokens.inc(record.output_tokens)
+            if record.latency_s is not None:
+                self.e2e_latency.observe(record.latency_s)

@@ -6,7 +6,7 @@ one ``ServerState`` kept on ``app.state.stormguard``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
@@ -15,6 +15,7 @@ from stormguard_server.config import ServerConfig
 from stormguard_server.engine import Engine
 from stormguard_server.faults import FaultState
 from stormguard_server.metrics import ServerMetrics
+from stormguard_server.records import RequestObserver
 
 
 @dataclass
@@ -24,6 +25,13 @@ class ServerState:
     faults: FaultState | None
     admission: AdmissionController | None
     metrics: ServerMetrics
+    # Every generation request's record goes to each of these (metrics first;
+    # tracing or a benchmark recorder can be appended).
+    observers: list[RequestObserver] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.metrics not in self.observers:
+            self.observers.insert(0, self.metrics)
 
     @property
     def served_models(self) -> tuple[str, ...]:

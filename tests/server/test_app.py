@@ -182,3 +182,40 @@ async def test_a_bug_becomes_an_openai_500_with_load_headers(client: httpx.Async
     response = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
     error = assert_openai_error(response, 500)
     assert error["code"] == "internal_error" and "boom" not in error["message"]
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.arrived: list[Any] = []
+        self.done: list[Any] = []
+
+    def request_arrived(self, record: Any) -> None:
+        self.arrived.append(record)
+
+    def request_done(self, record: Any) -> None:
+        self.done.append(record)
+
+
+async def test_observers_get_each_request_record(client: httpx.AsyncClient) -> None:
+    recorder = Recorder()
+    client.app.state.stormguard.observers.append(recorder)  # type: ignore[attr-defined]
+    ok = await client.post(
+        COMPLETIONS,
+        json={"prompt": "x", "max_tokens": 3},
+        headers={"x-stormguard-attempt": "2", "x-priority": "critical"},
+    )
+    streamed = await client.post(COMPLETIONS, json={"prompt": "y", "max_tokens": 2, "stream": True})
+    shed = await client.post(
+        COMPLETIONS, json={"prompt": "z", "max_tokens": 1}, headers={"x-request-deadline-ms": "0"}
+    )
+    assert (ok.status_code, streamed.status_code, shed.status_code) == (200, 200, 503)
+    assert len(recorder.arrived) == 3
+    first, second, third = recorder.done
+    assert first.outcome == "ok" and first.attempt == 2 and first.priority.value == "critical"
+    assert first.output_tokens == 3 and first.finish_reason == "length"
+    assert first.cost == 16  # 1 + 3 tokens, in whole 16-token blocks
+    assert first.queue_wait_s is not None and first.ttft_s is not None
+    assert first.latency_s is not None and first.latency_s >= first.ttft_s
+    assert second.outcome == "ok" and second.output_tokens == 2
+    assert third.outcome == "shed" and third.shed_reason.value == "deadline"
+    assert not third.started
