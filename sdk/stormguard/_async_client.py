@@ -59,21 +59,32 @@ class AsyncClient(BaseClient):
 
     async def _request(self, spec: CallSpec) -> Any:
         call = LogicalCall(self._core, spec)
-        retrying = tenacity.AsyncRetrying(sleep=self._core.clock.asleep, **call.retrying_kwargs())
         try:
-            precheck = call.precheck_flow()
-            if precheck is not None:
-                wait = call.prechecked(await run_precheck_async(precheck, self._http))
-                if wait > 0:
-                    await self._core.clock.asleep(wait)
-            async for attempt in retrying:
-                with attempt:
-                    result = await self._attempt(call)
+            while True:
+                try:
+                    result = await self._run_model(call)
+                    break
+                except StormguardError as exc:
+                    if not call.fall_back(exc):
+                        raise
         except StormguardError as exc:
             call.annotate(exc)
             raise
         if isinstance(result, APIResult):
             return call.succeeded(result)
+        return result
+
+    async def _run_model(self, call: LogicalCall) -> APIResult | AsyncStream[Any]:
+        """Pre-check, then attempts with retries, on the call's current model."""
+        precheck = call.precheck_flow()
+        if precheck is not None:
+            wait = call.prechecked(await run_precheck_async(precheck, self._http))
+            if wait > 0:
+                await self._core.clock.asleep(wait)
+        retrying = tenacity.AsyncRetrying(sleep=self._core.clock.asleep, **call.retrying_kwargs())
+        async for attempt in retrying:
+            with attempt:
+                result = await self._attempt(call)
         return result
 
     async def _attempt(self, call: LogicalCall) -> APIResult | AsyncStream[Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypedDict
 
@@ -105,6 +105,7 @@ class ClientCore:
         retry_budget: RetryBudget | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         token_policy: TokenPolicy | None = None,
+        fallback_models: Sequence[str] = (),
         clock: Clock | None = None,
     ) -> None:
         if base_url is None:
@@ -130,6 +131,9 @@ class ClientCore:
         self.retry_policy = retry_policy or RetryPolicy()
         self.budget = retry_budget or RetryBudget(clock=self.clock)
         self.token_policy = token_policy
+        if isinstance(fallback_models, str):
+            raise TypeError("fallback_models must be a list of model names, not one string")
+        self.fallback_models = tuple(fallback_models)
         self.rng = random.Random()
         self.stats = StatsRecorder()
         self.endpoint_name = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
@@ -259,7 +263,9 @@ class ClientOptions(TypedDict, total=False):
     (None: no limit); ``connect_timeout`` bounds each TCP connect; ``priority`` is
     sent as ``x-priority``; ``retry_budget`` may be shared with other clients;
     ``max_response_bytes`` caps a response body; ``token_policy`` counts tokens
-    and refuses what cannot fit before any I/O (``stormguard.tokens``); ``clock`` is for tests
+    and refuses what cannot fit before any I/O (``stormguard.tokens``);
+    ``fallback_models`` serve a call, in order, when the model asked for is
+    overloaded or its breaker is open (the result says ``degraded``); ``clock`` is for tests
     (``stormguard.testing.FakeClock``).
     """
 
@@ -274,6 +280,7 @@ class ClientOptions(TypedDict, total=False):
     retry_budget: RetryBudget | None
     max_response_bytes: int
     token_policy: TokenPolicy | None
+    fallback_models: Sequence[str]
     clock: Clock | None
 
 

@@ -58,21 +58,31 @@ class Client(BaseClient):
 
     def _request(self, spec: CallSpec) -> Any:
         call = LogicalCall(self._core, spec)
-        retrying = tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs())
         try:
-            precheck = call.precheck_flow()
-            if precheck is not None:
-                wait = call.prechecked(run_precheck_sync(precheck, self._http))
-                if wait > 0:
-                    self._core.clock.sleep(wait)
-            for attempt in retrying:
-                with attempt:
-                    result = self._attempt(call)
+            while True:
+                try:
+                    result = self._run_model(call)
+                    break
+                except StormguardError as exc:
+                    if not call.fall_back(exc):
+                        raise
         except StormguardError as exc:
             call.annotate(exc)
             raise
         if isinstance(result, APIResult):
             return call.succeeded(result)
+        return result
+
+    def _run_model(self, call: LogicalCall) -> APIResult | Stream[Any]:
+        """Pre-check, then attempts with retries, on the call's current model."""
+        precheck = call.precheck_flow()
+        if precheck is not None:
+            wait = call.prechecked(run_precheck_sync(precheck, self._http))
+            if wait > 0:
+                self._core.clock.sleep(wait)
+        for attempt in tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs()):
+            with attempt:
+                result = self._attempt(call)
         return result
 
     def _attempt(self, call: LogicalCall) -> APIResult | Stream[Any]:

@@ -116,7 +116,14 @@ def _wrap(value: Any, record_type: type[Record]) -> Any:
 class CallInfo:
     """What stormguard knows about the logical call that produced a result."""
 
-    __slots__ = ("attempt_history", "model", "precheck", "request_id", "server_load")
+    __slots__ = (
+        "attempt_history",
+        "degraded_from",
+        "model",
+        "precheck",
+        "request_id",
+        "server_load",
+    )
 
     def __init__(
         self,
@@ -132,6 +139,8 @@ class CallInfo:
         self.model = model
         #: The token pre-check (counts, window, counter name); None when none ran.
         self.precheck: Precheck | None = None
+        #: The model first asked for, when a fallback model served the call.
+        self.degraded_from: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -170,6 +179,16 @@ class APIResult(Record):
     def attempts(self) -> int:
         """Number of HTTP attempts the call made."""
         return len(self.attempt_history)
+
+    @property
+    def degraded(self) -> bool:
+        """True when a fallback model served the call (``served_model`` says which)."""
+        return self._info is not None and self._info.degraded_from is not None
+
+    @property
+    def served_model(self) -> str | None:
+        """The model the call was sent to last (the fallback when ``degraded``)."""
+        return self._info.model if self._info is not None else None
 
     @property
     def precheck(self) -> Precheck | None:

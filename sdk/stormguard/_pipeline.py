@@ -27,6 +27,7 @@ import tenacity
 
 from ._deadline import Deadline
 from ._exceptions import APIError, APIResponseValidationError, APITimeoutError, StormguardError
+from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._models import APIResult, CallInfo, Record
 from ._responses import error_from_response, request_id_of, result_from_response
@@ -84,6 +85,12 @@ class LogicalCall:
         self._pending: tuple[int | None, str | None, float] | None = None
         self.precheck: Precheck | None = None
         self._reservation: Reservation | None = None
+        self._record_open = False
+        self.total_attempts = 0
+        #: Models still to try when this one cannot serve (``fallback_models``).
+        self.fallbacks = [m for m in core.fallback_models if m != spec.model]
+        #: The model first asked for, once the call has moved to a fallback.
+        self.degraded_from: str | None = None
         core.budget.record_call()
         core.stats.call()
 
@@ -125,11 +132,11 @@ class LogicalCall:
         wait for the rate limiter (raises ``TokenRateLimitedError`` when that wait
         would pass the deadline)."""
         self.precheck = check
-        if check.model != self.spec.model and self.spec.body is not None:
-            body = dict(self.spec.body)
-            body["model"] = check.model
-            self.spec = replace(self.spec, model=check.model, body=body)
-            self._content = json.dumps(body, separators=(",", ":")).encode()
+        if check.model != self.spec.model:
+            self._switch_model(check.model)
+        if self._reservation is not None:  # a fallback model's check replaces the last one
+            self._reservation.cancel()
+            self._reservation = None
         policy = self.core.token_policy
         if policy is None:
             return 0.0
@@ -144,6 +151,33 @@ class LogicalCall:
         if self._reservation is not None and isinstance(total_tokens, int):
             self._reservation.settle(total_tokens)
             self._reservation = None
+
+    # -- fallback to the next model ------------------------------------------------------
+
+    def fall_back(self, error: BaseException) -> bool:
+        """Move the call to the next fallback model if ``error`` allows it and time is
+        left; the driver then runs a fresh retry loop (attempt numbers restart at 1, on
+        the new model: it is not a retry of the old one). False: raise ``error``."""
+        if not self.fallbacks or not is_fallback_worthy(error) or self.deadline.expired:
+            return False
+        if self._record_open:
+            self._close_record(self.retry_stopped_by or "not_retryable")
+        model = self.fallbacks.pop(0)
+        self.degraded_from = self.degraded_from or self.spec.model
+        self._switch_model(model)
+        self.attempt_number = 0
+        self.retry_stopped_by = None
+        self._delay_before = 0.0
+        self.core.stats.fallback()
+        return True
+
+    def _switch_model(self, model: str) -> None:
+        if self.spec.body is None:
+            return
+        body = dict(self.spec.body)
+        body["model"] = model
+        self.spec = replace(self.spec, model=model, body=body)
+        self._content = json.dumps(body, separators=(",", ":")).encode()
 
     # -- the tenacity loop -------------------------------------------------------------
 
@@ -202,6 +236,8 @@ class LogicalCall:
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
         self.attempt_number += 1
+        self.total_attempts += 1
+        self._record_open = True
         self.core.stats.attempt(retry=self.attempt_number > 1)
         headers = dict(self.core.headers)
         headers.update(self.spec.headers)
@@ -242,6 +278,7 @@ class LogicalCall:
         status, error_type, duration = self._pending or (None, None, 0.0)
         if self._pending is None:
             duration = self.core.clock.now() - self._started
+        self._record_open = False
         self.history.append(
             AttemptRecord(
                 number=self.attempt_number,
@@ -294,16 +331,18 @@ class LogicalCall:
         self._close_record(_OK)
         info.attempt_history = tuple(self.history)
         info.precheck = self.precheck
+        info.degraded_from = self.degraded_from
+        info.model = self.spec.model
 
     def annotate(self, error: StormguardError) -> None:
         """Give the error the call's attempt count, history and stop reason."""
-        if self._pending is not None or len(self.history) < self.attempt_number:
+        if self._record_open:
             self._close_record(self.retry_stopped_by or "not_retryable")
-        error.attempts = self.attempt_number
+        error.attempts = self.total_attempts
         error.attempt_history = tuple(self.history)
         error.retry_stopped_by = self.retry_stopped_by
         error.precheck = self.precheck
-        if self._reservation is not None and self.attempt_number > 0:
+        if self._reservation is not None and self.total_attempts > 0:
             # The call failed: its tokens were not used (a server that failed does not
             # count them either), so they go back to the rate limiter.
             self._reservation.cancel()

@@ -16,6 +16,8 @@ class CallStats:
     attempts: int
     retries: int
     retries_refused_by_budget: int
+    #: Times a call moved on to a fallback model.
+    fallbacks: int = 0
 
     @property
     def retry_amplification(self) -> float:
@@ -28,7 +30,7 @@ class StatsRecorder:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls = self._attempts = self._retries = self._refused = 0
+        self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
 
     def call(self) -> None:
         with self._lock:
@@ -44,6 +46,12 @@ class StatsRecorder:
         with self._lock:
             self._refused += 1
 
+    def fallback(self) -> None:
+        with self._lock:
+            self._fallbacks += 1
+
     def snapshot(self) -> CallStats:
         with self._lock:
-            return CallStats(self._calls, self._attempts, self._retries, self._refused)
+            return CallStats(
+                self._calls, self._attempts, self._retries, self._refused, self._fallbacks
+            )
