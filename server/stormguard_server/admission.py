@@ -67,6 +67,8 @@ class Ticket:
     arrival: float = 0.0
     seq: int = 0
     admitted_at: float | None = None
+    # True from admission until release: its cost counts as in flight.
+    inflight: bool = False
     # Place in the queue when it was queued (0 = next); None when admitted at once.
     queue_position: int | None = None
     future: asyncio.Future[None] | None = field(default=None, repr=False)
@@ -253,9 +255,9 @@ class AdmissionController:
     def release(self, permit: Permit) -> None:
         """An admitted request ended: its tokens drain, queued ones may enter."""
         ticket = permit.ticket
-        if ticket.admitted_at is None:
+        if not ticket.inflight:
             return
-        ticket.admitted_at = None
+        ticket.inflight = False
         self._inflight_tokens -= ticket.cost
         self._inflight_count -= 1
         self.drain.record(ticket.cost)
@@ -335,7 +337,7 @@ class AdmissionController:
                     self.expire()
             ticket.future.result()
         except asyncio.CancelledError:
-            if not self.cancel(ticket) and ticket.admitted_at is not None:
+            if not self.cancel(ticket) and ticket.inflight:
                 self.release(Permit(ticket, 0.0))
             raise
         return Permit(ticket, waited_s=max(0.0, (ticket.admitted_at or 0.0) - ticket.arrival))
@@ -350,6 +352,7 @@ class AdmissionController:
     def _admit(self, ticket: Ticket, now: float) -> Permit:
         self.drain.start()
         ticket.admitted_at = now
+        ticket.inflight = True
         self._inflight_tokens += ticket.cost
         self._inflight_count += 1
         return Permit(ticket, waited_s=now - ticket.arrival)
