@@ -21,7 +21,8 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
     └── RefusedBeforeSendError          stopped in this process, no I/O happened
         ├── ContextWindowExceededError  prompt + max_tokens cannot fit the model
         ├── TokenRateLimitedError       the client-side token rate limit said wait too long
-        └── CircuitOpenError            the endpoint's breaker is open
+        ├── CircuitOpenError            the endpoint's breaker is open
+        └── ThrottledError              adaptive throttling refused it locally
 
 Every error carries ``server_load`` (parsed load headers, all None when there
 was no response), ``attempts``, ``attempt_history`` and ``retry_stopped_by``.
@@ -60,6 +61,7 @@ __all__ = [
     "ServiceUnavailableError",
     "StormguardError",
     "StreamInterruptedError",
+    "ThrottledError",
     "TokenRateLimitedError",
     "UnprocessableEntityError",
     "status_error_class",
@@ -253,6 +255,15 @@ class CircuitOpenError(RefusedBeforeSendError):
         super().__init__(message)
         self.breaker = breaker
         self.retry_in = retry_in
+
+
+class ThrottledError(RefusedBeforeSendError):
+    """Adaptive throttling refused the request locally: the server has been refusing
+    most recent requests, so this one was not sent (``probability`` it was refused at)."""
+
+    def __init__(self, message: str, *, probability: float) -> None:
+        super().__init__(message)
+        self.probability = probability
 
 
 _STATUS_CLASSES: dict[int, type[APIStatusError]] = {
