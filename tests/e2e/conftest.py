@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.e2e.server_process import RunningServer, run_server
+
+ServerFactory = Callable[..., RunningServer]
 
 
 @pytest.fixture(scope="module")
@@ -17,10 +20,8 @@ def stormguard_server() -> Iterator[RunningServer]:
 
 
 @pytest.fixture
-def stormguard_server_factory() -> Iterator[object]:
-    """``start(*args, admin=False)`` -> a fresh server for this test, stopped afterwards."""
-    import contextlib
-
+def stormguard_server_factory() -> Iterator[ServerFactory]:
+    """``start(*flags, admin=False, fast=True)`` -> a fresh server, stopped after the test."""
     with contextlib.ExitStack() as stack:
 
         def start(*args: str, admin: bool = False, fast: bool = True) -> RunningServer:
