@@ -272,9 +272,9 @@ async def _stream_events(
     except EngineError as exc:
         flight.end("engine_error", error=str(exc))
         status = 503 if isinstance(exc, EngineUnavailable | EngineCrashed) else 500
-        body = error_body(str(exc), status=status, code="engine_error")
-        body["error"]["code"] = str(status)  # vLLM's shape: the status as the code
-        yield sse.event(body)
+        error: dict[str, object] = {**error_body(str(exc), status=status)["error"]}
+        error["code"] = status  # vLLM's shape: the HTTP status, as a number, is the code
+        yield sse.event({"error": error})
         yield sse.DONE
         return
     flight.end("ok")

@@ -219,3 +219,27 @@ async def test_observers_get_each_request_record(client: httpx.AsyncClient) -> N
     assert second.outcome == "ok" and second.output_tokens == 2
     assert third.outcome == "shed" and third.shed_reason.value == "deadline"
     assert not third.started
+
+
+async def test_engine_crash_mid_stream_is_a_vllm_style_error_event(
+    client: httpx.AsyncClient,
+) -> None:
+    import asyncio
+    import json
+
+    state = client.app.state.stormguard  # type: ignore[attr-defined]
+    body = {"prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    task = asyncio.create_task(client.post(COMPLETIONS, json=body))
+    for _ in range(500):
+        if state.engine.stats.output_tokens > 3:
+            break
+        await asyncio.sleep(0.002)
+    state.faults.request_crash()
+    response = await task
+    assert response.status_code == 200
+    events = [line[len("data: ") :] for line in response.text.splitlines() if line]
+    assert events[-1] == "[DONE]"
+    error = json.loads(events[-2])["error"]
+    assert error["code"] == 503 and "crashed" in error["message"]
+    assert all("choices" in json.loads(e) for e in events[:-2])
+    assert len(events) > 3
