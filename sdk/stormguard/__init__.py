@@ -10,6 +10,7 @@ from ._base_client import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
 from ._budget import BudgetState, RetryBudget
 from ._client import Client
 from ._clock import Clock
+from ._endpoints import Endpoint
 from ._exceptions import (
     APIConnectionError,
     APIError,
@@ -84,6 +85,7 @@ __all__ = [
     "CompletionUsage",
     "ConflictError",
     "ContextWindowExceededError",
+    "Endpoint",
     "InternalServerError",
     "Model",
     "ModelList",

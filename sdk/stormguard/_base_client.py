@@ -18,6 +18,7 @@ import httpx
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Unpack
+from ._endpoints import Endpoint, EndpointPicker, normalize_base_url
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._pipeline import CallSpec
 from ._retry import RetryPolicy
@@ -88,13 +89,31 @@ GenerationEndpoint.COMPLETION = GenerationEndpoint(
 )
 
 
+#: One server, or several: URLs or ``Endpoint`` objects (with weights).
+BaseURL = str | httpx.URL | Endpoint | Sequence[str | httpx.URL | Endpoint]
+
+
+def _endpoints_from(base_url: BaseURL) -> list[Endpoint]:
+    items: Sequence[str | httpx.URL | Endpoint]
+    if isinstance(base_url, (str, httpx.URL, Endpoint)):
+        items = [base_url]
+    else:
+        items = list(base_url)
+        if not items:
+            raise ValueError("base_url is an empty list: give at least one server")
+    endpoints = [e if isinstance(e, Endpoint) else Endpoint(str(e)) for e in items]
+    for endpoint in endpoints:
+        normalize_base_url(endpoint.base_url)  # a clear error now, not at the first call
+    return endpoints
+
+
 class ClientCore:
     """Resolved settings and shared state of one client (sync or async)."""
 
     def __init__(
         self,
         *,
-        base_url: str | httpx.URL | None = None,
+        base_url: BaseURL | None = None,
         api_key: str | None = None,
         model: str | None = None,
         timeout: float | None = DEFAULT_TIMEOUT,
@@ -114,10 +133,7 @@ class ClientCore:
                 or os.environ.get("OPENAI_BASE_URL")
                 or DEFAULT_BASE_URL
             )
-        url = httpx.URL(str(base_url))
-        if url.scheme not in ("http", "https") or not url.host:
-            raise ValueError(f"base_url must be an http(s) URL, got {str(base_url)[:200]!r}")
-        self.base_url = str(url).rstrip("/")
+        self.endpoints = _endpoints_from(base_url)
         if api_key is None:
             api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.api_key = api_key or None
@@ -136,7 +152,9 @@ class ClientCore:
         self.fallback_models = tuple(fallback_models)
         self.rng = random.Random()
         self.stats = StatsRecorder()
-        self.endpoint_name = f"{url.host}:{url.port or (443 if url.scheme == 'https' else 80)}"
+        self.picker = EndpointPicker(self.endpoints, clock=self.clock, rng=self.rng)
+        #: The first endpoint: token lookups and ``client.base_url`` use it.
+        self.base_url = self.picker.states[0].base_url
         headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -148,9 +166,6 @@ class ClientCore:
             headers["authorization"] = f"Bearer {self.api_key}"
         headers.update({k.lower(): v for k, v in (default_headers or {}).items()})
         self.headers = headers
-
-    def url_for(self, path: str) -> str:
-        return f"{self.base_url}/{path.lstrip('/')}"
 
     def attempt_timeout(self, remaining: float) -> httpx.Timeout:
         """httpx timeouts for one attempt: each operation may take what is left."""
@@ -262,6 +277,8 @@ class ClientOptions(TypedDict, total=False):
     ``timeout`` is the total time of one call, every attempt and backoff included
     (None: no limit); ``connect_timeout`` bounds each TCP connect; ``priority`` is
     sent as ``x-priority``; ``retry_budget`` may be shared with other clients;
+    ``base_url`` may list several servers (or ``Endpoint`` objects with weights):
+    each attempt goes to the less loaded of two, a retry to another one;
     ``max_response_bytes`` caps a response body; ``token_policy`` counts tokens
     and refuses what cannot fit before any I/O (``stormguard.tokens``);
     ``fallback_models`` serve a call, in order, when the model asked for is
@@ -269,7 +286,7 @@ class ClientOptions(TypedDict, total=False):
     (``stormguard.testing.FakeClock``).
     """
 
-    base_url: str | httpx.URL | None
+    base_url: BaseURL | None
     api_key: str | None
     model: str | None
     timeout: float | None

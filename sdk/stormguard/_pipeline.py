@@ -35,6 +35,7 @@ from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
 
 if TYPE_CHECKING:
     from ._base_client import ClientCore
+    from ._endpoints import EndpointState
     from .tokens import Precheck, Reservation
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
@@ -78,7 +79,8 @@ class LogicalCall:
         self._content = (
             None if spec.body is None else json.dumps(spec.body, separators=(",", ":")).encode()
         )
-        self._url = core.url_for(spec.path)
+        self._endpoint: EndpointState | None = None
+        self._last_endpoint: str | None = None
         self._delay_before = 0.0
         self._next_delay = 0.0
         self._started = 0.0
@@ -235,6 +237,9 @@ class LogicalCall:
         remaining = self.deadline.remaining()
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
+        endpoint = self._choose_endpoint()
+        self.core.picker.started(endpoint)
+        self._endpoint = endpoint
         self.attempt_number += 1
         self.total_attempts += 1
         self._record_open = True
@@ -248,11 +253,16 @@ class LogicalCall:
         self._pending = None
         return http.build_request(
             self.spec.method,
-            self._url,
+            endpoint.url_for(self.spec.path),
             content=self._content,
             headers=headers,
             timeout=self.core.attempt_timeout(remaining),
         )
+
+    def _choose_endpoint(self) -> EndpointState:
+        """The endpoint of the next attempt: a retry avoids the previous one."""
+        avoid = self._last_endpoint if self.attempt_number > 0 else None
+        return self.core.picker.candidates(avoid=avoid)[0]
 
     def remaining_or_none(self) -> float | None:
         """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
@@ -262,6 +272,8 @@ class LogicalCall:
     def saw_response(self, response: httpx.Response) -> None:
         """Note the status and load headers of the attempt's response."""
         self.server_load = ServerLoad.from_headers(response.headers)
+        if self._endpoint is not None:
+            self.core.picker.observe(self._endpoint, self.server_load)
         self._note(response.status_code, None)
 
     def failed(self, error: APIError) -> APIError:
@@ -279,6 +291,11 @@ class LogicalCall:
         if self._pending is None:
             duration = self.core.clock.now() - self._started
         self._record_open = False
+        endpoint = self._endpoint
+        if endpoint is not None:
+            self.core.picker.finished(endpoint)
+            self._last_endpoint = endpoint.name
+            self._endpoint = None
         self.history.append(
             AttemptRecord(
                 number=self.attempt_number,
@@ -287,7 +304,7 @@ class LogicalCall:
                 delay_before=self._delay_before,
                 duration=duration,
                 outcome=outcome,
-                endpoint=self.core.endpoint_name,
+                endpoint=endpoint.name if endpoint is not None else None,
                 model=self.spec.model,
             )
         )
