@@ -52,6 +52,12 @@ from ._models import (
 from ._retry import RetryPolicy
 from ._stats import CallStats
 from ._streaming import AsyncStream, Stream
+from ._transport import (
+    AsyncStormguardTransport,
+    StormguardTransport,
+    async_httpx_client,
+    httpx_client,
+)
 from ._version import __version__
 from .protocol import Priority, ServerLoad, ShedReason
 
@@ -64,6 +70,7 @@ __all__ = [
     "APIStatusError",
     "APITimeoutError",
     "AsyncClient",
+    "AsyncStormguardTransport",
     "AsyncStream",
     "AttemptRecord",
     "AuthenticationError",
@@ -102,9 +109,12 @@ __all__ = [
     "ServiceUnavailableError",
     "ShedReason",
     "StormguardError",
+    "StormguardTransport",
     "Stream",
     "StreamInterruptedError",
     "TokenRateLimitedError",
     "UnprocessableEntityError",
     "__version__",
+    "async_httpx_client",
+    "httpx_client",
 ]

@@ -70,11 +70,9 @@ class AsyncClient(BaseClient):
         except StormguardError as exc:
             call.annotate(exc)
             raise
-        if isinstance(result, APIResult):
-            return call.succeeded(result)
-        return result
+        return call.finish(result)
 
-    async def _run_model(self, call: LogicalCall) -> APIResult | AsyncStream[Any]:
+    async def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
         precheck = call.precheck_flow()
         if precheck is not None:
@@ -87,7 +85,7 @@ class AsyncClient(BaseClient):
                 result = await self._attempt(call)
         return result
 
-    async def _attempt(self, call: LogicalCall) -> APIResult | AsyncStream[Any]:
+    async def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
         request = call.begin_attempt(self._http)
         try:
             # The deadline bounds the whole attempt, not only each socket operation.

@@ -69,11 +69,9 @@ class Client(BaseClient):
         except StormguardError as exc:
             call.annotate(exc)
             raise
-        if isinstance(result, APIResult):
-            return call.succeeded(result)
-        return result
+        return call.finish(result)
 
-    def _run_model(self, call: LogicalCall) -> APIResult | Stream[Any]:
+    def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
         precheck = call.precheck_flow()
         if precheck is not None:
@@ -85,7 +83,7 @@ class Client(BaseClient):
                 result = self._attempt(call)
         return result
 
-    def _attempt(self, call: LogicalCall) -> APIResult | Stream[Any]:
+    def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         request = call.begin_attempt(self._http)
         try:
             response = self._http.send(request, stream=True)

@@ -157,6 +157,8 @@ class APIStatusError(APIError):
     status_code: int
     #: The decoded JSON error body, or the raw text when it was not JSON.
     body: object
+    #: The body as it came (None for errors sent inside a stream).
+    raw_body: bytes | None
     response: httpx.Response | None
 
     def __init__(
@@ -165,6 +167,7 @@ class APIStatusError(APIError):
         *,
         status_code: int,
         body: object = None,
+        raw_body: bytes | None = None,
         response: httpx.Response | None = None,
         server_load: ServerLoad | None = None,
         request_id: str | None = None,
@@ -172,6 +175,7 @@ class APIStatusError(APIError):
         super().__init__(message, server_load=server_load, request_id=request_id)
         self.status_code = status_code
         self.body = body
+        self.raw_body = raw_body
         self.response = response
 
     def __repr__(self) -> str:

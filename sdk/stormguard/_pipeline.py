@@ -63,6 +63,12 @@ class CallSpec:
     model: str | None = None
     timeout: float | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    #: Transport mode (``stormguard.httpx_client``): hand back httpx responses, not records.
+    raw: bool = False
+    #: A URL outside the client's endpoints (transport mode): sent as it is.
+    absolute_url: str | None = None
+    #: Pre-encoded body (transport mode passes the caller's bytes through unchanged).
+    content: bytes | None = None
 
 
 class LogicalCall:
@@ -76,9 +82,10 @@ class LogicalCall:
         self.retry_stopped_by: str | None = None
         self.attempt_number = 0
         self.server_load = ServerLoad()
-        self._content = (
-            None if spec.body is None else json.dumps(spec.body, separators=(",", ":")).encode()
-        )
+        self._content = spec.content
+        if self._content is None and spec.body is not None:
+            self._content = json.dumps(spec.body, separators=(",", ":")).encode()
+
         self._endpoint: EndpointState | None = None
         self._last_endpoint: str | None = None
         self._delay_before = 0.0
@@ -253,7 +260,7 @@ class LogicalCall:
         self._pending = None
         return http.build_request(
             self.spec.method,
-            endpoint.url_for(self.spec.path),
+            self.spec.absolute_url or endpoint.url_for(self.spec.path),
             content=self._content,
             headers=headers,
             timeout=self.core.attempt_timeout(remaining),
@@ -310,14 +317,17 @@ class LogicalCall:
         )
         self._pending = None
 
-    def complete(self, response: httpx.Response, body: bytes) -> APIResult:
-        """The result of a read response, or the status error to raise (and retry)."""
+    def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
+        """The result of a read response, or the status error to raise (and retry).
+        In transport mode the result is the response itself, body read."""
         if response.status_code >= 300:
             raise self.failed(
                 error_from_response(
                     response, body, server_load=self.server_load, secret=self.core.api_key
                 )
             )
+        if self.spec.raw:
+            return replay_response(response, body)
         try:
             return result_from_response(
                 response, body, self.spec.result_type, info=self.info(response)
@@ -333,6 +343,15 @@ class LogicalCall:
             request_id=request_id_of(response),
             model=self.spec.model,
         )
+
+    def finish(self, result: R | httpx.Response | object) -> Any:
+        """The call's answer: a record gets the history attached; a transport-mode
+        response closes its attempt; a stream closed its attempt at its first chunk."""
+        if isinstance(result, APIResult):
+            return self.succeeded(result)
+        if isinstance(result, httpx.Response):
+            self._close_record(_OK)
+        return result
 
     def succeeded(self, result: R) -> R:
         """Close the history with an ``ok`` attempt and attach it to the result."""
@@ -366,6 +385,23 @@ class LogicalCall:
             self._reservation = None
         if isinstance(error, APIError) and error.server_load.is_empty:
             error.server_load = self.server_load
+
+
+def replay_response(response: httpx.Response, body: bytes) -> httpx.Response:
+    """A read response rebuilt for the caller of the transport: the decoded body, and
+    headers that no longer claim an encoding or a length of the original bytes."""
+    headers = [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        content=body,
+        request=response.request,
+        extensions={"http_version": response.extensions.get("http_version", b"HTTP/1.1")},
+    )
 
 
 def _outcome_error(state: tenacity.RetryCallState) -> BaseException | None:

@@ -102,6 +102,7 @@ def error_from_payload(
     response: httpx.Response | None,
     secret: str | None,
     fallback: str = "",
+    raw_body: bytes | None = None,
 ) -> APIStatusError:
     """An ``APIStatusError`` of the class for ``status_code``, from a decoded body."""
     message = _error_message(payload, fallback) or httpx.codes.get_reason_phrase(status_code)
@@ -111,6 +112,7 @@ def error_from_payload(
         f"Error code: {status_code} - {message}",
         status_code=status_code,
         body=payload,
+        raw_body=raw_body,
         response=response,
         server_load=server_load,
         request_id=request_id,
@@ -134,6 +136,7 @@ def error_from_response(
         response=response,
         secret=secret,
         fallback=fallback,
+        raw_body=body,
     )
 
 

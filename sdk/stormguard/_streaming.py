@@ -52,6 +52,7 @@ class _StreamState(Generic[T]):
         self.in_caller_hands = False
         self.failure: APIError | None = None
         self.usage_total: object = None
+        self.raw_prefix: list[bytes] = []
         self.delivered = 0
         self.info = CallInfo(
             server_load=call.server_load,
@@ -90,6 +91,8 @@ class _StreamState(Generic[T]):
             )
 
     def feed(self, raw: bytes) -> None:
+        if self.call.spec.raw and not self.in_caller_hands:
+            self.raw_prefix.append(raw)  # replayed to the transport's caller as it came
         try:
             events = self.decoder.feed(raw)
         except EventTooLargeError as exc:
