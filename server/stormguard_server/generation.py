@@ -19,7 +19,13 @@ from typing import Any
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from stormguard.protocol import Priority, parse_attempt, parse_deadline_ms, parse_priority
+from stormguard.protocol import (
+    HEADER_REQUEST_ID,
+    Priority,
+    parse_attempt,
+    parse_deadline_ms,
+    parse_priority,
+)
 from stormguard_server import openai_format, sse
 from stormguard_server.admission import Permit, ShedError
 from stormguard_server.disconnect import ClientGone, unless_disconnected
@@ -159,8 +165,16 @@ class _Flight:
 
 
 async def serve_generation(state: ServerState, call: GenerationCall, receive: Receive) -> Response:
-    """Admit, generate and answer one request (see the module docstring)."""
+    """Admit, generate and answer one request (see the module docstring). Every answer
+    carries ``x-request-id``: the completion's id, also in the logs and records."""
     flight = _Flight(state, call)
+    response = await _serve(flight, receive)
+    response.headers[HEADER_REQUEST_ID] = flight.request_id
+    return response
+
+
+async def _serve(flight: _Flight, receive: Receive) -> Response:
+    state, call = flight.state, flight.call
     record = flight.record
     for observer in state.observers:
         observer.request_arrived(record)

@@ -244,3 +244,17 @@ async def test_engine_crash_mid_stream_is_a_vllm_style_error_event(
     assert error["code"] == 503 and "crashed" in error["message"]
     assert all("choices" in json.loads(e) for e in events[:-2])
     assert len(events) > 3
+
+
+async def test_generation_answers_carry_the_request_id(client: httpx.AsyncClient) -> None:
+    ok = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+    assert ok.headers["x-request-id"] == ok.json()["id"]
+    streamed = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1, "stream": True})
+    assert streamed.headers["x-request-id"].startswith("cmpl-")
+    assert streamed.headers["x-request-id"] in streamed.text
+    shed = await client.post(
+        CHAT,
+        json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 1},
+        headers={"x-request-deadline-ms": "0"},
+    )
+    assert shed.status_code == 503 and shed.headers["x-request-id"].startswith("chatcmpl-")
