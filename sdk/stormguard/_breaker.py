@@ -31,13 +31,14 @@ Defaults, and the reasons for them (docs/breakers.md has the long version):
   ``max_open_time=60`` s, never shorter than the server's ``Retry-After``: the
   server knows when it will be back (the reference server says so from its
   restart and drain times), 5 s costs little when it was a blip, and doubling
-  reaches the cap in four re-trips, Envoy's ``base_ejection_time`` growth. The
-  cap matches ``RetryPolicy.max_retry_after``: a server cannot park a client
-  for an hour.
+  reaches the cap in four re-trips (5, 10, 20, 40, 60). Envoy grows its
+  ejection time with each ejection too (``base_ejection_time`` times the
+  ejections, up to ``max_ejection_time``). The cap matches
+  ``RetryPolicy.max_retry_after``: a server cannot park a client for an hour.
 * ``jitter=0.1``: the open time is lengthened by up to 10 %, never shortened
   (so it stays at least the Retry-After). One crash trips every client's
   breaker in the same second; without jitter all of them would probe in the
-  same second too.
+  same second too (Envoy offers ``max_ejection_time_jitter`` as well).
 * ``half_open_calls=2`` concurrent probes, ``half_open_successes=2`` to close;
   any probe failure re-opens. Two, so a still-sick server gets two requests
   per client per open period, not a flood (seed 000: recover with a small
