@@ -370,6 +370,21 @@ class CircuitBreaker:
         self._emit()
         return state
 
+    @property
+    def accepting(self) -> bool:
+        """Whether ``before_call`` would grant a permit now (closed, or half-open with a
+        free probe slot): what endpoint choice asks before picking this endpoint."""
+        with self._lock:
+            now = self._clock.now()
+            self._advance(now)
+            if self._state is CircuitState.HALF_OPEN:
+                self._reclaim_lost_probes(now)
+                accepting = len(self._probes) < self.config.half_open_calls
+            else:
+                accepting = self._state is CircuitState.CLOSED
+        self._emit()
+        return accepting
+
     def snapshot(self) -> BreakerState:
         """Counts and state at this instant."""
         with self._lock:

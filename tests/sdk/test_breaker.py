@@ -253,6 +253,21 @@ def test_half_open_admits_a_limited_number_of_probes() -> None:
     assert breaker.snapshot().probes_in_flight == 2
 
 
+def test_accepting_says_whether_a_permit_would_be_granted() -> None:
+    clock = FakeClock()
+    breaker = make(clock)
+    assert breaker.accepting
+    trip(breaker)
+    assert not breaker.accepting
+    clock.advance(5.0)
+    assert breaker.accepting  # half-open, probe slots free
+    first, _ = breaker.before_call(), breaker.before_call()
+    assert not breaker.accepting
+    assert breaker.snapshot().probes_in_flight == 2  # asking took no slot
+    first.ignore()
+    assert breaker.accepting
+
+
 def test_ignore_releases_a_probe_slot_without_deciding() -> None:
     breaker = half_open(FakeClock())
     first, _ = breaker.before_call(), breaker.before_call()
