@@ -7,6 +7,14 @@ server's load headers on every result and error.
 
 from ._async_client import AsyncClient
 from ._base_client import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
+from ._breaker import (
+    BreakerConfig,
+    BreakerRegistry,
+    BreakerState,
+    BreakerTransition,
+    CircuitBreaker,
+    CircuitState,
+)
 from ._budget import BudgetState, RetryBudget
 from ._client import Client
 from ._clock import Clock
@@ -30,6 +38,7 @@ from ._exceptions import (
     ServiceUnavailableError,
     StormguardError,
     StreamInterruptedError,
+    ThrottledError,
     TokenRateLimitedError,
     UnprocessableEntityError,
 )
@@ -52,6 +61,7 @@ from ._models import (
 from ._retry import RetryPolicy
 from ._stats import CallStats
 from ._streaming import AsyncStream, Stream
+from ._throttle import AdaptiveThrottle
 from ._transport import (
     AsyncStormguardTransport,
     StormguardTransport,
@@ -69,12 +79,17 @@ __all__ = [
     "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
+    "AdaptiveThrottle",
     "AsyncClient",
     "AsyncStormguardTransport",
     "AsyncStream",
     "AttemptRecord",
     "AuthenticationError",
     "BadRequestError",
+    "BreakerConfig",
+    "BreakerRegistry",
+    "BreakerState",
+    "BreakerTransition",
     "BudgetState",
     "CallInfo",
     "CallStats",
@@ -84,7 +99,9 @@ __all__ = [
     "Choice",
     "ChoiceDelta",
     "ChunkChoice",
+    "CircuitBreaker",
     "CircuitOpenError",
+    "CircuitState",
     "Client",
     "Clock",
     "Completion",
@@ -112,6 +129,7 @@ __all__ = [
     "StormguardTransport",
     "Stream",
     "StreamInterruptedError",
+    "ThrottledError",
     "TokenRateLimitedError",
     "UnprocessableEntityError",
     "__version__",

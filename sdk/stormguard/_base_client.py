@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypedDict
 
 import httpx
 
+from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Unpack
@@ -23,6 +24,7 @@ from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion,
 from ._pipeline import CallSpec
 from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
+from ._throttle import AdaptiveThrottle
 from ._version import __version__
 from .protocol import HEADER_PRIORITY, Priority
 from .tokens import TokenPolicy
@@ -36,6 +38,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
+DEFAULT_BREAKER = BreakerConfig()
 
 
 class NotGiven:
@@ -125,6 +128,9 @@ class ClientCore:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         token_policy: TokenPolicy | None = None,
         fallback_models: Sequence[str] = (),
+        breaker: BreakerConfig | None = DEFAULT_BREAKER,
+        breaker_listeners: Sequence[BreakerListener] = (),
+        throttle: AdaptiveThrottle | None = None,
         clock: Clock | None = None,
     ) -> None:
         if base_url is None:
@@ -153,6 +159,15 @@ class ClientCore:
         self.rng = random.Random()
         self.stats = StatsRecorder()
         self.picker = EndpointPicker(self.endpoints, clock=self.clock, rng=self.rng)
+        #: One breaker per (endpoint, model); None when breakers are turned off.
+        self.breakers = (
+            None
+            if breaker is None
+            else BreakerRegistry(
+                breaker, clock=self.clock, rng=self.rng, listeners=breaker_listeners
+            )
+        )
+        self.throttle = throttle
         #: The first endpoint: token lookups and ``client.base_url`` use it.
         self.base_url = self.picker.states[0].base_url
         headers = {
@@ -282,7 +297,10 @@ class ClientOptions(TypedDict, total=False):
     ``max_response_bytes`` caps a response body; ``token_policy`` counts tokens
     and refuses what cannot fit before any I/O (``stormguard.tokens``);
     ``fallback_models`` serve a call, in order, when the model asked for is
-    overloaded or its breaker is open (the result says ``degraded``); ``clock`` is for tests
+    overloaded or its breaker is open (the result says ``degraded``); ``breaker``
+    configures the circuit breaker of every (endpoint, model), None turns them
+    off, ``breaker_listeners`` receive their state changes; ``throttle`` adds
+    SRE-style adaptive throttling; ``clock`` is for tests
     (``stormguard.testing.FakeClock``).
     """
 
@@ -298,6 +316,9 @@ class ClientOptions(TypedDict, total=False):
     max_response_bytes: int
     token_policy: TokenPolicy | None
     fallback_models: Sequence[str]
+    breaker: BreakerConfig | None
+    breaker_listeners: Sequence[BreakerListener]
+    throttle: AdaptiveThrottle | None
     clock: Clock | None
 
 
@@ -317,8 +338,12 @@ class BaseClient:
         return self._core.budget
 
     def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, budget refusals and retry amplification."""
-        return self._core.stats.snapshot()
+        """Logical calls, attempts, retries, budget refusals, fallbacks, retry
+        amplification, and the state of every breaker."""
+        breakers = self._core.breakers
+        return self._core.stats.snapshot(
+            breakers=tuple(breakers.snapshot().values()) if breakers is not None else ()
+        )
 
     def __repr__(self) -> str:
         # Never the API key.

@@ -26,7 +26,14 @@ import httpx
 import tenacity
 
 from ._deadline import Deadline
-from ._exceptions import APIError, APIResponseValidationError, APITimeoutError, StormguardError
+from ._exceptions import (
+    APIError,
+    APIResponseValidationError,
+    APITimeoutError,
+    CircuitOpenError,
+    StormguardError,
+    ThrottledError,
+)
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._models import APIResult, CallInfo, Record
@@ -35,6 +42,7 @@ from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
 
 if TYPE_CHECKING:
     from ._base_client import ClientCore
+    from ._breaker import Permit
     from ._endpoints import EndpointState
     from .tokens import Precheck, Reservation
 
@@ -88,6 +96,9 @@ class LogicalCall:
 
         self._endpoint: EndpointState | None = None
         self._last_endpoint: str | None = None
+        self._permit: Permit | None = None
+        self._attempt_error: BaseException | None = None
+        self._settled = True  # no attempt yet
         self._delay_before = 0.0
         self._next_delay = 0.0
         self._started = 0.0
@@ -221,6 +232,8 @@ class LogicalCall:
             reason = "max_attempts"
         elif not self.deadline.allows_sleep(self._next_delay):
             reason = "deadline"
+        elif not self.any_endpoint_accepting():
+            reason = "circuit_open"
         elif not self.core.budget.try_spend():
             self.core.stats.budget_refusal()
             reason = "budget"
@@ -244,9 +257,11 @@ class LogicalCall:
         remaining = self.deadline.remaining()
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
-        endpoint = self._choose_endpoint()
+        endpoint, self._permit = self._choose_endpoint()
         self.core.picker.started(endpoint)
         self._endpoint = endpoint
+        self._attempt_error = None
+        self._settled = False
         self.attempt_number += 1
         self.total_attempts += 1
         self._record_open = True
@@ -266,10 +281,40 @@ class LogicalCall:
             timeout=self.core.attempt_timeout(remaining),
         )
 
-    def _choose_endpoint(self) -> EndpointState:
-        """The endpoint of the next attempt: a retry avoids the previous one."""
+    def _choose_endpoint(self) -> tuple[EndpointState, Permit | None]:
+        """The endpoint of the next attempt and its breaker permit. A retry avoids the
+        previous endpoint; endpoints whose breaker is open are skipped; with all of
+        them open the call fails now, with no I/O (``CircuitOpenError``)."""
+        core = self.core
+        if core.throttle is not None and core.throttle.should_reject():
+            raise ThrottledError(
+                "Rejected locally by adaptive throttling: the server has been refusing"
+                " most requests",
+                probability=core.throttle.probability(),
+            )
         avoid = self._last_endpoint if self.attempt_number > 0 else None
-        return self.core.picker.candidates(avoid=avoid)[0]
+        registry = core.breakers
+        if registry is None:
+            return core.picker.candidates(avoid=avoid)[0], None
+        model = self.spec.model
+        refusal: CircuitOpenError | None = None
+        for state in core.picker.candidates(avoid=avoid):
+            try:
+                return state, registry.get(state.name, model).before_call()
+            except CircuitOpenError as exc:
+                if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
+                    refusal = exc
+        assert refusal is not None  # there is always at least one endpoint
+        raise refusal
+
+    def any_endpoint_accepting(self) -> bool:
+        """Whether a retry could be sent now (some endpoint's breaker lets calls in)."""
+        registry = self.core.breakers
+        if registry is None:
+            return True
+        return any(
+            registry.get(state.name, self.spec.model).accepting for state in self.core.picker.states
+        )
 
     def remaining_or_none(self) -> float | None:
         """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
@@ -285,6 +330,8 @@ class LogicalCall:
 
     def failed(self, error: APIError) -> APIError:
         """Record that the attempt ended in ``error`` and return it, to be raised."""
+        self._attempt_error = error
+        self._settle(None, error)
         if self._pending is None or self._pending[1] is None:
             status = self._pending[0] if self._pending else getattr(error, "status_code", None)
             self._note(status, type(error).__name__)
@@ -294,10 +341,13 @@ class LogicalCall:
         self._pending = (status, error_type, self.core.clock.now() - self._started)
 
     def _close_record(self, outcome: str) -> None:
+        if not self._record_open:
+            return  # no attempt was sent (refused before it: open breaker, throttle)
         status, error_type, duration = self._pending or (None, None, 0.0)
         if self._pending is None:
             duration = self.core.clock.now() - self._started
         self._record_open = False
+        self._settle(outcome, None if outcome == _OK else self._attempt_error)
         endpoint = self._endpoint
         if endpoint is not None:
             self.core.picker.finished(endpoint)
@@ -316,6 +366,23 @@ class LogicalCall:
             )
         )
         self._pending = None
+
+    def _settle(self, outcome: str | None, error: BaseException | None = None) -> None:
+        """Tell the breaker and the throttle how the attempt went, once: as soon as it
+        failed (so the retry decision sees an opened breaker) or when it ended.
+        Nothing is told of a cancelled attempt: that says nothing about the server."""
+        if self._settled:
+            return
+        self._settled = True
+        permit, self._permit = self._permit, None
+        if outcome == "cancelled":
+            if permit is not None:
+                permit.ignore()
+            return
+        if permit is not None:
+            permit.settle(error)
+        if self.core.throttle is not None:
+            self.core.throttle.record(error)
 
     def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
         """The result of a read response, or the status error to raise (and retry).

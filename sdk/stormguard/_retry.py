@@ -30,7 +30,9 @@ from ._exceptions import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,
+    CircuitOpenError,
     StreamInterruptedError,
+    ThrottledError,
 )
 
 __all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy"]
@@ -94,6 +96,10 @@ class RetryPolicy:
         """Whether the failure of one attempt is worth another attempt."""
         if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
             return RetryDecision(False, "cancelled")
+        if isinstance(error, CircuitOpenError):
+            return RetryDecision(False, "circuit_open")
+        if isinstance(error, ThrottledError):
+            return RetryDecision(False, "throttled")
         if isinstance(error, StreamInterruptedError):
             # Cut before the first chunk reached the caller (later cuts never get
             # here): nothing was delivered, so trying again is safe.

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._breaker import BreakerState
 
 __all__ = ["CallStats", "StatsRecorder"]
 
@@ -18,6 +22,8 @@ class CallStats:
     retries_refused_by_budget: int
     #: Times a call moved on to a fallback model.
     fallbacks: int = 0
+    #: The state of each (endpoint, model) breaker the client has used.
+    breakers: tuple[BreakerState, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -50,8 +56,8 @@ class StatsRecorder:
         with self._lock:
             self._fallbacks += 1
 
-    def snapshot(self) -> CallStats:
+    def snapshot(self, *, breakers: tuple[BreakerState, ...] = ()) -> CallStats:
         with self._lock:
             return CallStats(
-                self._calls, self._attempts, self._retries, self._refused, self._fallbacks
+                self._calls, self._attempts, self._retries, self._refused, self._fallbacks, breakers
             )

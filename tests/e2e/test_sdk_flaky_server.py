@@ -43,7 +43,7 @@ def run_calls(client: stormguard.Client, n: int, workers: int = 4) -> tuple[int,
             try:
                 client.chat.completions.create(messages=MESSAGES, max_tokens=4)
                 ok = True
-            except stormguard.APIError:
+            except stormguard.StormguardError:  # open breakers fail fast, without I/O
                 ok = False
             with lock:
                 results.append(ok)
@@ -102,7 +102,8 @@ def test_transient_503s_with_default_budget_stay_within_it(server: FlakyServer) 
 
 def test_full_outage_amplification_stays_within_the_budget(server: FlakyServer) -> None:
     server.reset(outage=True, retry_after_ms=5)
-    with stormguard.Client(base_url=server.base_url, model="e2e") as client:
+    # The budget alone (breaker off): the breaker would stop the calls even sooner.
+    with stormguard.Client(base_url=server.base_url, model="e2e", breaker=None) as client:
         ok, failed = run_calls(client, 100)
         stats = client.stats()
         assert pool_requests(client) == 0  # 100 failed calls and their retries leaked nothing
@@ -113,6 +114,20 @@ def test_full_outage_amplification_stays_within_the_budget(server: FlakyServer) 
     assert retries <= 0.1 * 100 + 0.1 * 10  # ratio * calls + floor * window
     assert stats.retry_amplification == server.seen.requests / 100
     assert stats.retries_refused_by_budget >= 100 - retries - 1
+
+
+def test_full_outage_breaker_fails_fast_then_recovers(server: FlakyServer) -> None:
+    server.reset(outage=True, retry_after_ms=5)
+    breaker = stormguard.BreakerConfig(consecutive_failures=5, open_time=0.3, jitter=0.0)
+    with stormguard.Client(base_url=server.base_url, model="e2e", breaker=breaker) as client:
+        ok, failed = run_calls(client, 100, workers=1)
+        assert (ok, failed) == (0, 100)
+        assert server.seen.requests <= 6  # 5 to trip it (+1 budgeted retry), then none
+        server.reset(outage=False)
+        time.sleep(0.35)  # the open time passes: the next call is a half-open probe
+        ok, failed = run_calls(client, 20, workers=1)
+    assert (ok, failed) == (20, 0)
+    assert server.seen.requests == 20
 
 
 def test_slow_server_hits_the_total_deadline(server: FlakyServer) -> None:
