@@ -159,6 +159,9 @@ class ClientCore:
         self.rng = random.Random()
         self.stats = StatsRecorder()
         self.picker = EndpointPicker(self.endpoints, clock=self.clock, rng=self.rng)
+        for served in (model, *self.fallback_models):
+            if served is not None:
+                self.picker.serving(served)  # a clear error now for a model no endpoint serves
         #: One breaker per (endpoint, model); None when breakers are turned off.
         self.breakers = (
             None

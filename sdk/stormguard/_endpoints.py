@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import httpx
@@ -58,24 +58,35 @@ class Endpoint:
     weight: float = 1.0
     #: Shown in attempt records, breaker names and stats; ``host:port`` by default.
     name: str | None = None
+    #: The models this server serves (None: any). A call goes only to endpoints that
+    #: serve its model, so a fallback model can live on another pool of servers.
+    models: Collection[str] | None = None
 
     def __post_init__(self) -> None:
         if not (self.weight > 0 and self.weight < float("inf")):
             raise ValueError(f"endpoint weight must be a positive number, got {self.weight!r}")
+        if self.models is not None:
+            if isinstance(self.models, str):
+                raise TypeError("models must be a collection of model names, not one string")
+            object.__setattr__(self, "models", frozenset(self.models))
 
 
 class EndpointState:
     """What the client knows of one endpoint right now."""
 
-    __slots__ = ("base_url", "in_flight", "load", "load_at", "name", "weight")
+    __slots__ = ("base_url", "in_flight", "load", "load_at", "models", "name", "weight")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.base_url, default_name = normalize_base_url(endpoint.base_url)
         self.name = endpoint.name or default_name
         self.weight = endpoint.weight
+        self.models = None if endpoint.models is None else frozenset(endpoint.models)
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
+
+    def serves(self, model: str | None) -> bool:
+        return self.models is None or model is None or model in self.models
 
     def url_for(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
@@ -116,15 +127,28 @@ class EndpointPicker:
         self._stale_after = stale_after
         self._lock = threading.Lock()
 
+    def serving(self, model: str | None) -> list[EndpointState]:
+        """The endpoints that serve ``model``; ValueError when none does (a
+        configuration mistake, better said before any request than as a 404)."""
+        states = [s for s in self.states if s.serves(model)]
+        if not states:
+            raise ValueError(f"no endpoint of this client serves model {model!r}")
+        return states
+
     def candidates(
-        self, *, avoid: str | None = None, usable: Callable[[EndpointState], bool] = lambda s: True
+        self,
+        *,
+        model: str | None = None,
+        avoid: str | None = None,
+        usable: Callable[[EndpointState], bool] = lambda s: True,
     ) -> list[EndpointState]:
-        """Endpoints in the order to try them: the power-of-two-choices winner first,
-        then the rest by load. ``avoid`` (the endpoint of the previous attempt) goes
-        last when any other usable endpoint exists."""
+        """Endpoints serving ``model`` in the order to try them: the
+        power-of-two-choices winner first, then the rest by load. ``avoid`` (the
+        endpoint of the previous attempt) goes last when another usable one exists."""
+        serving = self.serving(model)
         with self._lock:
             now = self._clock.now()
-            usable_states = [s for s in self.states if usable(s)]
+            usable_states = [s for s in serving if usable(s)]
             preferred = [s for s in usable_states if s.name != avoid] or usable_states
             if len(preferred) <= 1:
                 first = preferred

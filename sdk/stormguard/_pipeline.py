@@ -294,11 +294,11 @@ class LogicalCall:
             )
         avoid = self._last_endpoint if self.attempt_number > 0 else None
         registry = core.breakers
-        if registry is None:
-            return core.picker.candidates(avoid=avoid)[0], None
         model = self.spec.model
+        if registry is None:
+            return core.picker.candidates(model=model, avoid=avoid)[0], None
         refusal: CircuitOpenError | None = None
-        for state in core.picker.candidates(avoid=avoid):
+        for state in core.picker.candidates(model=model, avoid=avoid):
             try:
                 return state, registry.get(state.name, model).before_call()
             except CircuitOpenError as exc:
@@ -312,8 +312,9 @@ class LogicalCall:
         registry = self.core.breakers
         if registry is None:
             return True
+        model = self.spec.model
         return any(
-            registry.get(state.name, self.spec.model).accepting for state in self.core.picker.states
+            registry.get(state.name, model).accepting for state in self.core.picker.serving(model)
         )
 
     def remaining_or_none(self) -> float | None:

@@ -114,3 +114,35 @@ async def test_load_headers_steer_later_calls(api: Api) -> None:
     # Once each has reported, b (queue 0) wins every two-choice draw against a (queue 40).
     assert served["gpu-a"] <= 2
     assert client.base_url == A
+
+
+async def test_models_per_endpoint_route_calls_and_fallbacks(api: Api) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        big = mock.post(f"{A}/chat/completions").respond(
+            503, json={}, headers={"x-load-shed": "queue_full"}
+        )
+        small = mock.post(f"{B}/chat/completions").respond(200, json=chat_json())
+        client = api.client(
+            base_url=[
+                Endpoint(A, models=["big"]),
+                Endpoint(B, models=frozenset({"small"})),
+            ],
+            model="big",
+            fallback_models=["small"],
+            retry_policy=stormguard.RetryPolicy(max_attempts=2),
+        )
+        resp = await api.run(client.chat.completions.create(messages=MESSAGES))
+    assert resp.degraded and resp.served_model == "small"
+    assert big.call_count == 2  # both attempts of "big" went to the only server that has it
+    assert small.call_count == 1
+
+
+def test_a_model_no_endpoint_serves_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="serves model 'huge'"):
+        stormguard.Client(base_url=[Endpoint(A, models=["big"])], model="huge")
+    with pytest.raises(ValueError, match="serves model 'tiny'"):
+        stormguard.Client(
+            base_url=[Endpoint(A, models=["big"])], model="big", fallback_models=["tiny"]
+        )
+    with pytest.raises(TypeError, match="models"):
+        Endpoint(A, models="big")  # type: ignore[arg-type]
