@@ -222,10 +222,24 @@ class LogicalCall:
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         error = _outcome_error(state)
-        self._next_delay = self.core.retry_policy.delay(
-            error if error is not None else Exception(), self.attempt_number, self.core.rng
-        )
+        policy = self.core.retry_policy
+        if self._can_retry_elsewhere():
+            # Retry-After is the advice of the server that sent it; a retry that goes
+            # to another, healthy endpoint only needs the jittered backoff.
+            self._next_delay = policy.backoff(self.attempt_number, self.core.rng)
+        else:
+            self._next_delay = policy.delay(
+                error if error is not None else Exception(), self.attempt_number, self.core.rng
+            )
         return self._next_delay
+
+    def _can_retry_elsewhere(self) -> bool:
+        last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
+        registry, model = self.core.breakers, self.spec.model
+        return any(
+            state.name != last and (registry is None or registry.get(state.name, model).accepting)
+            for state in self.core.picker.serving(model)
+        )
 
     def _stop(self, state: tenacity.RetryCallState) -> bool:
         if self.attempt_number >= self.core.retry_policy.max_attempts:

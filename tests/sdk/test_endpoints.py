@@ -146,3 +146,27 @@ def test_a_model_no_endpoint_serves_is_a_clear_error() -> None:
         )
     with pytest.raises(TypeError, match="models"):
         Endpoint(A, models="big")  # type: ignore[arg-type]
+
+
+async def test_retry_after_of_one_server_does_not_delay_a_retry_to_another(api: Api) -> None:
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(f"{A}/chat/completions").respond(503, json={}, headers={"retry-after": "30"})
+        mock.post(f"{B}/chat/completions").respond(200, json=chat_json())
+        client = api.client(base_url=[A, B], breaker=None)
+        for _ in range(20):
+            await api.run(client.chat.completions.create(messages=MESSAGES))
+    assert api.clock.sleeps, "some calls went to a first and were retried on b"
+    assert max(api.clock.sleeps) <= 0.5  # the jittered backoff, not a's 30 s
+
+
+async def test_retry_after_is_honoured_when_the_retry_goes_back_to_the_same_server(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=[
+            httpx.Response(503, json={}, headers={"retry-after": "7"}),
+            httpx.Response(200, json=chat_json()),
+        ]
+    )
+    await api.run(api.client().chat.completions.create(messages=MESSAGES))
+    assert api.clock.sleeps == [7.0]
