@@ -1,0 +1,11 @@
+"""The drill: seed 000's avalanche reproduced on the reference server, then defeated.
+
+Every client (openai-python with its default retries, openai-python inside a
+tenacity retry, stormguard) meets every server (admission off, admission on)
+under the same seeded workload: steady Poisson load of short prompts, a burst
+of very long prompts, then steady load again. ``stormguard-drill --help``.
+
+It lives inside an installed package (not only in bench/) so that the
+``stormguard-drill`` console script works from any install with the ``bench``
+extra; ``bench/drill.py`` is a thin launcher for a checkout.
+"""

@@ -1,0 +1,3 @@
+from stormguard_server.drill.cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""``stormguard-drill``: calibrate, run every pairing, print the table, write JSON and plots."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from stormguard_server.drill.clients import CLIENT_NAMES, ClientName
+from stormguard_server.drill.config import COLD_START_S, ENGINE_ARGS, DrillConfig, Mode, preset
+from stormguard_server.drill.plots import plot_all
+from stormguard_server.drill.report import machine, markdown_table, table, write_json
+from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all
+from stormguard_server.drill.runner import calibrate as run_calibration
+from stormguard_server.drill.servers import ServerFleet
+from stormguard_server.drill.summary import summarize
+from stormguard_server.drill.workload import build_schedule
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="stormguard-drill",
+        description="Seed 000's avalanche on the reference server: every client "
+        "(openai, openai+tenacity, stormguard) x every server (admission off, on) under "
+        "the same seeded workload. Traffic goes to 127.0.0.1 only.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="short run (under 2 minutes)")
+    parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the e2e test
+    parser.add_argument("--seed", type=int, default=0, help="seed of the workload and engine")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="output directory (default bench/results/drill-MODE)"
+    )
+    parser.add_argument("--engine", default="sim", choices=["sim"], help="engine of the servers")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="pairings run at once, each on its own server; 1 keeps them from competing for CPU",
+    )
+    parser.add_argument(
+        "--clients", default=",".join(CLIENT_NAMES), help="comma-separated subset of clients"
+    )
+    parser.add_argument(
+        "--admission", default="off,on", help="comma-separated subset of server modes"
+    )
+    return parser
+
+
+def _pairings(args: argparse.Namespace) -> list[tuple[ClientName, Admission]]:
+    clients = [c for c in CLIENT_NAMES if c in args.clients.split(",")]
+    admissions = [a for a in ADMISSIONS if a in args.admission.split(",")]
+    if not clients or not admissions:
+        raise SystemExit("no pairing selected: check --clients and --admission")
+    return [(c, a) for a in admissions for c in clients]
+
+
+async def drill(
+    config: DrillConfig, out: Path, pairings: list[tuple[ClientName, Admission]]
+) -> dict[str, Any]:
+    """The whole drill; returns the JSON document."""
+    schedule = build_schedule(config.workload, config.seed)
+    started = time.monotonic()
+    async with ServerFleet(out / "logs", ENGINE_ARGS) as fleet:
+        print(f"calibrating for {config.calibration_s:.0f} s ...", file=sys.stderr)
+        calibration = await run_calibration(fleet, config)
+        print(f"capacity: {calibration.capacity_tps:.0f} completion tokens/s", file=sys.stderr)
+        with tqdm(total=len(schedule) * len(pairings), unit="req", file=sys.stderr) as bar:
+            runs = await run_all(fleet, config, schedule, pairings, bar.update)
+    summaries = [summarize(run, config.workload, calibration.capacity_tps) for run in runs]
+    return {
+        "mode": config.mode,
+        "seed": config.seed,
+        "engine": config.engine,
+        "engine_args": list(ENGINE_ARGS),
+        "cold_start_s": COLD_START_S,
+        "concurrency": config.concurrency,
+        "workload": asdict(config.workload),
+        "patience": asdict(config.patience),
+        "logical_requests_per_pairing": len(schedule),
+        "calibration": asdict(calibration),
+        "machine": machine(),
+        "wall_time_s": round(time.monotonic() - started, 1),
+        "pairings": summaries,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    mode: Mode = "tiny" if args.tiny else "quick" if args.quick else "full"
+    config = preset(mode, seed=args.seed, concurrency=max(1, args.concurrency), engine=args.engine)
+    out: Path = args.out or Path("bench/results") / f"drill-{mode}"
+    try:
+        document = asyncio.run(drill(config, out, _pairings(args)))
+    except KeyboardInterrupt:
+        print("interrupted: every server was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    write_json(out / "drill.json", document)
+    workload = config.workload
+    plots = plot_all(document["pairings"], (workload.burst_start_s, workload.burst_end_s), out)
+    (out / "table.md").write_text(markdown_table(document["pairings"]) + "\n")
+    print(table(document["pairings"]))
+    print(
+        f"\ncapacity {document['calibration']['capacity_tps']:.0f} tok/s; "
+        f"wall time {document['wall_time_s']} s"
+    )
+    print(f"JSON: {out / 'drill.json'}; plots: {', '.join(p.name for p in plots)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""PNG plots over time, one line per pairing, one file per series.
+
+matplotlib's Agg backend: no display needed. Small figures at a low DPI, because the
+full run's plots are committed under docs/benchmarks/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+# (series key, y label, file name)
+PLOTS = (
+    ("attempts_per_s", "attempts/s at the server", "attempts_per_s.png"),
+    ("successes_per_s", "successful logical requests/s", "successes_per_s.png"),
+    ("queue_depth", "queue depth (requests)", "queue_depth.png"),
+    ("kv_cache_usage", "KV-cache usage (0..1)", "kv_cache_usage.png"),
+    ("restarts", "engine restarts (cumulative)", "restarts.png"),
+)
+_STYLE = {"off": "--", "on": "-"}
+_COLORS = {"openai": "tab:red", "openai+tenacity": "tab:orange", "stormguard": "tab:blue"}
+
+
+def plot_all(
+    pairings: Sequence[dict[str, Any]], burst: tuple[float, float], out_dir: Path
+) -> list[Path]:
+    """Write every plot to ``out_dir``; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for key, label, filename in PLOTS:
+        fig, ax = plt.subplots(figsize=(8, 3.6), dpi=80)
+        ax.axvspan(*burst, color="0.85", label="burst of long prompts")
+        for p in pairings:
+            points = p["timeseries"][key]
+            if not points:
+                continue
+            xs, ys = zip(*points, strict=True)
+            ax.plot(
+                xs,
+                ys,
+                _STYLE.get(p["admission"], "-"),
+                color=_COLORS.get(p["client"]),
+                linewidth=1.2,
+                label=f"{p['client']}, admission {p['admission']}",
+            )
+        ax.set_xlabel("seconds since the pairing started")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+        fig.tight_layout()
+        path = out_dir / filename
+        fig.savefig(path)
+        plt.close(fig)
+        paths.append(path)
+    return paths

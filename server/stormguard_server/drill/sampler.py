@@ -1,0 +1,82 @@
+"""Polls a server's /metrics a few times a second: the gauges and counters over time.
+
+Parsed with prometheus-client's own text parser. A scrape that fails (the server is
+busy) is skipped, not fatal: the plots show a gap rather than the drill stopping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+# Series the drill reads: gauges as they are, counters summed over their labels.
+SERIES = (
+    "stormguard_attempts_total",
+    "stormguard_queue_depth",
+    "stormguard_kv_cache_usage_ratio",
+    "stormguard_running_requests",
+    "stormguard_engine_ready",
+    "stormguard_engine_oom_total",
+    "stormguard_engine_restarts_total",
+    "stormguard_engine_crashes_total",
+    "stormguard_engine_oom_restart_loops_total",
+    "stormguard_gone_client_tokens_total",
+    "stormguard_engine_output_tokens_total",
+    "stormguard_output_tokens_total",
+)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Sample name -> value, summed over labels (``stormguard_attempts_total`` = all
+    attempt numbers); plus ``attempt=N`` entries for the attempt counter."""
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + sample.value
+            if sample.name == "stormguard_attempts_total":
+                key = f"stormguard_attempts_total{{attempt={sample.labels.get('attempt')}}}"
+                values[key] = sample.value
+    return values
+
+
+@dataclass
+class MetricsSampler:
+    """Background poller of one server; ``samples`` is [(t, values)]."""
+
+    root: str
+    t0: float
+    hz: float
+    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+
+    async def scrape(self, http: httpx.AsyncClient) -> dict[str, float] | None:
+        with contextlib.suppress(httpx.HTTPError):
+            response = await http.get(f"{self.root}/metrics")
+            if response.status_code == 200:
+                return parse_metrics(response.text)
+        return None
+
+    async def run(self) -> None:
+        """Scrape until cancelled."""
+        period = 1.0 / self.hz
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                started = time.monotonic()
+                values = await self.scrape(http)
+                if values is not None:
+                    self.samples.append((started - self.t0, values))
+                await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
+
+    async def final(self) -> dict[str, float]:
+        """One last scrape, retried briefly: the counters at the end of the pairing."""
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            for _ in range(5):
+                values = await self.scrape(http)
+                if values is not None:
+                    return values
+                await asyncio.sleep(0.2)
+        return self.samples[-1][1] if self.samples else {}

@@ -1,0 +1,158 @@
+"""The figures of one pairing, computed from its results and metric samples.
+
+Definitions (docs/benchmarks.md repeats them):
+
+- retry amplification = attempts / logical requests (seed 000), at the server from
+  ``stormguard_attempts_total`` and at the client from its own count;
+- goodput = completion tokens of successful logical requests per second; a call's
+  tokens are spread evenly from its first chunk to its end, so a window counts the
+  tokens that were streamed inside it;
+- recovery = from the end of the burst until the success rate of logical requests
+  ending in each 1 s bin is >= 95% for 5 bins in a row (a bin where nothing ends is
+  not a success); ``None`` when that never happens before the load stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from stormguard_server.drill.app import LogicalResult
+from stormguard_server.drill.config import Workload
+from stormguard_server.drill.runner import PairingRun
+
+RECOVERY_RATE = 0.95
+RECOVERY_HOLD_BINS = 5
+BIN_S = 1.0
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def streamed_tokens(results: Sequence[LogicalResult], start: float, end: float) -> float:
+    """Completion tokens of successful requests streamed inside [start, end)."""
+    total = 0.0
+    for r in results:
+        if not r.ok or r.completion_tokens == 0:
+            continue
+        first = r.first_token_s if r.first_token_s is not None else r.end_s
+        span = r.end_s - first
+        if span <= 0:
+            total += r.completion_tokens if start <= r.end_s < end else 0
+            continue
+        overlap = max(0.0, min(end, r.end_s) - max(start, first))
+        total += r.completion_tokens * overlap / span
+    return total
+
+
+def success_bins(results: Sequence[LogicalResult], until: float) -> list[tuple[int, int]]:
+    """(successes, endings) of logical requests per 1 s bin, by when they ended."""
+    bins = [(0, 0)] * max(1, math.ceil(until / BIN_S))
+    for r in results:
+        i = int(r.end_s // BIN_S)
+        if 0 <= i < len(bins):
+            ok, n = bins[i]
+            bins[i] = (ok + int(r.ok), n + 1)
+    return bins
+
+
+def recovery_s(results: Sequence[LogicalResult], workload: Workload) -> float | None:
+    """Seconds from the end of the burst until success >= 95% for 5 s (see module doc)."""
+    bins = success_bins(results, workload.duration_s)
+    first_bin = int(workload.burst_end_s // BIN_S)
+    good = [n > 0 and ok / n >= RECOVERY_RATE for ok, n in bins]
+    for i in range(first_bin, len(bins) - RECOVERY_HOLD_BINS + 1):
+        if all(good[i : i + RECOVERY_HOLD_BINS]):
+            return max(0.0, i * BIN_S - workload.burst_end_s)
+    return None
+
+
+def _rates(samples: list[tuple[float, dict[str, float]]], name: str) -> list[tuple[float, float]]:
+    """Per-second rate of a counter between consecutive samples."""
+    out = []
+    for (t0, a), (t1, b) in itertools.pairwise(samples):
+        if t1 > t0:
+            out.append((t1, max(0.0, b.get(name, 0.0) - a.get(name, 0.0)) / (t1 - t0)))
+    return out
+
+
+def timeseries(run: PairingRun) -> dict[str, list[list[float]]]:
+    """The plotted series: [[t, value], ...] each."""
+    samples = run.samples
+    successes = success_bins(run.results, max((r.end_s for r in run.results), default=1.0))
+    return {
+        "attempts_per_s": [[t, v] for t, v in _rates(samples, "stormguard_attempts_total")],
+        "successes_per_s": [[(i + 0.5) * BIN_S, ok / BIN_S] for i, (ok, _) in enumerate(successes)],
+        "queue_depth": [[t, v.get("stormguard_queue_depth", 0.0)] for t, v in samples],
+        "kv_cache_usage": [[t, v.get("stormguard_kv_cache_usage_ratio", 0.0)] for t, v in samples],
+        "restarts": [[t, v.get("stormguard_engine_restarts_total", 0.0)] for t, v in samples],
+    }
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[str, Any]:
+    """Every figure of one pairing (the JSON entry; the table shows a subset)."""
+    results = run.results
+    logical = len(results)
+    ok = [r for r in results if r.ok]
+    final = run.final_metrics
+    server_attempts = final.get("stormguard_attempts_total", 0.0)
+    load_window = workload.duration_s
+    burst_window = workload.burst_end_s - workload.burst_start_s
+    goodput = streamed_tokens(results, 0.0, load_window) / load_window
+    burst_goodput = (
+        streamed_tokens(results, workload.burst_start_s, workload.burst_end_s) / burst_window
+    )
+    by_attempt = {
+        key.split("attempt=")[1].rstrip("}"): value
+        for key, value in final.items()
+        if key.startswith("stormguard_attempts_total{")
+    }
+    errors = Counter(r.error or "?" for r in results if not r.ok)
+    long_results = [r for r in results if r.kind == "long"]
+    return {
+        "client": run.client,
+        "admission": run.admission,
+        "logical_requests": logical,
+        "client_attempts": run.client_attempts,
+        "server_attempts": int(server_attempts),
+        "server_attempts_by_number": by_attempt,
+        "retry_amplification_server": _round(server_attempts / logical if logical else None),
+        "retry_amplification_client": _round(run.client_attempts / logical if logical else None),
+        "app_calls": sum(r.app_calls for r in results),
+        "success_rate": _round(len(ok) / logical if logical else None, 4),
+        "long_success_rate": _round(
+            sum(r.ok for r in long_results) / len(long_results) if long_results else None, 4
+        ),
+        "goodput_tps": _round(goodput, 1),
+        "goodput_ratio": _round(goodput / capacity_tps if capacity_tps else None),
+        "burst_goodput_tps": _round(burst_goodput, 1),
+        "burst_goodput_ratio": _round(burst_goodput / capacity_tps if capacity_tps else None),
+        "latency_p50_s": _round(percentile([r.latency_s for r in ok], 50)),
+        "latency_p99_s": _round(percentile([r.latency_s for r in ok], 99)),
+        "ttft_p50_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
+        "ttft_p99_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 99)),
+        "oom_count": int(final.get("stormguard_engine_oom_total", 0.0)),
+        "restart_count": int(final.get("stormguard_engine_restarts_total", 0.0)),
+        "crash_count": int(final.get("stormguard_engine_crashes_total", 0.0)),
+        "oom_restart_loop_count": int(final.get("stormguard_engine_oom_restart_loops_total", 0.0)),
+        "recovery_s": _round(recovery_s(results, workload), 2),
+        "gone_client_tokens": int(final.get("stormguard_gone_client_tokens_total", 0.0)),
+        "engine_output_tokens": int(final.get("stormguard_engine_output_tokens_total", 0.0)),
+        "max_in_flight": run.max_in_flight,
+        "errors": dict(errors.most_common()),
+        "client_stats": run.client_stats,
+        "timeseries": timeseries(run),
+    }

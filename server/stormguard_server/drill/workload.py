@@ -1,0 +1,86 @@
+"""The seeded schedule of requests: every pairing replays exactly the same one.
+
+Short prompts arrive as a Poisson process the whole time; a fixed number of long
+prompts arrive evenly spread over the burst window (a fixed count, so that a short
+window does not leave the burst to chance). Prompt lengths are drawn per
+request; the text is built from one-token words of the sim tokenizer, so a prompt of
+n words costs about n tokens at the server.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Literal
+
+from stormguard_server.drill.config import PromptShape, Workload
+
+Kind = Literal["short", "long"]
+
+# One token each for the sim tokenizer (words of up to 8 characters, space included).
+_WORDS = (
+    *("the", "cache", "queue", "token", "batch", "model", "server", "retry", "budget"),
+    *("prompt", "window", "kernel", "stream", "block", "decode", "memory", "restart"),
+    *("engine", "client", "load", "shed", "admit"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One logical request: when the application issues it and what it asks."""
+
+    index: int
+    at_s: float
+    kind: Kind
+    prompt: str
+    max_tokens: int
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        return [{"role": "user", "content": self.prompt}]
+
+
+def _poisson_times(rng: random.Random, rate: float, start: float, end: float) -> list[float]:
+    times: list[float] = []
+    if rate <= 0:
+        return times
+    t = start + rng.expovariate(rate)
+    while t < end:
+        times.append(t)
+        t += rng.expovariate(rate)
+    return times
+
+
+def _prompt(rng: random.Random, shape: PromptShape, index: int) -> str:
+    words = rng.randint(shape.min_prompt_tokens, shape.max_prompt_tokens)
+    # The request number first: every prompt differs, so output lengths (a hash of
+    # the prompt in the sim engine) differ too.
+    body = " ".join(rng.choice(_WORDS) for _ in range(words))
+    return f"request {index}: {body}"
+
+
+def build_schedule(workload: Workload, seed: int) -> list[Arrival]:
+    """Every arrival of one pairing, sorted by time."""
+    rng = random.Random(seed)
+    timed: list[tuple[float, Kind]] = [
+        (t, "short") for t in _poisson_times(rng, workload.short_rate, 0.0, workload.duration_s)
+    ]
+    window = workload.burst_end_s - workload.burst_start_s
+    timed += [
+        (workload.burst_start_s + window * i / workload.long_count, "long")
+        for i in range(workload.long_count)
+    ]
+    timed.sort()
+    arrivals = []
+    for index, (at, kind) in enumerate(timed):
+        shape = workload.short if kind == "short" else workload.long
+        arrivals.append(
+            Arrival(
+                index=index,
+                at_s=at,
+                kind=kind,
+                prompt=_prompt(rng, shape, index),
+                max_tokens=shape.max_tokens,
+            )
+        )
+    return arrivals
