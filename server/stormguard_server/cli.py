@@ -97,9 +97,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     engine = parser.add_argument_group("engine (sim)")
     engine.add_argument(
-        "--engine", default="sim", choices=["sim"], help="engine behind the admission layer"
+        "--engine",
+        default="sim",
+        choices=["sim", "vllm"],
+        help="engine behind the admission layer: the embedded simulator, or real vLLM"
+        " (then --model is a model path or name, and flags this CLI does not know are"
+        " passed to vLLM; see docs/vllm.md)",
     )
-    engine.add_argument("--model", default=_ENGINE.model, help="served model name")
+    engine.add_argument(
+        "--model", default=_ENGINE.model, help="served model name (vllm: model path or name)"
+    )
     engine.add_argument(
         "--model-alias",
         action="append",
@@ -384,7 +391,22 @@ async def serve(config: ServerConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.engine == "vllm":
+        from stormguard_server.vllm.launch import launch
+
+        config = config_from_args(args)
+        launch(
+            model=args.model,
+            host=config.host,
+            port=config.port,
+            admission=config.admission,
+            extra_args=rest,
+        )
+        return
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level, args.log_format)
     asyncio.run(serve(config_from_args(args)))
 
