@@ -70,6 +70,7 @@ from ._transport import (
 )
 from ._version import __version__
 from .protocol import Priority, ServerLoad, ShedReason
+from .telemetry import Telemetry
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -129,6 +130,7 @@ __all__ = [
     "StormguardTransport",
     "Stream",
     "StreamInterruptedError",
+    "Telemetry",
     "ThrottledError",
     "TokenRateLimitedError",
     "UnprocessableEntityError",

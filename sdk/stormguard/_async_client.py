@@ -59,18 +59,19 @@ class AsyncClient(BaseClient):
 
     async def _request(self, spec: CallSpec) -> Any:
         call = LogicalCall(self._core, spec)
-        try:
-            while True:
-                try:
-                    result = await self._run_model(call)
-                    break
-                except StormguardError as exc:
-                    if not call.fall_back(exc):
-                        raise
-        except StormguardError as exc:
-            call.annotate(exc)
-            raise
-        return call.finish(result)
+        with call.observing():
+            try:
+                while True:
+                    try:
+                        result = await self._run_model(call)
+                        break
+                    except StormguardError as exc:
+                        if not call.fall_back(exc):
+                            raise
+            except StormguardError as exc:
+                call.annotate(exc)
+                raise
+            return call.finish(result)
 
     async def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
@@ -89,7 +90,7 @@ class AsyncClient(BaseClient):
         request = call.begin_attempt(self._http)
         try:
             # The deadline bounds the whole attempt, not only each socket operation.
-            with anyio.fail_after(call.remaining_or_none()):
+            with call.sending(), anyio.fail_after(call.remaining_or_none()):
                 response = await self._http.send(request, stream=True)
         except (httpx.HTTPError, TimeoutError) as exc:
             raise call.failed(translate_transport_error(exc)) from exc

@@ -20,6 +20,7 @@ from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Unpack
 from ._endpoints import Endpoint, EndpointPicker, normalize_base_url
+from ._events import Observer
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._pipeline import CallSpec
 from ._retry import RetryPolicy
@@ -27,6 +28,7 @@ from ._stats import CallStats, StatsRecorder
 from ._throttle import AdaptiveThrottle
 from ._version import __version__
 from .protocol import HEADER_PRIORITY, Priority
+from .telemetry import Telemetry
 from .tokens import TokenPolicy
 
 __all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "BaseClient", "ClientCore", "ClientOptions", "NotGiven"]
@@ -39,6 +41,8 @@ DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 DEFAULT_BREAKER = BreakerConfig()
+#: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
+DEFAULT_TELEMETRY = Telemetry()
 
 
 class NotGiven:
@@ -131,6 +135,7 @@ class ClientCore:
         breaker: BreakerConfig | None = DEFAULT_BREAKER,
         breaker_listeners: Sequence[BreakerListener] = (),
         throttle: AdaptiveThrottle | None = None,
+        telemetry: Observer | None = DEFAULT_TELEMETRY,
         clock: Clock | None = None,
     ) -> None:
         if base_url is None:
@@ -162,17 +167,24 @@ class ClientCore:
         for served in (model, *self.fallback_models):
             if served is not None:
                 self.picker.serving(served)  # a clear error now for a model no endpoint serves
+        #: Receives every call's events (spans, metrics); None: no events at all.
+        self.observer = telemetry
+        listeners = tuple(breaker_listeners)
+        if telemetry is not None:
+            listeners += (telemetry.breaker_changed,)
         #: One breaker per (endpoint, model); None when breakers are turned off.
         self.breakers = (
             None
             if breaker is None
-            else BreakerRegistry(
-                breaker, clock=self.clock, rng=self.rng, listeners=breaker_listeners
-            )
+            else BreakerRegistry(breaker, clock=self.clock, rng=self.rng, listeners=listeners)
         )
         self.throttle = throttle
         #: The first endpoint: token lookups and ``client.base_url`` use it.
         self.base_url = self.picker.states[0].base_url
+        first = httpx.URL(self.base_url)
+        #: ``server.address`` / ``server.port`` of the call spans.
+        self.server_address: str | None = first.host or None
+        self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)
         headers = {
             "accept": "application/json",
             "content-type": "application/json",
@@ -303,7 +315,9 @@ class ClientOptions(TypedDict, total=False):
     overloaded or its breaker is open (the result says ``degraded``); ``breaker``
     configures the circuit breaker of every (endpoint, model), None turns them
     off, ``breaker_listeners`` receive their state changes; ``throttle`` adds
-    SRE-style adaptive throttling; ``clock`` is for tests
+    SRE-style adaptive throttling; ``telemetry`` records spans and metrics
+    (``stormguard.telemetry.Telemetry``: the global OpenTelemetry providers by
+    default, None turns it off); ``clock`` is for tests
     (``stormguard.testing.FakeClock``).
     """
 
@@ -322,6 +336,7 @@ class ClientOptions(TypedDict, total=False):
     breaker: BreakerConfig | None
     breaker_listeners: Sequence[BreakerListener]
     throttle: AdaptiveThrottle | None
+    telemetry: Observer | None
     clock: Clock | None
 
 

@@ -58,18 +58,19 @@ class Client(BaseClient):
 
     def _request(self, spec: CallSpec) -> Any:
         call = LogicalCall(self._core, spec)
-        try:
-            while True:
-                try:
-                    result = self._run_model(call)
-                    break
-                except StormguardError as exc:
-                    if not call.fall_back(exc):
-                        raise
-        except StormguardError as exc:
-            call.annotate(exc)
-            raise
-        return call.finish(result)
+        with call.observing():
+            try:
+                while True:
+                    try:
+                        result = self._run_model(call)
+                        break
+                    except StormguardError as exc:
+                        if not call.fall_back(exc):
+                            raise
+            except StormguardError as exc:
+                call.annotate(exc)
+                raise
+            return call.finish(result)
 
     def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
@@ -86,7 +87,8 @@ class Client(BaseClient):
     def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         request = call.begin_attempt(self._http)
         try:
-            response = self._http.send(request, stream=True)
+            with call.sending():
+                response = self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise call.failed(translate_transport_error(exc)) from exc
         call.saw_response(response)

@@ -16,9 +16,11 @@ limit or the deadline already forbids never spends it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -26,6 +28,17 @@ import httpx
 import tenacity
 
 from ._deadline import Deadline
+from ._events import (
+    AttemptEnded,
+    AttemptStarted,
+    BudgetRefused,
+    CallEnded,
+    CallStarted,
+    FellBack,
+    FirstChunk,
+    PrecheckPassed,
+    ResponseSummary,
+)
 from ._exceptions import (
     APIError,
     APIResponseValidationError,
@@ -44,6 +57,7 @@ if TYPE_CHECKING:
     from ._base_client import ClientCore
     from ._breaker import Permit
     from ._endpoints import EndpointState
+    from ._events import CallObserver
     from .tokens import Precheck, Reservation
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
@@ -55,6 +69,7 @@ R = TypeVar("R", bound=APIResult)
 
 _OK = "ok"
 _RETRY = "retry"
+_NO_SCOPE: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +128,78 @@ class LogicalCall:
         self.degraded_from: str | None = None
         core.budget.record_call()
         core.stats.call()
+        #: The call's observer (telemetry); None when nothing is recorded: no events then.
+        self._trace: CallObserver | None = None
+        self._ended = False
+        if core.observer is not None:
+            self._trace = core.observer.start_call(self._started_event())
+
+    # -- telemetry: events for the call's observer ----------------------------------------
+
+    def _started_event(self) -> CallStarted:
+        spec, body = self.spec, self.spec.body
+        max_tokens = None
+        if body is not None:
+            value = body.get("max_tokens", body.get("max_completion_tokens"))
+            max_tokens = value if isinstance(value, int) else None
+        return CallStarted(
+            operation=spec.operation,
+            model=spec.model,
+            stream=spec.stream,
+            max_tokens=max_tokens,
+            server_address=self.core.server_address,
+            server_port=self.core.server_port,
+            body=body,
+        )
+
+    def observing(self) -> AbstractContextManager[None]:
+        """Entered by the driver around the whole call: the observer's active scope, and
+        the call's end when an exception (cancellation included) leaves it."""
+        return _NO_SCOPE if self._trace is None else self._observing(self._trace)
+
+    @contextlib.contextmanager
+    def _observing(self, trace: CallObserver) -> Iterator[None]:
+        with trace.active():
+            try:
+                yield
+            except BaseException as exc:
+                self.ended(exc)
+                raise
+
+    def sending(self) -> AbstractContextManager[None]:
+        """Entered by the driver around the HTTP send of an attempt."""
+        return _NO_SCOPE if self._trace is None else self._trace.sending()
+
+    def first_chunk(self, response_id: str | None, response_model: str | None) -> None:
+        if self._trace is not None:
+            self._trace.on_event(FirstChunk(response_id, response_model))
+
+    def ended(
+        self,
+        error: BaseException | None = None,
+        *,
+        cancelled: bool = False,
+        response: ResponseSummary | None = None,
+    ) -> None:
+        """The call is over (result, final error, or the caller left); only the first
+        report counts. A cancellation is the caller's choice, not the call's failure."""
+        if self._ended or self._trace is None:
+            return
+        self._ended = True
+        if error is not None and not isinstance(error, Exception):
+            error, cancelled = None, True  # CancelledError, KeyboardInterrupt, GeneratorExit
+        self._trace.on_event(
+            CallEnded(
+                error=error,
+                cancelled=cancelled,
+                model=self.spec.model,
+                degraded_from=self.degraded_from,
+                attempts=self.total_attempts,
+                retry_stopped_by=self.retry_stopped_by,
+                response=response,
+                budget=self.core.budget.state(),
+            )
+        )
 
     # -- the token pre-check, before any attempt ----------------------------------------
 
@@ -164,7 +251,19 @@ class LogicalCall:
         self._reservation = policy.reserve(
             check, max_wait=remaining if math.isfinite(remaining) else None
         )
-        return self._reservation.wait if self._reservation is not None else 0.0
+        wait = self._reservation.wait if self._reservation is not None else 0.0
+        if self._trace is not None:
+            self._trace.on_event(
+                PrecheckPassed(
+                    check.model,
+                    check.prompt_tokens,
+                    check.max_tokens,
+                    check.context_window,
+                    check.counter,
+                    wait,
+                )
+            )
+        return wait
 
     def settle_tokens(self, total_tokens: object) -> None:
         """Refund the unused part of the rate-limit reservation once usage is known."""
@@ -183,6 +282,8 @@ class LogicalCall:
         if self._record_open:
             self._close_record(self.retry_stopped_by or "not_retryable")
         model = self.fallbacks.pop(0)
+        if self._trace is not None:
+            self._trace.on_event(FellBack(self.spec.model, model, type(error).__name__))
         self.degraded_from = self.degraded_from or self.spec.model
         self._switch_model(model)
         self.attempt_number = 0
@@ -250,6 +351,8 @@ class LogicalCall:
             reason = "circuit_open"
         elif not self.core.budget.try_spend():
             self.core.stats.budget_refusal()
+            if self._trace is not None:
+                self._trace.on_event(BudgetRefused(self.core.budget.state()))
             reason = "budget"
         else:
             return False
@@ -285,14 +388,34 @@ class LogicalCall:
         headers[HEADER_ATTEMPT] = str(self.attempt_number)
         if math.isfinite(remaining):
             headers[HEADER_DEADLINE_MS] = str(max(int(remaining * 1000), 1))
+        url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
+        if self._trace is not None:
+            headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
         self._started = self.core.clock.now()
         self._pending = None
         return http.build_request(
             self.spec.method,
-            self.spec.absolute_url or endpoint.url_for(self.spec.path),
+            url,
             content=self._content,
             headers=headers,
             timeout=self.core.attempt_timeout(remaining),
+        )
+
+    def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:
+        permit, registry = self._permit, self.core.breakers
+        breaker = (
+            None if registry is None else registry.breaker_name(endpoint.name, self.spec.model)
+        )
+        state = None if permit is None else ("half_open" if permit.probe else "closed")
+        return AttemptStarted(
+            number=self.attempt_number,
+            model=self.spec.model,
+            method=self.spec.method,
+            url=url,
+            endpoint=endpoint.name,
+            backoff=self._delay_before,
+            breaker=breaker,
+            breaker_state=state,
         )
 
     def _choose_endpoint(self) -> tuple[EndpointState, Permit | None]:
@@ -363,6 +486,10 @@ class LogicalCall:
             duration = self.core.clock.now() - self._started
         self._record_open = False
         self._settle(outcome, None if outcome == _OK else self._attempt_error)
+        if self._trace is not None:
+            self._trace.on_event(
+                AttemptEnded(outcome, status, error_type, self.server_load, duration)
+            )
         endpoint = self._endpoint
         if endpoint is not None:
             self.core.picker.finished(endpoint)
@@ -430,9 +557,13 @@ class LogicalCall:
         """The call's answer: a record gets the history attached; a transport-mode
         response closes its attempt; a stream closed its attempt at its first chunk."""
         if isinstance(result, APIResult):
-            return self.succeeded(result)
+            result = self.succeeded(result)
+            if self._trace is not None:
+                self.ended(response=summarize(result))
+            return result
         if isinstance(result, httpx.Response):
             self._close_record(_OK)
+            self.ended()
         return result
 
     def succeeded(self, result: R) -> R:
@@ -467,6 +598,35 @@ class LogicalCall:
             self._reservation = None
         if isinstance(error, APIError) and error.server_load.is_empty:
             error.server_load = self.server_load
+
+
+def summarize(result: APIResult) -> ResponseSummary:
+    """The id, model, finish reasons, usage and text of a (non-streamed) result."""
+    usage = result.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    reasons: list[str] = []
+    texts: list[str] = []
+    choices = result.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, Mapping):
+            continue
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            reasons.append(reason)
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+        if isinstance(text, str):
+            texts.append(text)
+    response_id, model = result.get("id"), result.get("model")
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return ResponseSummary(
+        response_id=response_id if isinstance(response_id, str) else None,
+        response_model=model if isinstance(model, str) else None,
+        finish_reasons=tuple(reasons),
+        input_tokens=prompt if isinstance(prompt, int) else None,
+        output_tokens=completion if isinstance(completion, int) else None,
+        output_text=tuple(texts),
+    )
 
 
 def replay_response(response: httpx.Response, body: bytes) -> httpx.Response:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import httpx
 
+from ._events import ResponseSummary
 from ._exceptions import (
     APIError,
     APIResponseValidationError,
@@ -52,7 +53,12 @@ class _StreamState(Generic[T]):
         self.in_caller_hands = False
         self.failure: APIError | None = None
         self.usage_total: object = None
+        #: Usage and finish reasons seen in the chunks (for the call's telemetry).
+        self.usage: dict[str, Any] | None = None
+        self.finish_reasons: list[str] = []
         self.raw_prefix: list[bytes] = []
+        self.first_model: str | None = None
+        self.response_id: str | None = None
         self.delivered = 0
         self.info = CallInfo(
             server_load=call.server_load,
@@ -77,6 +83,7 @@ class _StreamState(Generic[T]):
         if not self.in_caller_hands:
             return self.call.failed(error)
         self.call.annotate(error)
+        self.call.ended(error, response=self.summary())
         return error
 
     def check_deadline(self) -> None:
@@ -138,6 +145,13 @@ class _StreamState(Generic[T]):
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage_total = usage.get("total_tokens")
+            self.usage = usage
+        choices = payload.get("choices")
+        if choices and isinstance(choices, list):
+            for choice in choices:
+                reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+                if isinstance(reason, str):
+                    self.finish_reasons.append(reason)
         self.pending.append(self.chunk_type(payload))
         return None
 
@@ -192,6 +206,24 @@ class _StreamState(Generic[T]):
         """The stream reached ``[DONE]``: settle the token reservation with its usage
         (``stream_options={"include_usage": True}``); without usage it stays spent."""
         self.call.settle_tokens(self.usage_total)
+        self.call.ended(response=self.summary())
+
+    def closed_early(self) -> None:
+        """The caller closed the stream (or left it): the call ends, as cancelled, if it
+        had not ended yet. Before the first chunk a close is the driver's, not the end."""
+        if self.in_caller_hands:
+            self.call.ended(cancelled=True, response=self.summary())
+
+    def summary(self) -> ResponseSummary:
+        usage = self.usage or {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        return ResponseSummary(
+            response_id=self.response_id or self.info.request_id,
+            response_model=self.first_model,
+            finish_reasons=tuple(self.finish_reasons),
+            input_tokens=prompt if isinstance(prompt, int) else None,
+            output_tokens=completion if isinstance(completion, int) else None,
+        )
 
     def take(self) -> T:
         self.delivered += 1
@@ -201,6 +233,12 @@ class _StreamState(Generic[T]):
         """The first chunk is in hand: the attempt succeeded, no more retries."""
         self.in_caller_hands = True
         self.call.succeeded_info(self.info)
+        if self.pending:
+            first = self.pending[0]
+            model, chunk_id = first.get("model"), first.get("id")
+            self.first_model = model if isinstance(model, str) else None
+            self.response_id = chunk_id if isinstance(chunk_id, str) else None
+        self.call.first_chunk(self.response_id or self.info.request_id, self.first_model)
 
 
 class _StreamBase(Generic[T]):
@@ -289,6 +327,7 @@ class Stream(_StreamBase[T]):
         if not self._state.closed:
             self._state.closed = True
             self._state.response.close()
+            self._state.closed_early()
 
     def __enter__(self) -> Stream[T]:
         return self
@@ -366,6 +405,7 @@ class AsyncStream(_StreamBase[T]):
             self._state.closed = True
             with anyio.CancelScope(shield=True):
                 await self._state.response.aclose()
+            self._state.closed_early()
 
     async def __aenter__(self) -> AsyncStream[T]:
         return self

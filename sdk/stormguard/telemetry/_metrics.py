@@ -1,0 +1,80 @@
+"""The client's metric instruments: GenAI histograms and stormguard counters.
+
+Retry amplification is ``sum(stormguard.client.attempts) / sum(stormguard.client.calls)``
+over any window, per model or endpoint; ``stormguard.client.attempts`` by
+``stormguard.attempt.outcome`` says why each attempt ended (``retry``, ``ok``,
+``budget``, ``max_attempts``...).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+
+from opentelemetry.metrics import CallbackOptions, Meter, Observation
+
+from . import _names as n
+
+__all__ = ["BREAKER_STATE_VALUES", "ClientMetrics"]
+
+#: ``stormguard.client.breaker.state``: 0 closed, 1 half open, 2 open (higher is worse).
+BREAKER_STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}
+
+
+class ClientMetrics:
+    """Instruments made once per meter; thread-safe (the SDK's instruments are)."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.duration = meter.create_histogram(
+            n.METRIC_OPERATION_DURATION,
+            unit="s",
+            description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
+        )
+        self.token_usage = meter.create_histogram(
+            n.METRIC_TOKEN_USAGE,
+            unit="{token}",
+            description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=[float(b) for b in n.TOKEN_BUCKETS],
+        )
+        self.time_to_first_chunk = meter.create_histogram(
+            n.METRIC_TIME_TO_FIRST_CHUNK,
+            unit="s",
+            description="Time to receive the first chunk of a streamed response.",
+            explicit_bucket_boundaries_advisory=list(n.DURATION_BUCKETS),
+        )
+        self.calls = meter.create_counter(
+            n.METRIC_CALLS, unit="{call}", description="Logical calls, by outcome."
+        )
+        self.attempts = meter.create_counter(
+            n.METRIC_ATTEMPTS,
+            unit="{attempt}",
+            description="HTTP attempts, by why each ended (retry amplification = attempts/calls).",
+        )
+        self.budget_refusals = meter.create_counter(
+            n.METRIC_BUDGET_REFUSALS,
+            unit="{retry}",
+            description="Retries the retry budget refused.",
+        )
+        self.breaker_transitions = meter.create_counter(
+            n.METRIC_BREAKER_TRANSITIONS,
+            unit="{transition}",
+            description="Circuit breaker state changes, by breaker and new state.",
+        )
+        self._breaker_states: dict[str, int] = {}
+        self._lock = threading.Lock()
+        meter.create_observable_gauge(
+            n.METRIC_BREAKER_STATE,
+            callbacks=[self._observe_breakers],
+            unit="1",
+            description="Breaker state per (endpoint, model): 0 closed, 1 half open, 2 open.",
+        )
+
+    def breaker_state(self, name: str, state: str) -> None:
+        with self._lock:
+            self._breaker_states[name] = BREAKER_STATE_VALUES.get(state, 0)
+
+    def _observe_breakers(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._breaker_states.items())
+        return [Observation(value, {n.BREAKER_NAME: name}) for name, value in items]

@@ -1,0 +1,99 @@
+"""Attribute, event and metric names, pinned here in one place.
+
+GenAI and HTTP names follow OpenTelemetry semantic conventions v1.41.0 (the
+GenAI ones are still "Development" there, so they are pinned rather than taken
+from ``opentelemetry-semantic-conventions``, which the SDK does not depend on).
+Everything stormguard adds lives under the ``stormguard.`` prefix.
+"""
+
+from __future__ import annotations
+
+SEMCONV_SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
+
+# -- GenAI (semconv v1.41.0) ---------------------------------------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+
+# -- HTTP, server, error (semconv v1.41.0, stable) -----------------------------------
+HTTP_REQUEST_METHOD = "http.request.method"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"
+HTTP_REQUEST_RESEND_COUNT = "http.request.resend_count"
+URL_FULL = "url.full"
+URL_TEMPLATE = "url.template"
+SERVER_ADDRESS = "server.address"
+SERVER_PORT = "server.port"
+ERROR_TYPE = "error.type"
+
+# -- stormguard ----------------------------------------------------------------------
+ATTEMPTS = "stormguard.attempts"
+ATTEMPT_NUMBER = "stormguard.attempt.number"
+ATTEMPT_OUTCOME = "stormguard.attempt.outcome"
+ATTEMPT_BACKOFF = "stormguard.attempt.backoff_s"
+ATTEMPT_ENDPOINT = "stormguard.attempt.endpoint"
+RETRY_STOP_REASON = "stormguard.retry.stop_reason"
+BUDGET_CALLS = "stormguard.budget.calls"
+BUDGET_RETRIES = "stormguard.budget.retries"
+BUDGET_AVAILABLE = "stormguard.budget.available"
+BUDGET_REFUSED = "stormguard.budget.refused"
+BREAKER_NAME = "stormguard.breaker.name"
+BREAKER_STATE = "stormguard.breaker.state"
+BREAKER_FROM_STATE = "stormguard.breaker.from_state"
+BREAKER_REASON = "stormguard.breaker.reason"
+BREAKER_OPEN_FOR = "stormguard.breaker.open_for_s"
+BREAKER_RETRY_IN = "stormguard.breaker.retry_in_s"
+TOKENS_PROMPT = "stormguard.tokens.prompt"
+TOKENS_MAX = "stormguard.tokens.max_tokens"
+TOKENS_CONTEXT_WINDOW = "stormguard.tokens.context_window"
+TOKENS_COUNTER = "stormguard.tokens.counter"
+TOKENS_RATE_LIMIT_WAIT = "stormguard.tokens.rate_limit_wait_s"
+FALLBACK_MODEL = "stormguard.fallback.model"
+FALLBACK_FROM = "stormguard.fallback.from_model"
+FALLBACK_REASON = "stormguard.fallback.reason"
+DEGRADED = "stormguard.degraded"
+CANCELLED = "stormguard.cancelled"
+CALL_OUTCOME = "stormguard.call.outcome"
+THROTTLE_PROBABILITY = "stormguard.throttle.probability"
+# The load headers an attempt received (docs/protocol.md).
+LOAD_QUEUE_DEPTH = "stormguard.server.queue_depth"
+LOAD_QUEUE_TOKENS = "stormguard.server.queue_tokens"
+LOAD_INFLIGHT_TOKENS = "stormguard.server.inflight_tokens"
+LOAD_TOKEN_CAPACITY = "stormguard.server.token_capacity"
+LOAD_KV_CACHE_USAGE = "stormguard.server.kv_cache_usage"
+LOAD_RETRY_AFTER = "stormguard.server.retry_after_s"
+LOAD_SHOULD_RETRY = "stormguard.server.should_retry"
+LOAD_SHED = "stormguard.server.load_shed"
+
+# -- span events ---------------------------------------------------------------------
+EVENT_BREAKER_TRANSITION = "stormguard.breaker.transition"
+EVENT_BUDGET_REFUSED = "stormguard.budget.refused"
+EVENT_FALLBACK = "stormguard.fallback"
+
+# -- metrics -------------------------------------------------------------------------
+METRIC_OPERATION_DURATION = "gen_ai.client.operation.duration"
+METRIC_TOKEN_USAGE = "gen_ai.client.token.usage"
+METRIC_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
+METRIC_CALLS = "stormguard.client.calls"
+METRIC_ATTEMPTS = "stormguard.client.attempts"
+METRIC_BUDGET_REFUSALS = "stormguard.client.budget.refusals"
+METRIC_BREAKER_TRANSITIONS = "stormguard.client.breaker.transitions"
+METRIC_BREAKER_STATE = "stormguard.client.breaker.state"
+
+# Explicit bucket boundaries the GenAI metric conventions (v1.41.0) give.
+DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+TOKEN_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
