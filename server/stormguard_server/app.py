@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -37,14 +37,23 @@ from stormguard_server.refusals import refusal_headers
 from stormguard_server.schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
+from stormguard_server.tracing import ServerTracing, TraceMiddleware
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 _CREATED = int(time.time())
 
 
 def build_state(
-    config: ServerConfig, *, engine: Engine | None = None, faults: FaultState | None = None
+    config: ServerConfig,
+    *,
+    engine: Engine | None = None,
+    faults: FaultState | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> ServerState:
-    """Wire engine, faults, admission and metrics for ``config``."""
+    """Wire engine, faults, admission and metrics for ``config``; with a tracer
+    provider, server spans too (children of each client attempt's span)."""
     if engine is None:
         faults = faults or FaultState(config.faults, oom_crash=config.engine.oom_crash)
         engine = SimEngine(config.engine, faults)
@@ -56,7 +65,8 @@ def build_state(
         lambda: engine.stats,
         (lambda: admission.server_load()) if admission is not None else (lambda: None),
     )
-    return ServerState(config, engine, faults, admission, metrics)
+    tracing = ServerTracing(tracer_provider) if tracer_provider is not None else None
+    return ServerState(config, engine, faults, admission, metrics, tracing=tracing)
 
 
 def create_app(
@@ -96,7 +106,9 @@ def create_app(
         routes=frozenset(r.path for r in app.routes if hasattr(r, "path")),
     )
     app.add_middleware(ErrorBoundaryMiddleware)
-    app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)  # outermost
+    app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
+    if state.tracing is not None:  # outermost: the request span covers everything
+        app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
     return app
 
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
 
@@ -20,6 +21,11 @@ from stormguard_server.admin import create_admin_app
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
 from stormguard_server.logs import configure_logging
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
+    from stormguard_server.state import ServerState
 
 logger = logging.getLogger("stormguard_server")
 
@@ -82,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the fault admin endpoint on 127.0.0.1:PORT (off when not given)",
     )
     http.add_argument("--access-log", action="store_true", help="log every request (noisy)")
+    http.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        metavar="URL",
+        help="export server spans over OTLP/HTTP to this collector base URL, e.g. "
+        "http://localhost:4318 (needs the otlp extra; off when not given)",
+    )
     http.add_argument(
         "--log-level",
         default=_SERVER.log_level,
@@ -327,6 +340,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_body_bytes=args.max_body_bytes,
         access_log=args.access_log,
         log_level=args.log_level,
+        otlp_endpoint=args.otlp_endpoint,
         model_aliases=tuple(args.model_alias),
         engine=engine,
         faults=faults,
@@ -344,7 +358,29 @@ class _AdminServer(uvicorn.Server):
 
 async def serve(config: ServerConfig) -> None:
     """Run the main server (and the admin server, if enabled) until interrupted."""
-    state = build_state(config)
+    with _tracing(config) as tracer_provider:
+        await _serve(build_state(config, tracer_provider=tracer_provider))
+
+
+@contextlib.contextmanager
+def _tracing(config: ServerConfig) -> Generator[TracerProvider | None, None, None]:
+    """The OTLP tracer provider of ``--otlp-endpoint`` (flushed at exit), or None."""
+    if config.otlp_endpoint is None:
+        yield None
+        return
+    from stormguard.telemetry import configure_otlp
+
+    setup = configure_otlp(
+        config.otlp_endpoint, service_name="stormguard-server", metrics=False, set_global=False
+    )
+    try:
+        yield setup.tracer_provider
+    finally:
+        setup.shutdown()
+
+
+async def _serve(state: ServerState) -> None:
+    config = state.config
     app = create_app(state=state)
     main = uvicorn.Server(
         uvicorn.Config(

@@ -99,6 +99,8 @@ class ServerConfig:
     admission_tick_s: float = 0.02
     access_log: bool = False
     log_level: str = "info"
+    # OTLP/HTTP collector base URL for server spans (None: no tracing).
+    otlp_endpoint: str | None = None
     engine: SimEngineConfig = field(default_factory=SimEngineConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)

@@ -16,6 +16,7 @@ from stormguard_server.engine import Engine
 from stormguard_server.faults import FaultState
 from stormguard_server.metrics import ServerMetrics
 from stormguard_server.records import RequestObserver
+from stormguard_server.tracing import ServerTracing
 
 
 @dataclass
@@ -28,10 +29,15 @@ class ServerState:
     # Every generation request's record goes to each of these (metrics first;
     # tracing or a benchmark recorder can be appended).
     observers: list[RequestObserver] = field(default_factory=list)
+    # Server spans (off unless a tracer provider was given): the request span
+    # middleware, and the observer that draws admission and engine spans.
+    tracing: ServerTracing | None = None
 
     def __post_init__(self) -> None:
         if self.metrics not in self.observers:
             self.observers.insert(0, self.metrics)
+        if self.tracing is not None and self.tracing.observer not in self.observers:
+            self.observers.append(self.tracing.observer)
 
     @property
     def served_models(self) -> tuple[str, ...]:
