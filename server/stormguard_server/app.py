@@ -88,6 +88,8 @@ def create_app(
             with contextlib.suppress(asyncio.CancelledError):
                 await ticker
             await state.engine.stop()
+            if state.tracing is not None:
+                await asyncio.to_thread(state.tracing.flush)
 
     app = FastAPI(
         title="stormguard reference server",

@@ -31,6 +31,8 @@ from stormguard_server.records import RequestRecord
 __all__ = ["RequestSpans", "ServerTracing", "TraceMiddleware"]
 
 _SCOPE = "stormguard_server"
+# Probes and scrapes: frequent, never part of a caller's trace.
+_UNTRACED = frozenset({"/health", "/ready", "/metrics"})
 
 
 class ServerTracing:
@@ -41,6 +43,13 @@ class ServerTracing:
         self.tracer = tracer_provider.get_tracer(_SCOPE, __version__)
         self.observer = RequestSpans(self.tracer)
 
+    def flush(self) -> None:
+        """Export buffered spans now (at shutdown: uvicorn re-raises SIGTERM once it has
+        stopped, so nothing after the server's lifespan is sure to run)."""
+        force_flush = getattr(self.tracer_provider, "force_flush", None)
+        if callable(force_flush):
+            force_flush()
+
 
 class TraceMiddleware:
     """A SERVER span per HTTP request, parented by the caller's ``traceparent``."""
@@ -50,7 +59,7 @@ class TraceMiddleware:
         self.tracer = tracer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in _UNTRACED:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}

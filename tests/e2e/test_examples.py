@@ -13,9 +13,9 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run(name: str) -> str:
+def run(name: str, *args: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(EXAMPLES / name)], capture_output=True, text=True, timeout=90
+        [sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=90
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -26,3 +26,17 @@ def test_openai_transport_example() -> None:
     assert "answer: " in out and "stream: " in out
     assert "refused: 400 too_long" in out
     assert "stormguard: 3 calls, 3 attempts, amplification 1.00" in out
+
+
+def test_tracing_example_exports_client_and_server_spans() -> None:
+    from tests.e2e.otlp_receiver import OTLPReceiver
+
+    with OTLPReceiver() as receiver:
+        out = run("tracing.py", "--otlp-endpoint", receiver.endpoint, "--calls", "4")
+        spans = receiver.spans()
+    assert out.count(": trace ") == 4 and "traces exported to" in out
+    services = {s.service for s in spans}
+    assert services == {"tracing-example", "stormguard-server"}
+    roots = [s for s in spans if s.parent_id is None]
+    assert sorted(s.name for s in roots) == [f"example request {i}" for i in range(1, 5)]
+    assert {s.name for s in spans} >= {"chat stormguard-sim", "admission", "engine prefill"}

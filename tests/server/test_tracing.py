@@ -112,6 +112,9 @@ async def test_no_traceparent_starts_a_trace_and_refusals_are_spans_too(
     assert span.parent is None and span.kind is SpanKind.SERVER
     assert span.attributes is not None and span.attributes["http.response.status_code"] == 400
     assert span.status.status_code is StatusCode.UNSET  # a caller's 4xx is no server error
+    exporter.clear()
+    assert (await traced.get("/ready")).status_code == 200
+    assert exporter.get_finished_spans() == ()  # probes are not traced
 
 
 def test_a_shed_request_has_an_admission_span_with_the_reason() -> None:
