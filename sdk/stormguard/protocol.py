@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email.utils
 import enum
+import json
 import math
 import time
 from collections.abc import Mapping
@@ -20,6 +21,8 @@ __all__ = [
     "ABSURD_RETRY_AFTER_S",
     "HEADER_ATTEMPT",
     "HEADER_DEADLINE_MS",
+    "HEADER_ENDPOINT_LOAD_METRICS",
+    "HEADER_ENDPOINT_LOAD_METRICS_FORMAT",
     "HEADER_INFLIGHT_TOKENS",
     "HEADER_KV_CACHE_USAGE",
     "HEADER_LOAD_SHED",
@@ -40,6 +43,7 @@ __all__ = [
     "parse_attempt",
     "parse_bool",
     "parse_deadline_ms",
+    "parse_endpoint_load_metrics",
     "parse_fraction",
     "parse_non_negative_int",
     "parse_priority",
@@ -63,6 +67,12 @@ HEADER_RETRY_AFTER_MS = "retry-after-ms"
 HEADER_SHOULD_RETRY = "x-should-retry"
 HEADER_LOAD_SHED = "x-load-shed"
 HEADER_REQUEST_ID = "x-request-id"
+
+# Plain vLLM (no stormguard middleware) reports its load in ORCA's format when a
+# request asks for it: ``endpoint-load-metrics-format: TEXT`` gets
+# ``endpoint-load-metrics: TEXT named_metrics.kv_cache_usage_perc=0.4, ...``.
+HEADER_ENDPOINT_LOAD_METRICS = "endpoint-load-metrics"
+HEADER_ENDPOINT_LOAD_METRICS_FORMAT = "endpoint-load-metrics-format"
 
 LOAD_HEADERS = (
     HEADER_QUEUE_DEPTH,
@@ -228,6 +238,39 @@ def parse_deadline_ms(headers: Mapping[str, str]) -> float | None:
     return number
 
 
+_MAX_ORCA_HEADER = 4096
+_MAX_ORCA_METRICS = 64
+
+
+def parse_endpoint_load_metrics(value: str | None) -> dict[str, float]:
+    """The named metrics of an ORCA ``endpoint-load-metrics`` header (TEXT or JSON
+    form, as vLLM sends them); {} for anything malformed. Bounded: at most 64
+    metrics from at most 4 KiB of header."""
+    if not value or len(value) > _MAX_ORCA_HEADER:
+        return {}
+    kind, _, payload = value.strip().partition(" ")
+    metrics: dict[str, float] = {}
+    if kind.upper() == "TEXT":
+        for item in payload.split(",")[:_MAX_ORCA_METRICS]:
+            name, sep, raw = item.strip().partition("=")
+            if not sep or not name.startswith("named_metrics."):
+                continue
+            number = _parse_finite_float(raw)
+            if number is not None:
+                metrics[name.removeprefix("named_metrics.")] = number
+    elif kind.upper() == "JSON":
+        try:
+            report = json.loads(payload)
+        except ValueError:
+            return {}
+        named = report.get("named_metrics") if isinstance(report, dict) else None
+        if isinstance(named, dict):
+            for name, raw in list(named.items())[:_MAX_ORCA_METRICS]:
+                if isinstance(name, str) and isinstance(raw, (int, float)) and math.isfinite(raw):
+                    metrics[name] = float(raw)
+    return metrics
+
+
 def parse_priority(headers: Mapping[str, str]) -> Priority:
     """``x-priority``; missing or unknown values mean ``standard``."""
     value = _get(headers, HEADER_PRIORITY)
@@ -263,12 +306,23 @@ kv_cache_usage=None, retry_after=None, should_retry=None, load_shed=None)
         shed = _get(headers, HEADER_LOAD_SHED)
         if shed is not None and (len(shed) > 64 or not shed.isascii()):
             shed = None
+        queue_depth = parse_non_negative_int(_get(headers, HEADER_QUEUE_DEPTH))
+        kv_usage = parse_fraction(_get(headers, HEADER_KV_CACHE_USAGE))
+        if queue_depth is None or kv_usage is None:
+            # Plain vLLM: its ORCA report fills in what the protocol headers left out.
+            orca = parse_endpoint_load_metrics(_get(headers, HEADER_ENDPOINT_LOAD_METRICS))
+            waiting = orca.get("num_requests_waiting")
+            if queue_depth is None and waiting is not None and 0 <= waiting < 10**9:
+                queue_depth = int(waiting)
+            usage = orca.get("kv_cache_usage_perc")
+            if kv_usage is None and usage is not None and 0.0 <= usage <= 1.0:
+                kv_usage = usage
         return cls(
-            queue_depth=parse_non_negative_int(_get(headers, HEADER_QUEUE_DEPTH)),
+            queue_depth=queue_depth,
             queue_tokens=parse_non_negative_int(_get(headers, HEADER_QUEUE_TOKENS)),
             inflight_tokens=parse_non_negative_int(_get(headers, HEADER_INFLIGHT_TOKENS)),
             token_capacity=parse_non_negative_int(_get(headers, HEADER_TOKEN_CAPACITY)),
-            kv_cache_usage=parse_fraction(_get(headers, HEADER_KV_CACHE_USAGE)),
+            kv_cache_usage=kv_usage,
             retry_after=parse_retry_after(headers, now=now),
             should_retry=parse_bool(_get(headers, HEADER_SHOULD_RETRY)),
             load_shed=shed.lower() if shed is not None else None,

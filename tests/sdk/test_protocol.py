@@ -145,3 +145,33 @@ def test_any_header_text_parses_without_error(headers: dict[str, str]) -> None:
         assert 0 <= load.retry_after <= protocol.ABSURD_RETRY_AFTER_S
     if load.kv_cache_usage is not None:
         assert 0 <= load.kv_cache_usage <= 1
+
+
+def test_plain_vllm_orca_header_fills_queue_depth_and_kv_usage() -> None:
+    text = "TEXT named_metrics.kv_cache_usage_perc=0.25, named_metrics.num_requests_waiting=3.0"
+    load = ServerLoad.from_headers({"endpoint-load-metrics": text})
+    assert (load.queue_depth, load.kv_cache_usage) == (3, 0.25)
+    as_json = 'JSON {"named_metrics": {"kv_cache_usage_perc": 0.5, "num_requests_waiting": 7}}'
+    load = ServerLoad.from_headers({"endpoint-load-metrics": as_json})
+    assert (load.queue_depth, load.kv_cache_usage) == (7, 0.5)
+    # The protocol's own headers win when both are there.
+    both = ServerLoad.from_headers({"endpoint-load-metrics": text, "x-queue-depth": "9"})
+    assert both.queue_depth == 9 and both.kv_cache_usage == 0.25
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "TEXT named_metrics.kv_cache_usage_perc=abc",
+        "TEXT named_metrics.num_requests_waiting=-4",
+        "TEXT named_metrics.kv_cache_usage_perc=7",
+        "JSON {not json",
+        'JSON ["named_metrics"]',
+        "XML <a/>",
+        "TEXT " + "named_metrics.x=1, " * 2000,
+        "",
+    ],
+)
+def test_malformed_orca_headers_are_ignored(bad: str) -> None:
+    load = ServerLoad.from_headers({"endpoint-load-metrics": bad})
+    assert load.queue_depth is None and load.kv_cache_usage is None
