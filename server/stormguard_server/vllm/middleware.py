@@ -1,0 +1,261 @@
+"""stormguard's admission layer in front of real vLLM, as a pure-ASGI middleware.
+
+    python -m vllm.entrypoints.openai.api_server --model PATH \\
+        --middleware stormguard_server.vllm.middleware.StormguardAdmission
+
+(``stormguard-server --engine vllm --model PATH`` starts exactly that.) The
+same ``AdmissionController`` as the reference server decides: a generation
+request's cost is its prompt tokens — counted with vLLM's own tokenizer and
+chat template — plus its ``max_tokens``; the budget is vLLM's KV capacity x
+the watermark; what does not fit waits in the bounded priority queue or is
+shed with the same 503, ``x-load-shed``, ``x-should-retry`` and a Retry-After
+from the measured drain rate. A request whose ``x-request-deadline-ms``
+cannot be met is refused at once; one whose caller leaves while queued never
+reaches vLLM; once running, vLLM itself aborts it when the client goes (about
+0.1 s). Every response carries the load headers.
+
+vLLM instantiates the middleware with the app only, so its settings come from
+the environment: ``STORMGUARD_ADMISSION`` holds the ``AdmissionConfig`` as
+JSON (the launcher writes it from the command line flags).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stormguard.protocol import (
+    ShedReason,
+    parse_attempt,
+    parse_deadline_ms,
+    parse_priority,
+)
+from stormguard_server.admission import AdmissionController, ShedError
+from stormguard_server.config import AdmissionConfig
+from stormguard_server.disconnect import ClientGone, unless_disconnected
+from stormguard_server.errors import error_response
+from stormguard_server.middleware import LoadHeadersMiddleware
+from stormguard_server.refusals import refusal_headers
+from stormguard_server.vllm.engine_load import VllmLoadReader
+
+__all__ = ["ENV_ADMISSION", "StormguardAdmission", "admission_config_from_env"]
+
+logger = logging.getLogger("stormguard_server.vllm")
+
+ENV_ADMISSION = "STORMGUARD_ADMISSION"
+_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+_MAX_BODY_BYTES = 8 * 1024 * 1024
+_TICK_S = 0.05
+
+
+def admission_config_from_env(environ: Mapping[str, str] = os.environ) -> AdmissionConfig:
+    """The admission settings the launcher left in ``STORMGUARD_ADMISSION`` (JSON)."""
+    raw = environ.get(ENV_ADMISSION)
+    if not raw:
+        return AdmissionConfig()
+    data = json.loads(raw)
+    known = {f.name for f in fields(AdmissionConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"{ENV_ADMISSION} has unknown settings: {sorted(unknown)}")
+    return AdmissionConfig(**data)
+
+
+class StormguardAdmission:
+    """Token-weighted admission and load headers for vLLM's OpenAI server."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.config = admission_config_from_env()
+        self._controller: AdmissionController | None = None
+        self._reader: VllmLoadReader | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._with_headers = LoadHeadersMiddleware(app, self._load_headers)
+
+    # -- setup on first use: the engine client exists only once vLLM has started --
+
+    def _ensure(self, scope: Scope) -> AdmissionController | None:
+        if self._controller is not None:
+            return self._controller
+        engine_client = getattr(scope["app"].state, "engine_client", None)
+        if engine_client is None:
+            return None
+        self._reader = VllmLoadReader(engine_client)
+        self._controller = AdmissionController(self.config, self._reader)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        capacity, block = self._reader.capacity_tokens()
+        logger.info(
+            "stormguard admission in front of vLLM: KV capacity %d tokens (blocks of %d),"
+            " budget %d tokens",
+            capacity,
+            block,
+            self._controller.full_budget(),
+        )
+        return self._controller
+
+    async def _tick_forever(self) -> None:
+        assert self._controller is not None
+        while True:
+            await asyncio.sleep(_TICK_S)
+            try:
+                self._controller.tick()
+            except Exception:  # housekeeping must never die; the next tick retries
+                logger.exception("admission tick failed")
+
+    def _load_headers(self) -> dict[str, str]:
+        if self._controller is None:
+            return {}
+        return self._controller.server_load().to_headers()
+
+    async def _refuse(self, response: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer with ``response`` (an ASGI app) instead of vLLM, load headers included."""
+        await LoadHeadersMiddleware(response, self._load_headers)(scope, receive, send)
+
+    # -- ASGI ---------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        controller = self._ensure(scope)
+        if (
+            controller is None
+            or scope["method"] != "POST"
+            or scope["path"] not in _GENERATION_PATHS
+        ):
+            await self._with_headers(scope, receive, send)
+            return
+        body = await _read_body(receive, _MAX_BODY_BYTES)
+        if body is None:
+            response = error_response(413, "request body too large", code="body_too_large")
+            await self._refuse(response, scope, receive, send)
+            return
+        await self._admit(controller, scope, body, receive, send)
+
+    async def _admit(
+        self,
+        controller: AdmissionController,
+        scope: Scope,
+        body: bytes,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        cost = None
+        if isinstance(request, dict):
+            with contextlib.suppress(Exception):  # vLLM answers what it cannot parse
+                cost = await asyncio.to_thread(self._cost, scope["path"], request)
+        if cost is None:  # not ours to judge: vLLM validates and answers it
+            await self._with_headers(scope, _replay(body, receive), send)
+            return
+        prompt_tokens, max_tokens = cost
+        assert self._reader is not None
+        max_len = self._reader.max_model_len()
+        if prompt_tokens + max_tokens > max_len:
+            message = (
+                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the"
+                f" model's context length ({max_len})"
+            )
+            refusal = error_response(
+                400,
+                message,
+                code="context_length_exceeded",
+                headers=refusal_headers(ShedReason.TOO_LONG, None, False),
+            )
+            await self._refuse(refusal, scope, receive, send)
+            return
+        ticket = controller.make_ticket(
+            prompt_tokens + max_tokens,
+            priority=parse_priority(headers),
+            attempt=parse_attempt(headers) or 1,
+            deadline_ms=parse_deadline_ms(headers),
+        )
+        try:
+            permit = await unless_disconnected(receive, controller.acquire(ticket))
+        except ShedError as exc:
+            shed = exc.shed
+            code = shed.reason.value
+            response = error_response(
+                shed.status_code,
+                shed.message,
+                code=code,
+                headers=refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry),
+            )
+            await self._refuse(response, scope, receive, send)
+            return
+        except ClientGone:
+            return  # the caller left while queued: vLLM never sees the request
+        try:
+            await self._with_headers(scope, _replay(body, receive), send)
+        finally:
+            controller.release(permit)
+
+    def _cost(self, path: str, request: dict[str, Any]) -> tuple[int, int] | None:
+        """(prompt tokens, max_tokens) as vLLM will count them; None when unknown."""
+        assert self._reader is not None
+        tokenizer = self._reader.tokenizer()
+        if path.endswith("/chat/completions"):
+            messages = request.get("messages")
+            if not isinstance(messages, list):
+                return None
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            prompt_tokens = len(ids["input_ids"] if isinstance(ids, dict) else ids)
+        else:
+            prompt = request.get("prompt")
+            if isinstance(prompt, str):
+                prompt_tokens = len(tokenizer.encode(prompt))
+            elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
+                prompt_tokens = len(prompt)
+            else:
+                return None  # batches and the like: vLLM checks them itself
+        max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
+        if max_tokens is None:
+            # vLLM's default: whatever the context window leaves.
+            max_tokens = max(self._reader.max_model_len() - prompt_tokens, 1)
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            return None
+        return prompt_tokens, max_tokens
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when it is larger than ``limit``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b"".join(chunks)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands out the buffered body first, then the real messages
+    (vLLM watches those for the client's disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
