@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -60,15 +61,32 @@ __all__ = ["Telemetry"]
 _SCOPE = "stormguard"
 _NO_METER_PROVIDERS: tuple[type, ...] = (NoOpMeterProvider,)
 try:  # the API's stand-in until a meter provider is set (private; fall back to its name)
+    from opentelemetry.metrics import _internal as _metrics_internal
     from opentelemetry.metrics._internal import _ProxyMeterProvider
 
     _NO_METER_PROVIDERS += (_ProxyMeterProvider,)
 except ImportError:  # pragma: no cover
-    pass
+    _metrics_internal = None  # type: ignore[assignment]
 
 #: The call whose work is running in this context (breaker events go to its span).
 _CURRENT: contextvars.ContextVar[_CallTrace | None] = contextvars.ContextVar(
     "stormguard_call", default=None
+)
+
+
+def _globals_unset() -> bool:
+    """Neither global provider is set (the API's module globals; reading them skips the
+    environment lookups of ``get_tracer_provider``). False when unsure."""
+    if _PROVIDER_ENV_SET:
+        return False
+    return (
+        getattr(trace, "_TRACER_PROVIDER", False) is None
+        and getattr(_metrics_internal, "_METER_PROVIDER", False) is None
+    )
+
+
+_PROVIDER_ENV_SET = any(
+    name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
 )
 
 
@@ -108,6 +126,8 @@ class Telemetry:
         self._meter_provider = meter_provider
         self._tracers: tuple[TracerProvider, Tracer] | None = None
         self._metrics: tuple[MeterProvider, ClientMetrics] | None = None
+        #: The (tracer, meter) providers last found to be no-ops.
+        self._idle: tuple[object, object] = (None, None)
 
     def __repr__(self) -> str:
         return f"Telemetry(capture_content={self.capture_content})"
@@ -139,8 +159,18 @@ class Telemetry:
     # -- the Observer interface ---------------------------------------------------------
 
     def start_call(self, event: CallStarted) -> _CallTrace | None:
+        # Fast paths, taken on every call of a program that never configured
+        # OpenTelemetry: no global provider set yet, or the same two no-op providers
+        # as last time: nothing to record.
+        if self._tracer_provider is None and self._meter_provider is None and _globals_unset():
+            return None
+        tracer_provider = self._tracer_provider or trace.get_tracer_provider()
+        meter_provider = self._meter_provider or metrics.get_meter_provider()
+        if tracer_provider is self._idle[0] and meter_provider is self._idle[1]:
+            return None
         tracer, instruments = self.tracer(), self.metrics()
         if tracer is None and instruments is None:
+            self._idle = (tracer_provider, meter_provider)
             return None
         return _CallTrace(self, event, tracer, instruments)
 
