@@ -17,6 +17,7 @@ _COLUMNS = (
     ("attempts", "server_attempts", "{}"),
     ("amp srv", "retry_amplification_server", "{:.2f}"),
     ("amp cli", "retry_amplification_client", "{:.2f}"),
+    ("amp incident", "incident_retry_amplification_server", "{:.2f}"),
     ("success", "success_rate", "{:.1%}"),
     ("goodput", "goodput_tps", "{:.0f}"),
     ("/cap", "goodput_ratio", "{:.0%}"),

@@ -7,6 +7,11 @@ Definitions (docs/benchmarks.md repeats them):
 - goodput = completion tokens of successful logical requests per second; a call's
   tokens are spread evenly from its first chunk to its end, so a window counts the
   tokens that were streamed inside it;
+- incident retry amplification = the same ratio over the incident window only (the
+  burst plus ``INCIDENT_TAIL_S``): the whole-run figure dilutes a storm with calm;
+- burst demand = completion tokens/s asked for by the requests arriving in the burst
+  (counted on those that succeeded: where all succeed, the demand itself), the most
+  goodput the burst could show;
 - recovery = from the end of the burst until the success rate of logical requests
   ending in each 1 s bin is >= 95% for 5 bins in a row (a bin where nothing ends is
   not a success); ``None`` when that never happens before the load stops.
@@ -27,6 +32,7 @@ from stormguard_server.drill.runner import PairingRun
 RECOVERY_RATE = 0.95
 RECOVERY_HOLD_BINS = 5
 BIN_S = 1.0
+INCIDENT_TAIL_S = 10.0
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -76,6 +82,27 @@ def recovery_s(results: Sequence[LogicalResult], workload: Workload) -> float | 
     return None
 
 
+def counter_at(samples: list[tuple[float, dict[str, float]]], name: str, t: float) -> float:
+    """A counter's value at ``t``, linearly interpolated between samples."""
+    before = [(ts, v.get(name, 0.0)) for ts, v in samples if ts <= t]
+    after = [(ts, v.get(name, 0.0)) for ts, v in samples if ts > t]
+    if not before:
+        return 0.0
+    if not after:
+        return before[-1][1]
+    (t0, v0), (t1, v1) = before[-1], after[0]
+    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+
+
+def incident_amplification(run: PairingRun, workload: Workload) -> float | None:
+    """Server attempts / logical requests arriving, over the burst + INCIDENT_TAIL_S."""
+    start, end = workload.burst_start_s, workload.burst_end_s + INCIDENT_TAIL_S
+    name = "stormguard_attempts_total"
+    attempts = counter_at(run.samples, name, end) - counter_at(run.samples, name, start)
+    arrivals = sum(1 for r in run.results if start <= r.start_s < end)
+    return attempts / arrivals if arrivals else None
+
+
 def _rates(samples: list[tuple[float, dict[str, float]]], name: str) -> list[tuple[float, float]]:
     """Per-second rate of a counter between consecutive samples."""
     out = []
@@ -115,6 +142,8 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
     burst_goodput = (
         streamed_tokens(results, workload.burst_start_s, workload.burst_end_s) / burst_window
     )
+    in_burst = [r for r in ok if workload.burst_start_s <= r.start_s < workload.burst_end_s]
+    burst_demand = sum(r.completion_tokens for r in in_burst) / burst_window
     by_attempt = {
         key.split("attempt=")[1].rstrip("}"): value
         for key, value in final.items()
@@ -131,6 +160,7 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "server_attempts_by_number": by_attempt,
         "retry_amplification_server": _round(server_attempts / logical if logical else None),
         "retry_amplification_client": _round(run.client_attempts / logical if logical else None),
+        "incident_retry_amplification_server": _round(incident_amplification(run, workload)),
         "app_calls": sum(r.app_calls for r in results),
         "success_rate": _round(len(ok) / logical if logical else None, 4),
         "long_success_rate": _round(
@@ -140,6 +170,7 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "goodput_ratio": _round(goodput / capacity_tps if capacity_tps else None),
         "burst_goodput_tps": _round(burst_goodput, 1),
         "burst_goodput_ratio": _round(burst_goodput / capacity_tps if capacity_tps else None),
+        "burst_demand_tps": _round(burst_demand, 1),
         "latency_p50_s": _round(percentile([r.latency_s for r in ok], 50)),
         "latency_p99_s": _round(percentile([r.latency_s for r in ok], 99)),
         "ttft_p50_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
