@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import sys
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
 
@@ -426,6 +427,20 @@ async def _serve(state: ServerState) -> None:
         await admin_task
 
 
+# Engine flags that mean the same to the simulator and to vLLM: given explicitly
+# with --engine vllm, they are passed on (their sim defaults are not).
+_SHARED_ENGINE_FLAGS = ("--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--seed")
+
+
+def _shared_engine_flags(args: argparse.Namespace, argv: Sequence[str] | None) -> list[str]:
+    given = list(sys.argv[1:] if argv is None else argv)
+    out: list[str] = []
+    for flag in _SHARED_ENGINE_FLAGS:
+        if any(arg == flag or arg.startswith(flag + "=") for arg in given):
+            out += [flag, str(getattr(args, flag.lstrip("-").replace("-", "_")))]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
@@ -438,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             host=config.host,
             port=config.port,
             admission=config.admission,
-            extra_args=rest,
+            extra_args=[*_shared_engine_flags(args, argv), *rest],
         )
         return
     if rest:
