@@ -27,7 +27,7 @@ from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._throttle import AdaptiveThrottle
 from ._version import __version__
-from .protocol import HEADER_PRIORITY, Priority
+from .protocol import HEADER_ENDPOINT_LOAD_METRICS_FORMAT, HEADER_PRIORITY, Priority
 from .telemetry import Telemetry
 from .tokens import TokenPolicy
 
@@ -189,6 +189,8 @@ class ClientCore:
             "accept": "application/json",
             "content-type": "application/json",
             "user-agent": f"stormguard/{__version__}",
+            # Plain vLLM then reports its load (ORCA) on every non-streaming answer.
+            HEADER_ENDPOINT_LOAD_METRICS_FORMAT: "TEXT",
         }
         if priority is not None:
             headers[HEADER_PRIORITY] = Priority(priority).value
