@@ -50,7 +50,12 @@ from ._exceptions import (
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._models import APIResult, CallInfo, Record
-from ._responses import error_from_response, request_id_of, result_from_response
+from ._responses import (
+    error_from_response,
+    parse_json_object,
+    request_id_of,
+    result_from_response,
+)
 from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
 
 if TYPE_CHECKING:
@@ -563,7 +568,9 @@ class LogicalCall:
             return result
         if isinstance(result, httpx.Response):
             self._close_record(_OK)
-            self.ended()
+            if self._trace is not None:
+                payload = parse_json_object(result.content)
+                self.ended(response=None if payload is None else summarize(payload))
         return result
 
     def succeeded(self, result: R) -> R:
@@ -600,7 +607,7 @@ class LogicalCall:
             error.server_load = self.server_load
 
 
-def summarize(result: APIResult) -> ResponseSummary:
+def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:
     """The id, model, finish reasons, usage and text of a (non-streamed) result."""
     usage = result.get("usage")
     usage = usage if isinstance(usage, Mapping) else {}

@@ -58,6 +58,7 @@ class _StreamState(Generic[T]):
         self.finish_reasons: list[str] = []
         self.raw_prefix: list[bytes] = []
         self.first_model: str | None = None
+        self._raw_tail = b""
         self.response_id: str | None = None
         self.delivered = 0
         self.info = CallInfo(
@@ -206,6 +207,17 @@ class _StreamState(Generic[T]):
         """The stream reached ``[DONE]``: settle the token reservation with its usage
         (``stream_options={"include_usage": True}``); without usage it stays spent."""
         self.call.settle_tokens(self.usage_total)
+        self.call.ended(response=self.summary())
+
+    def passing_through(self, raw: bytes) -> None:
+        """Transport mode: raw bytes go to the caller, who decodes them; the call ends
+        at ``[DONE]`` (openai-python closes the response there, before its end)."""
+        if b"[DONE]" in self._raw_tail + raw:
+            self.passed_through()
+        self._raw_tail = raw[-8:]
+
+    def passed_through(self) -> None:
+        """Transport mode: the caller read the raw body to its end."""
         self.call.ended(response=self.summary())
 
     def closed_early(self) -> None:

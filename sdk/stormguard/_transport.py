@@ -24,6 +24,7 @@ Retry-After, fallback models. What comes back is plain httpx:
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -152,8 +153,11 @@ class _ReplayStream(httpx.SyncByteStream):
         self._stream = stream
 
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._stream._state.raw_prefix
-        yield from self._stream._bytes
+        state = self._stream._state
+        for chunk in itertools.chain(state.raw_prefix, self._stream._bytes):
+            state.passing_through(chunk)
+            yield chunk
+        state.passed_through()
 
     def close(self) -> None:
         self._stream.close()
@@ -164,10 +168,14 @@ class _AsyncReplayStream(httpx.AsyncByteStream):
         self._stream = stream
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self._stream._state.raw_prefix:
+        state = self._stream._state
+        for chunk in state.raw_prefix:
+            state.passing_through(chunk)
             yield chunk
         async for chunk in self._stream._bytes:
+            state.passing_through(chunk)
             yield chunk
+        state.passed_through()
 
     async def aclose(self) -> None:
         await self._stream.aclose()

@@ -491,4 +491,83 @@ def test_transport_mode_traces_the_call(otel: Otel) -> None:
     oai.chat.completions.create(model="m", messages=MESSAGES)
     logical = otel.logical()
     assert logical.name == "chat m" and len(otel.attempts()) == 1
+    assert logical.attributes is not None
+    assert logical.attributes["gen_ai.usage.output_tokens"] == 2  # read from the raw body
     no_secret(otel.spans())
+
+
+def test_transport_mode_stream_ends_when_read_to_the_end(otel: Otel) -> None:
+    openai = pytest.importorskip("openai")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return event_stream(sse(chunk("a"), chunk("b")))
+
+    http = stormguard.httpx_client(
+        base_url="http://llm.test/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        telemetry=otel.telemetry,
+    )
+    oai = openai.OpenAI(base_url="http://llm.test/v1", api_key=SECRET, http_client=http)
+    chunks = list(oai.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    assert len(chunks) == 2
+    logical = otel.logical()
+    assert logical.attributes is not None
+    assert "stormguard.cancelled" not in logical.attributes  # read to its end, not left
+    assert logical.attributes["gen_ai.response.time_to_first_chunk"] >= 0
+
+
+async def test_async_transport_mode_stream(otel: Otel) -> None:
+    openai = pytest.importorskip("openai")
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return event_stream(sse(chunk("a"), chunk("b")))
+
+    http = stormguard.async_httpx_client(
+        base_url="http://llm.test/v1",
+        http_client=httpx.AsyncClient(transport=httpx.MockTransport(handler)),
+        telemetry=otel.telemetry,
+    )
+    oai = openai.AsyncOpenAI(base_url="http://llm.test/v1", api_key=SECRET, http_client=http)
+    stream = await oai.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+    assert [c.choices[0].delta.content async for c in stream] == ["a", "b"]
+    logical = otel.logical()
+    assert logical.attributes is not None and "stormguard.cancelled" not in logical.attributes
+    await http.aclose()
+
+
+async def test_cancelled_task_mid_stream_ends_the_spans(mock: respx.MockRouter, otel: Otel) -> None:
+    import asyncio
+
+    gate = asyncio.Event()
+
+    async def body() -> Any:
+        yield sse(chunk("a"), done=False)
+        await gate.wait()  # never set: the stream hangs until the task is cancelled
+        yield sse(chunk("b"))
+
+    mock.post("/chat/completions").mock(
+        return_value=httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, content=body()
+        )
+    )
+    client = stormguard.AsyncClient(
+        base_url="http://llm.test/v1", model="m", telemetry=otel.telemetry
+    )
+    first = asyncio.Event()
+
+    async def consume() -> None:
+        stream = await client.chat.completions.create(messages=MESSAGES, stream=True)
+        async for _ in stream:
+            first.set()
+
+    task = asyncio.create_task(consume())
+    await first.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    logical = otel.logical()
+    assert logical.status.status_code is StatusCode.UNSET
+    assert logical.attributes is not None and logical.attributes["stormguard.cancelled"] is True
+    [attempt] = otel.attempts()
+    assert attempt.attributes is not None and attempt.attributes["stormguard.cancelled"] is True
+    await client.close()
