@@ -56,7 +56,7 @@ def start_server(port: int, otlp_endpoint: str) -> subprocess.Popen[bytes]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--otlp-endpoint", default="http://localhost:4318")
-    parser.add_argument("--calls", type=int, default=6)
+    parser.add_argument("--calls", type=int, default=8)
     args = parser.parse_args()
 
     port = free_port()
@@ -83,7 +83,8 @@ def main() -> None:
                             stream=True,
                         )
                         text = "".join(c.choices[0].delta.content or "" for c in chunks)
-                        outcome = f"stream of {len(text.split())} words"
+                        outcome = f"stream of {len(text.split())} words after"
+                        outcome += f" {chunks.attempts} attempt(s)"
                     else:
                         resp = client.chat.completions.create(
                             messages=[{"role": "user", "content": f"Say hello {i}"}],
