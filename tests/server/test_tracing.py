@@ -154,3 +154,11 @@ def test_tracing_is_off_by_default() -> None:
     assert state.tracing is None
     assert not any(isinstance(o, RequestSpans) for o in state.observers)
     assert not isinstance(trace.get_current_span(), ReadableSpan)
+
+
+def test_the_cli_flag_turns_tracing_on() -> None:
+    from stormguard_server.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["--otlp-endpoint", "http://127.0.0.1:4318"])
+    assert config_from_args(args).otlp_endpoint == "http://127.0.0.1:4318"
+    assert config_from_args(build_parser().parse_args([])).otlp_endpoint is None

@@ -15,6 +15,7 @@ import contextlib
 import contextvars
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,7 @@ class Telemetry:
         self._meter_provider = meter_provider
         self._tracers: tuple[TracerProvider, Tracer] | None = None
         self._metrics: tuple[MeterProvider, ClientMetrics] | None = None
+        self._lock = threading.Lock()
         #: The (tracer, meter) providers last found to be no-ops.
         self._idle: tuple[object, object] = (None, None)
 
@@ -152,8 +154,11 @@ class Telemetry:
             return None
         cached = self._metrics
         if cached is None or cached[0] is not provider:
-            meter = provider.get_meter(_SCOPE, __version__, schema_url=n.SEMCONV_SCHEMA_URL)
-            self._metrics = cached = (provider, ClientMetrics(meter))
+            with self._lock:  # instruments (and the gauge's callback) once per provider
+                cached = self._metrics
+                if cached is None or cached[0] is not provider:
+                    meter = provider.get_meter(_SCOPE, __version__, schema_url=n.SEMCONV_SCHEMA_URL)
+                    self._metrics = cached = (provider, ClientMetrics(meter))
         return cached[1]
 
     # -- the Observer interface ---------------------------------------------------------
