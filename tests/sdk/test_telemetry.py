@@ -253,6 +253,22 @@ async def test_breaker_open_refusal(api: Api, mock: respx.MockRouter, otel: Otel
     ]
     assert otel.counter("stormguard.client.breaker.transitions") == 1
 
+    otel.exporter.clear()  # after the open time, the next call is a half-open probe
+    api.clock.advance(5.0)
+    route.mock(return_value=httpx.Response(200, json=chat_json()))
+    await api.run(client.chat.completions.create(messages=MESSAGES))
+    probe_call = otel.logical()
+    [probe] = otel.attempts(probe_call)
+    assert (
+        probe.attributes is not None and probe.attributes["stormguard.breaker.state"] == "half_open"
+    )
+    moves = [
+        (e.attributes["stormguard.breaker.from_state"], e.attributes["stormguard.breaker.state"])
+        for e in probe_call.events
+        if e.name == "stormguard.breaker.transition" and e.attributes is not None
+    ]
+    assert moves == [("open", "half_open")]
+
 
 async def test_token_refusal(api: Api, mock: respx.MockRouter, otel: Otel) -> None:
     route = mock.post("/chat/completions").respond(200, json=chat_json())
