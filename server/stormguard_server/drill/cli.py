@@ -16,7 +16,13 @@ from tqdm import tqdm
 from stormguard_server.drill.clients import CLIENT_NAMES, ClientName
 from stormguard_server.drill.config import COLD_START_S, ENGINE_ARGS, DrillConfig, Mode, preset
 from stormguard_server.drill.plots import plot_all
-from stormguard_server.drill.report import machine, markdown_table, table, write_json
+from stormguard_server.drill.report import (
+    load_average,
+    machine,
+    markdown_table,
+    table,
+    write_json,
+)
 from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all
 from stormguard_server.drill.runner import calibrate as run_calibration
 from stormguard_server.drill.servers import ServerFleet
@@ -68,6 +74,7 @@ async def drill(
     """The whole drill; returns the JSON document."""
     schedule = build_schedule(config.workload, config.seed)
     started = time.monotonic()
+    host = machine()
     async with ServerFleet(out / "logs", ENGINE_ARGS) as fleet:
         print(f"calibrating for {config.calibration_s:.0f} s ...", file=sys.stderr)
         calibration = await run_calibration(fleet, config)
@@ -86,7 +93,7 @@ async def drill(
         "patience": asdict(config.patience),
         "logical_requests_per_pairing": len(schedule),
         "calibration": asdict(calibration),
-        "machine": machine(),
+        "machine": {**host, "load_average_at_end": load_average()},
         "wall_time_s": round(time.monotonic() - started, 1),
         "pairings": summaries,
     }

@@ -58,8 +58,16 @@ def markdown_table(pairings: Sequence[dict[str, Any]]) -> str:
     return "\n".join([head, rule, *body])
 
 
+def load_average() -> list[float] | None:
+    """1, 5 and 15 min load averages: other work on the machine skews the figures."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def machine() -> dict[str, Any]:
-    """What the figures ran on."""
+    """What the figures ran on, and how busy it was when the drill started."""
     cpu = "unknown"
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -72,6 +80,7 @@ def machine() -> dict[str, Any]:
         "cpu_model": cpu,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "load_average_at_start": load_average(),
     }
 
 
