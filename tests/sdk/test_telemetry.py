@@ -587,3 +587,34 @@ async def test_cancelled_task_mid_stream_ends_the_spans(mock: respx.MockRouter, 
     [attempt] = otel.attempts()
     assert attempt.attributes is not None and attempt.attributes["stormguard.cancelled"] is True
     await client.close()
+
+
+def test_precheck_lookups_are_traced_by_httpx_instrumentation_under_the_call(otel: Otel) -> None:
+    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/tokenize"):
+            return httpx.Response(200, json={"count": 5, "max_model_len": 4096})
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"object": "list", "data": []})
+        return httpx.Response(200, json=chat_json())
+
+    http = httpx.Client(transport=httpx.MockTransport(handler))
+    HTTPXClientInstrumentor.instrument_client(http, tracer_provider=otel.telemetry._tracer_provider)
+    try:
+        client = stormguard.Client(
+            base_url="http://llm.test/v1",
+            model="m",
+            http_client=http,
+            telemetry=otel.telemetry,
+            token_policy=TokenPolicy(),
+        )
+        client.chat.completions.create(messages=MESSAGES)
+    finally:
+        HTTPXClientInstrumentor.uninstrument_client(http)
+    logical = otel.logical()
+    children = otel.attempts(logical)
+    ours = [s for s in children if s.name == "POST /v1/chat/completions"]
+    lookups = [s for s in children if s.name != "POST /v1/chat/completions"]
+    assert len(ours) == 1 and lookups  # the pre-check's lookups are not attempts
+    assert logical.attributes is not None and logical.attributes["stormguard.attempts"] == 1
