@@ -198,7 +198,7 @@ class StormguardAdmission:
         except ClientGone:
             return  # the caller left while queued: vLLM never sees the request
         try:
-            await self._with_headers(scope, _replay(body, receive), send)
+            await _run_until_disconnect(self._with_headers, scope, body, receive, send)
         finally:
             controller.release(permit)
 
@@ -211,7 +211,8 @@ class StormguardAdmission:
             if not isinstance(messages, list):
                 return None
             ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            prompt_tokens = len(ids["input_ids"] if isinstance(ids, dict) else ids)
+            # transformers 5 returns a BatchEncoding (a Mapping), older ones a list.
+            prompt_tokens = len(ids["input_ids"] if isinstance(ids, Mapping) else ids)
         else:
             prompt = request.get("prompt")
             if isinstance(prompt, str):
@@ -227,6 +228,48 @@ class StormguardAdmission:
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             return None
         return prompt_tokens, max_tokens
+
+
+async def _run_until_disconnect(
+    app: ASGIApp, scope: Scope, body: bytes, receive: Receive, send: Send
+) -> None:
+    """Run the app on the buffered request; cancel it the moment the client leaves.
+
+    vLLM aborts a request whose handler is cancelled (``AsyncLLM.generate``), so
+    this is what turns a caller's disconnect into an engine abort within one step.
+    vLLM also watches for the disconnect itself, but not reliably behind a
+    middleware that has read the body: seen here, one stream in eight ran to its
+    full ``max_tokens`` after its client had gone. So one task reads the real
+    ``receive`` and everyone else hears about the disconnect from it.
+    """
+    gone = asyncio.Event()
+    body_sent = False
+
+    async def app_receive() -> Message:
+        nonlocal body_sent
+        if not body_sent:
+            body_sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def watch() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        gone.set()
+
+    work = asyncio.ensure_future(app(scope, app_receive, send))
+    watcher = asyncio.ensure_future(watch())
+    try:
+        await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not work.done():
+            work.cancel()  # the client left (or we are cancelled): stop generating
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+    with contextlib.suppress(asyncio.CancelledError):
+        await work  # re-raises the app's own errors
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:
