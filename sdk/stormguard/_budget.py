@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from ._clock import Clock
+from ._window import WindowedPair
 
 __all__ = ["BudgetState", "RetryBudget"]
 
@@ -60,37 +61,15 @@ class RetryBudget:
     ) -> None:
         if not (math.isfinite(ratio) and ratio >= 0):
             raise ValueError(f"ratio must be a finite number >= 0, got {ratio!r}")
-        if not (math.isfinite(window) and window > 0):
-            raise ValueError(f"window must be a positive number of seconds, got {window!r}")
         if not (math.isfinite(min_retries_per_second) and min_retries_per_second >= 0):
             raise ValueError("min_retries_per_second must be a finite number >= 0")
-        if buckets < 1:
-            raise ValueError("buckets must be at least 1")
         self.ratio = ratio
         self.window = window
         self.min_retries_per_second = min_retries_per_second
         self._clock = clock or Clock()
-        self._width = window / buckets
-        # Ring of buckets: [epoch, calls, retries]; a bucket whose epoch is stale is
-        # empty. This keeps memory fixed whatever the call rate.
-        self._ring = [[-1, 0, 0] for _ in range(buckets)]
+        self._counts = WindowedPair(window=window, buckets=buckets, clock=self._clock)
         self._refused = 0
         self._lock = threading.Lock()
-
-    def _bucket(self, epoch: int) -> list[int]:
-        slot = self._ring[epoch % len(self._ring)]
-        if slot[0] != epoch:
-            slot[0], slot[1], slot[2] = epoch, 0, 0
-        return slot
-
-    def _totals(self, epoch: int) -> tuple[int, int]:
-        oldest = epoch - len(self._ring) + 1
-        calls = retries = 0
-        for slot_epoch, slot_calls, slot_retries in self._ring:
-            if oldest <= slot_epoch <= epoch:
-                calls += slot_calls
-                retries += slot_retries
-        return calls, retries
 
     def _available(self, calls: int, retries: int) -> float:
         return self.ratio * calls + self.min_retries_per_second * self.window - retries
@@ -98,23 +77,22 @@ class RetryBudget:
     def record_call(self) -> None:
         """Count one logical call (each deposit lets ``ratio`` of a retry happen)."""
         with self._lock:
-            self._bucket(math.floor(self._clock.now() / self._width))[1] += 1
+            self._counts.add(a=1)
 
     def try_spend(self) -> bool:
         """Take one retry from the budget; False (and nothing taken) when it is empty."""
         with self._lock:
-            epoch = math.floor(self._clock.now() / self._width)
-            calls, retries = self._totals(epoch)
+            calls, retries = self._counts.totals()
             if self._available(calls, retries) < 1.0:
                 self._refused += 1
                 return False
-            self._bucket(epoch)[2] += 1
+            self._counts.add(b=1)
             return True
 
     def state(self) -> BudgetState:
         """Calls, retries and what is left over the current window."""
         with self._lock:
-            calls, retries = self._totals(math.floor(self._clock.now() / self._width))
+            calls, retries = self._counts.totals()
             return BudgetState(
                 calls=calls,
                 retries=retries,

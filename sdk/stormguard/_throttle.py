@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from ._breaker import is_breaker_failure
 from ._clock import Clock
 from ._exceptions import APIError, APIStatusError
+from ._window import WindowedPair
 
 __all__ = ["AdaptiveThrottle", "ThrottleState", "is_accept"]
 
@@ -96,36 +97,13 @@ class AdaptiveThrottle:
         if not (math.isfinite(k) and k >= 1.0):
             # Below 1 a server that accepts everything would still see refusals.
             raise ValueError(f"k must be a finite number >= 1, got {k!r}")
-        if not (math.isfinite(window) and window > 0):
-            raise ValueError(f"window must be a positive number of seconds, got {window!r}")
-        if buckets < 1:
-            raise ValueError("buckets must be at least 1")
         self.k = k
         self.window = window
         self._clock = clock or Clock()
         self._rng = rng or random.Random()
-        self._width = window / buckets
-        # Ring of buckets: [epoch, requests, accepts]; a stale epoch means empty.
-        self._ring = [[-1, 0, 0] for _ in range(buckets)]
+        # (requests, accepts) over the window.
+        self._counts = WindowedPair(window=window, buckets=buckets, clock=self._clock)
         self._lock = threading.Lock()
-
-    def _epoch(self) -> int:
-        return math.floor(self._clock.now() / self._width)
-
-    def _bucket(self, epoch: int) -> list[int]:
-        slot = self._ring[epoch % len(self._ring)]
-        if slot[0] != epoch:
-            slot[0], slot[1], slot[2] = epoch, 0, 0
-        return slot
-
-    def _totals(self, epoch: int) -> tuple[int, int]:
-        oldest = epoch - len(self._ring) + 1
-        requests = accepts = 0
-        for slot_epoch, slot_requests, slot_accepts in self._ring:
-            if oldest <= slot_epoch <= epoch:
-                requests += slot_requests
-                accepts += slot_accepts
-        return requests, accepts
 
     def _probability(self, requests: int, accepts: int) -> float:
         return max(0.0, (requests - self.k * accepts) / (requests + 1))
@@ -133,24 +111,21 @@ class AdaptiveThrottle:
     def should_reject(self) -> bool:
         """Draw whether to refuse the next request locally; a refusal counts as a request."""
         with self._lock:
-            epoch = self._epoch()
-            probability = self._probability(*self._totals(epoch))
+            probability = self._probability(*self._counts.totals())
             if probability <= 0.0 or self._rng.random() >= probability:
                 return False
-            self._bucket(epoch)[1] += 1
+            self._counts.add(a=1)
             return True
 
     def record_accept(self) -> None:
         """One request went out and the server accepted it."""
         with self._lock:
-            slot = self._bucket(self._epoch())
-            slot[1] += 1
-            slot[2] += 1
+            self._counts.add(a=1, b=1)
 
     def record_reject(self) -> None:
         """One request went out and the server refused it or never answered."""
         with self._lock:
-            self._bucket(self._epoch())[1] += 1
+            self._counts.add(a=1)
 
     def record(self, error: BaseException | None) -> None:
         """Record an attempt's outcome by ``is_accept``; errors raised before anything
@@ -163,12 +138,12 @@ class AdaptiveThrottle:
     def probability(self) -> float:
         """The refusal probability the next request would be drawn against."""
         with self._lock:
-            return self._probability(*self._totals(self._epoch()))
+            return self._probability(*self._counts.totals())
 
     def state(self) -> ThrottleState:
         """Requests, accepts and the refusal probability over the current window."""
         with self._lock:
-            requests, accepts = self._totals(self._epoch())
+            requests, accepts = self._counts.totals()
             return ThrottleState(requests, accepts, self._probability(requests, accepts))
 
     def __repr__(self) -> str:
