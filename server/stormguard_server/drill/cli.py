@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from tqdm import tqdm
@@ -99,8 +101,15 @@ async def drill(
     }
 
 
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    # SIGTERM and SIGINT take the same way out, through every server's stop().
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     mode: Mode = "tiny" if args.tiny else "quick" if args.quick else "full"
     config = preset(mode, seed=args.seed, concurrency=max(1, args.concurrency), engine=args.engine)
     out: Path = args.out or Path("bench/results") / f"drill-{mode}"
