@@ -60,6 +60,10 @@ class Recorder:
 
 def make(clock: FakeClock, recorder: Recorder | None = None, **config: Any) -> CircuitBreaker:
     config.setdefault("jitter", 0.0)
+    # Short windows and runs keep the tests readable (the defaults are 100/50/10).
+    config.setdefault("window_size", 20)
+    config.setdefault("minimum_calls", 10)
+    config.setdefault("consecutive_failures", 5)
     return CircuitBreaker(
         "m@http://gpu-1/v1",
         BreakerConfig(**config),
@@ -435,7 +439,8 @@ def test_listeners_run_outside_the_lock_and_may_call_back() -> None:
             clock.advance(10.0)
             breaker.before_call().ignore()  # makes the open -> half_open change itself
 
-    breaker = CircuitBreaker("b", BreakerConfig(jitter=0), clock=clock, listeners=[listener])
+    config = BreakerConfig(jitter=0, consecutive_failures=5)
+    breaker = CircuitBreaker("b", config, clock=clock, listeners=[listener])
     feed(breaker, "FFFFF")
     assert seen == [
         ("consecutive_failures", OPEN),
@@ -625,7 +630,7 @@ def test_registry_forgets_the_least_recently_used_past_its_bound() -> None:
     [
         {"window_size": 0},
         {"minimum_calls": 0},
-        {"minimum_calls": 21},
+        {"minimum_calls": 101},
         {"failure_rate_threshold": 0},
         {"failure_rate_threshold": 1.5},
         {"slow_call_rate_threshold": float("nan")},
@@ -652,3 +657,14 @@ def test_registry_rejects_a_zero_bound() -> None:
 
 def test_docstring_examples() -> None:
     assert doctest.testmod(stormguard._breaker).failed == 0
+
+
+def test_default_consecutive_run_is_ten() -> None:
+    # A window the rate rule cannot fill, so only the run of failures can trip it.
+    config = BreakerConfig(window_size=100, minimum_calls=100)
+    rec = Recorder()
+    breaker = CircuitBreaker("d", config, clock=FakeClock(), listeners=[rec])
+    feed(breaker, "F" * 9)
+    assert breaker.state is CLOSED
+    feed(breaker, "F")
+    assert rec.path == [("closed", "open", "consecutive_failures")]
