@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -16,7 +17,15 @@ from typing import Any
 from tqdm import tqdm
 
 from stormguard_server.drill.clients import CLIENT_NAMES, ClientName
-from stormguard_server.drill.config import COLD_START_S, ENGINE_ARGS, DrillConfig, Mode, preset
+from stormguard_server.drill.config import (
+    COLD_START_S,
+    ENGINE_ARGS,
+    ENGINES,
+    DrillConfig,
+    Engine,
+    Mode,
+    preset,
+)
 from stormguard_server.drill.plots import plot_all
 from stormguard_server.drill.report import (
     load_average,
@@ -27,8 +36,9 @@ from stormguard_server.drill.report import (
 )
 from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all
 from stormguard_server.drill.runner import calibrate as run_calibration
-from stormguard_server.drill.servers import ServerFleet
+from stormguard_server.drill.servers import EngineSpec, ServerFleet
 from stormguard_server.drill.summary import summarize
+from stormguard_server.drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
 from stormguard_server.drill.workload import build_schedule
 
 
@@ -46,7 +56,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=None, help="output directory (default bench/results/drill-MODE)"
     )
-    parser.add_argument("--engine", default="sim", choices=["sim"], help="engine of the servers")
+    parser.add_argument(
+        "--engine",
+        default="sim",
+        choices=ENGINES,
+        help="engine of the servers: the simulator, or real vLLM on a tiny local model"
+        " (admission-on pairings only; needs the .venv-vllm environment, docs/vllm.md)",
+    )
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -65,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _pairings(args: argparse.Namespace) -> list[tuple[ClientName, Admission]]:
     clients = [c for c in CLIENT_NAMES if c in args.clients.split(",")]
     admissions = [a for a in ADMISSIONS if a in args.admission.split(",")]
+    if args.engine == "vllm" and "off" in admissions:
+        print(SKIP_OFF_REASON, file=sys.stderr)
+        admissions.remove("off")
     if not clients or not admissions:
         raise SystemExit("no pairing selected: check --clients and --admission")
     return [(c, a) for a in admissions for c in clients]
@@ -74,10 +93,29 @@ async def drill(
     config: DrillConfig, out: Path, pairings: list[tuple[ClientName, Admission]]
 ) -> dict[str, Any]:
     """The whole drill; returns the JSON document."""
+    if config.engine != "vllm":
+        return await _drill(config, out, pairings, EngineSpec(args=ENGINE_ARGS))
+    # The tiny model lives as long as the run: built offline once, shared by every server.
+    with tempfile.TemporaryDirectory(prefix="stormguard-drill-model-") as tmp:
+        print("building the tiny model ...", file=sys.stderr)
+        model = await asyncio.to_thread(build_model, Path(tmp) / "tiny-llama")
+        return await _drill(config, out, pairings, engine_spec(model))
+
+
+def _skipped(engine: Engine) -> dict[str, str]:
+    return {"admission off": SKIP_OFF_REASON} if engine == "vllm" else {}
+
+
+async def _drill(
+    config: DrillConfig,
+    out: Path,
+    pairings: list[tuple[ClientName, Admission]],
+    spec: EngineSpec,
+) -> dict[str, Any]:
     schedule = build_schedule(config.workload, config.seed)
     started = time.monotonic()
     host = machine()
-    async with ServerFleet(out / "logs", ENGINE_ARGS) as fleet:
+    async with ServerFleet(out / "logs", spec) as fleet:
         print(f"calibrating for {config.calibration_s:.0f} s ...", file=sys.stderr)
         calibration = await run_calibration(fleet, config)
         print(f"capacity: {calibration.capacity_tps:.0f} completion tokens/s", file=sys.stderr)
@@ -88,8 +126,10 @@ async def drill(
         "mode": config.mode,
         "seed": config.seed,
         "engine": config.engine,
-        "engine_args": list(ENGINE_ARGS),
-        "cold_start_s": COLD_START_S,
+        "engine_args": list(spec.args),
+        # The sim's restart time; vLLM does not restart in the drill.
+        "cold_start_s": COLD_START_S if config.engine == "sim" else None,
+        "skipped": _skipped(config.engine),
         "concurrency": config.concurrency,
         "workload": asdict(config.workload),
         "patience": asdict(config.patience),

@@ -9,12 +9,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-# (column title, JSON key, format) of the stdout table.
+# (column title, JSON key, format) of the stdout table. "attempts" are the server's
+# count, or the client's where the server counts none (vLLM: see attempts_source);
+# "amp srv" then shows NOT_AVAILABLE.
 _COLUMNS = (
     ("client", "client", "{}"),
     ("adm", "admission", "{}"),
     ("logical", "logical_requests", "{}"),
-    ("attempts", "server_attempts", "{}"),
+    ("attempts", "attempts", "{}"),
     ("amp srv", "retry_amplification_server", "{:.2f}"),
     ("amp cli", "retry_amplification_client", "{:.2f}"),
     ("amp incident", "incident_retry_amplification_server", "{:.2f}"),
@@ -34,8 +36,12 @@ _COLUMNS = (
 )
 
 
+NOT_AVAILABLE = "\u2013"  # an en dash, as docs/benchmarks.md writes "not available"
+
+
 def _cell(value: Any, fmt: str) -> str:
-    return "-" if value is None else fmt.format(value)
+    """NOT_AVAILABLE for a figure not measured or not available on the engine, never 0."""
+    return NOT_AVAILABLE if value is None else fmt.format(value)
 
 
 def table(pairings: Sequence[dict[str, Any]]) -> str:

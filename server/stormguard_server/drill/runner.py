@@ -18,8 +18,9 @@ from typing import Literal
 from stormguard_server.drill.app import LogicalResult, run_logical, unfinished
 from stormguard_server.drill.clients import ClientName, StormguardClient, make_client
 from stormguard_server.drill.config import DrillConfig
-from stormguard_server.drill.sampler import MetricsSampler
+from stormguard_server.drill.sampler import MetricsSampler, Parse, parse_sim
 from stormguard_server.drill.servers import ServerFleet
+from stormguard_server.drill.vllm import parse_vllm
 from stormguard_server.drill.workload import Arrival, build_schedule
 
 Admission = Literal["off", "on"]
@@ -33,6 +34,7 @@ class PairingRun:
 
     client: ClientName
     admission: Admission
+    engine: str
     results: list[LogicalResult]
     client_attempts: int
     samples: list[tuple[float, dict[str, float]]]
@@ -57,6 +59,10 @@ class Calibration:
 
 def _server_args(config: DrillConfig, admission: Admission) -> tuple[str, ...]:
     return ("--admission", admission, "--seed", str(config.seed), "--engine", config.engine)
+
+
+def _parser(config: DrillConfig) -> Parse:
+    return parse_vllm if config.engine == "vllm" else parse_sim
 
 
 async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
@@ -107,7 +113,9 @@ async def run_pairing(
     )
     client = make_client(client_name, server.base_url, config.patience.timeout_s)
     t0 = time.monotonic()
-    sampler = MetricsSampler(server.root, t0, config.sample_hz)
+    sampler = MetricsSampler(
+        server.root, t0, config.sample_hz, parse=_parser(config), client_attempts=client.attempts
+    )
     sampler_task = asyncio.create_task(sampler.run())
     tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
     in_flight = max_in_flight = 0
@@ -152,6 +160,7 @@ async def run_pairing(
         return PairingRun(
             client=client_name,
             admission=admission,
+            engine=config.engine,
             results=sorted(results, key=lambda r: r.index),
             client_attempts=client.attempts(),
             samples=sampler.samples,

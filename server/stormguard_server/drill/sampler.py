@@ -2,6 +2,12 @@
 
 Parsed with prometheus-client's own text parser. A scrape that fails (the server is
 busy) is skipped, not fatal: the plots show a gap rather than the drill stopping.
+
+Each engine has its parser (``Parse``): the sim server exports the drill's
+``stormguard_*`` series itself; for vLLM, ``drill.vllm`` maps vLLM's own gauges and
+the admission layer's load headers onto the same names. Every sample also holds
+the client's own attempt count (``CLIENT_ATTEMPTS``), which is the only attempt
+count there is where the server exports none.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import httpx
@@ -29,6 +36,25 @@ SERIES = (
     "stormguard_engine_output_tokens_total",
     "stormguard_output_tokens_total",
 )
+# What only the sim engine exports: a vLLM server has no OOM fault, no restarts of its
+# own and no count of tokens for gone callers; the admission middleware exports no
+# Prometheus metrics. Reported as not available (None) on other engines, never 0.
+SIM_ONLY_SERIES = frozenset(
+    {
+        "stormguard_attempts_total",
+        "stormguard_engine_ready",
+        "stormguard_engine_oom_total",
+        "stormguard_engine_restarts_total",
+        "stormguard_engine_crashes_total",
+        "stormguard_engine_oom_restart_loops_total",
+        "stormguard_gone_client_tokens_total",
+        "stormguard_output_tokens_total",
+    }
+)
+# The client's attempts sent so far (the drill's own count, not the server's).
+CLIENT_ATTEMPTS = "drill_client_attempts_total"
+
+Parse = Callable[[httpx.Response], dict[str, float]]
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -44,6 +70,11 @@ def parse_metrics(text: str) -> dict[str, float]:
     return values
 
 
+def parse_sim(response: httpx.Response) -> dict[str, float]:
+    """The sim server's /metrics: the drill's series by their own names."""
+    return parse_metrics(response.text)
+
+
 @dataclass
 class MetricsSampler:
     """Background poller of one server; ``samples`` is [(t, values)]."""
@@ -51,13 +82,18 @@ class MetricsSampler:
     root: str
     t0: float
     hz: float
+    parse: Parse = parse_sim
+    client_attempts: Callable[[], int] | None = None
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     async def scrape(self, http: httpx.AsyncClient) -> dict[str, float] | None:
         with contextlib.suppress(httpx.HTTPError):
             response = await http.get(f"{self.root}/metrics")
             if response.status_code == 200:
-                return parse_metrics(response.text)
+                values = self.parse(response)
+                if self.client_attempts is not None:
+                    values[CLIENT_ATTEMPTS] = float(self.client_attempts())
+                return values
         return None
 
     async def run(self) -> None:

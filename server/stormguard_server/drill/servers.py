@@ -3,6 +3,12 @@
 Each pairing gets a fresh server, so no counter, cache or breaker carries over.
 ``ServerFleet`` remembers every process it started and stops them all on exit,
 exceptions and Ctrl-C included (atexit is the last resort).
+
+An :class:`EngineSpec` says how one engine's servers start and stop. The sim
+server is one process, ready at ``/ready`` within a second. ``--engine vllm``
+spawns an engine-core process beside the API server and takes ~20 s to
+``/health``: it runs in its own session, and stopping it signals the whole
+process group (SIGINT, then SIGKILL), so no engine core outlives the drill.
 """
 
 from __future__ import annotations
@@ -19,11 +25,23 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
-_READY_TIMEOUT_S = 30.0
-_STOP_GRACE_S = 5.0
+
+@dataclass(frozen=True, slots=True)
+class EngineSpec:
+    """How the servers of one engine are started, found ready and stopped."""
+
+    args: tuple[str, ...]  # engine flags of every server
+    ready_path: str = "/ready"
+    ready_timeout_s: float = 30.0
+    stop_grace_s: float = 5.0
+    own_session: bool = False  # True: a process group of its own, signalled as a whole
+    # Sent once when ready, before the pairing's clock starts (POST /v1/chat/completions):
+    # the sim's /ready follows its own warm-up probe, vLLM's /health does not.
+    warmup_request: dict[str, Any] | None = None
 
 
 def free_port() -> int:
@@ -42,6 +60,7 @@ class ServerProcess:
     port: int
     process: subprocess.Popen[bytes]
     log_path: Path
+    spec: EngineSpec
 
     @property
     def root(self) -> str:
@@ -52,23 +71,33 @@ class ServerProcess:
         return f"{self.root}/v1"
 
     def stop(self) -> None:
-        """SIGINT (graceful), then SIGKILL."""
-        if self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=_STOP_GRACE_S)
+        """SIGINT (graceful), then SIGKILL; to the whole group when it has its own."""
+        grace = self.spec.stop_grace_s
+        if self.process.poll() is None:
+            self._signal(signal.SIGINT)
+            try:
+                self.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.process.wait(timeout=grace)
+        if self.spec.own_session:
+            # Children (vLLM's engine core) may outlive the leader: none may stay.
+            self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if self.spec.own_session:
+                os.killpg(self.process.pid, signum)
+            else:
+                self.process.send_signal(signum)
 
 
 class ServerFleet:
     """Starts servers and guarantees that every one of them is stopped."""
 
-    def __init__(self, log_dir: Path, engine_args: tuple[str, ...]) -> None:
+    def __init__(self, log_dir: Path, spec: EngineSpec) -> None:
         self._log_dir = log_dir
-        self._engine_args = engine_args
+        self._spec = spec
         self._servers: list[ServerProcess] = []
         atexit.register(self.stop_all)
 
@@ -76,7 +105,7 @@ class ServerFleet:
         """Start a server with the drill's engine flags plus ``args``; return it ready."""
         port = free_port()
         command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
-        command += [*self._engine_args, *args, "--log-level", "warning"]
+        command += [*self._spec.args, *args, "--log-level", "warning"]
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self._log_dir / f"{name}.log"
         # Popen returns at once (no wait); the command is our own interpreter and flags.
@@ -87,10 +116,17 @@ class ServerFleet:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                start_new_session=self._spec.own_session,
             )
-        server = ServerProcess(name=name, port=port, process=process, log_path=log_path)
+        server = ServerProcess(
+            name=name, port=port, process=process, log_path=log_path, spec=self._spec
+        )
         self._servers.append(server)
-        await _wait_ready(server)
+        try:
+            await _wait_ready(server)
+        except BaseException:
+            self.stop(server)
+            raise
         return server
 
     def stop(self, server: ServerProcess) -> None:
@@ -115,14 +151,23 @@ class ServerFleet:
 
 
 async def _wait_ready(server: ServerProcess) -> None:
-    deadline = time.monotonic() + _READY_TIMEOUT_S
+    timeout = server.spec.ready_timeout_s
+    deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=2.0) as http:
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                log = server.log_path.read_text(errors="replace")
+                log = server.log_path.read_text(errors="replace")[-6000:]
                 raise RuntimeError(f"server {server.name} exited early:\n{log}")
             with contextlib.suppress(httpx.HTTPError):
-                if (await http.get(f"{server.root}/ready")).status_code == 200:
+                if (await http.get(f"{server.root}{server.spec.ready_path}")).status_code == 200:
+                    await _warm_up(server, http)
                     return
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"server {server.name} not ready after {_READY_TIMEOUT_S} s")
+            await asyncio.sleep(0.05 if timeout <= 30 else 0.5)
+    raise TimeoutError(f"server {server.name} not ready after {timeout} s")
+
+
+async def _warm_up(server: ServerProcess, http: httpx.AsyncClient) -> None:
+    body = server.spec.warmup_request
+    if body is not None:
+        response = await http.post(f"{server.base_url}/chat/completions", json=body, timeout=60)
+        response.raise_for_status()

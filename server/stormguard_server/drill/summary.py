@@ -15,6 +15,11 @@ Definitions (docs/benchmarks.md repeats them):
 - recovery = from the end of the burst until the success rate of logical requests
   ending in each 1 s bin is >= 95% for 5 bins in a row (a bin where nothing ends is
   not a success); ``None`` when that never happens before the load stops.
+
+A figure the engine does not export (on vLLM: OOMs, restarts, loops, gone-client
+tokens, server-side attempts) is ``None``, not 0: 0 would claim it was measured.
+Where the server counts no attempts, amplification over the incident window and
+attempts/s come from the client's own count, and ``attempts_source`` says so.
 """
 
 from __future__ import annotations
@@ -28,6 +33,10 @@ from typing import Any
 from stormguard_server.drill.app import LogicalResult
 from stormguard_server.drill.config import Workload
 from stormguard_server.drill.runner import PairingRun
+from stormguard_server.drill.sampler import CLIENT_ATTEMPTS, SIM_ONLY_SERIES
+from stormguard_server.drill.vllm import ADMITTED, WARMUP_REQUESTS
+
+_SERVER_ATTEMPTS = "stormguard_attempts_total"
 
 RECOVERY_RATE = 0.95
 RECOVERY_HOLD_BINS = 5
@@ -94,10 +103,26 @@ def counter_at(samples: list[tuple[float, dict[str, float]]], name: str, t: floa
     return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
 
 
+def exported(run: PairingRun, name: str) -> bool:
+    """Whether the pairing's server exports series ``name`` at all."""
+    return run.engine == "sim" or name not in SIM_ONLY_SERIES
+
+
+def _attempts_series(run: PairingRun) -> str:
+    """The server's attempt counter, or the client's own where the server has none."""
+    return _SERVER_ATTEMPTS if exported(run, _SERVER_ATTEMPTS) else CLIENT_ATTEMPTS
+
+
+def _count(run: PairingRun, name: str) -> int | None:
+    """A counter's final value; None where the engine does not export it."""
+    return int(run.final_metrics.get(name, 0.0)) if exported(run, name) else None
+
+
 def incident_amplification(run: PairingRun, workload: Workload) -> float | None:
-    """Server attempts / logical requests arriving, over the burst + INCIDENT_TAIL_S."""
+    """Attempts / logical requests arriving, over the burst + INCIDENT_TAIL_S (attempts at
+    the server, or at the client where the server counts none)."""
     start, end = workload.burst_start_s, workload.burst_end_s + INCIDENT_TAIL_S
-    name = "stormguard_attempts_total"
+    name = _attempts_series(run)
     attempts = counter_at(run.samples, name, end) - counter_at(run.samples, name, start)
     arrivals = sum(1 for r in run.results if start <= r.start_s < end)
     return attempts / arrivals if arrivals else None
@@ -116,12 +141,14 @@ def timeseries(run: PairingRun) -> dict[str, list[list[float]]]:
     """The plotted series: [[t, value], ...] each."""
     samples = run.samples
     successes = success_bins(run.results, max((r.end_s for r in run.results), default=1.0))
+    restarts = "stormguard_engine_restarts_total"
+    restart_series = [[t, v.get(restarts, 0.0)] for t, v in samples]
     return {
-        "attempts_per_s": [[t, v] for t, v in _rates(samples, "stormguard_attempts_total")],
+        "attempts_per_s": [[t, v] for t, v in _rates(samples, _attempts_series(run))],
         "successes_per_s": [[(i + 0.5) * BIN_S, ok / BIN_S] for i, (ok, _) in enumerate(successes)],
         "queue_depth": [[t, v.get("stormguard_queue_depth", 0.0)] for t, v in samples],
         "kv_cache_usage": [[t, v.get("stormguard_kv_cache_usage_ratio", 0.0)] for t, v in samples],
-        "restarts": [[t, v.get("stormguard_engine_restarts_total", 0.0)] for t, v in samples],
+        "restarts": restart_series if exported(run, restarts) else [],
     }
 
 
@@ -135,7 +162,8 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
     logical = len(results)
     ok = [r for r in results if r.ok]
     final = run.final_metrics
-    server_attempts = final.get("stormguard_attempts_total", 0.0)
+    server_attempts = _count(run, _SERVER_ATTEMPTS)
+    attempts = server_attempts if server_attempts is not None else run.client_attempts
     load_window = workload.duration_s
     burst_window = workload.burst_end_s - workload.burst_start_s
     goodput = streamed_tokens(results, 0.0, load_window) / load_window
@@ -156,9 +184,14 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "admission": run.admission,
         "logical_requests": logical,
         "client_attempts": run.client_attempts,
-        "server_attempts": int(server_attempts),
-        "server_attempts_by_number": by_attempt,
-        "retry_amplification_server": _round(server_attempts / logical if logical else None),
+        "server_attempts": server_attempts,
+        "attempts": attempts,
+        "attempts_source": "server" if server_attempts is not None else "client",
+        "admitted_requests": int(final[ADMITTED]) - WARMUP_REQUESTS if ADMITTED in final else None,
+        "server_attempts_by_number": by_attempt if server_attempts is not None else None,
+        "retry_amplification_server": _round(
+            server_attempts / logical if logical and server_attempts is not None else None
+        ),
         "retry_amplification_client": _round(run.client_attempts / logical if logical else None),
         "incident_retry_amplification_server": _round(incident_amplification(run, workload)),
         "app_calls": sum(r.app_calls for r in results),
@@ -175,13 +208,13 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "latency_p99_s": _round(percentile([r.latency_s for r in ok], 99)),
         "ttft_p50_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
         "ttft_p99_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 99)),
-        "oom_count": int(final.get("stormguard_engine_oom_total", 0.0)),
-        "restart_count": int(final.get("stormguard_engine_restarts_total", 0.0)),
-        "crash_count": int(final.get("stormguard_engine_crashes_total", 0.0)),
-        "oom_restart_loop_count": int(final.get("stormguard_engine_oom_restart_loops_total", 0.0)),
+        "oom_count": _count(run, "stormguard_engine_oom_total"),
+        "restart_count": _count(run, "stormguard_engine_restarts_total"),
+        "crash_count": _count(run, "stormguard_engine_crashes_total"),
+        "oom_restart_loop_count": _count(run, "stormguard_engine_oom_restart_loops_total"),
         "recovery_s": _round(recovery_s(results, workload), 2),
-        "gone_client_tokens": int(final.get("stormguard_gone_client_tokens_total", 0.0)),
-        "engine_output_tokens": int(final.get("stormguard_engine_output_tokens_total", 0.0)),
+        "gone_client_tokens": _count(run, "stormguard_gone_client_tokens_total"),
+        "engine_output_tokens": _count(run, "stormguard_engine_output_tokens_total"),
         "max_in_flight": run.max_in_flight,
         "errors": dict(errors.most_common()),
         "client_stats": run.client_stats,

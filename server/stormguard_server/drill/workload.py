@@ -4,7 +4,9 @@ Short prompts arrive as a Poisson process the whole time; a fixed number of long
 prompts arrive evenly spread over the burst window (a fixed count, so that a short
 window does not leave the burst to chance). Prompt lengths are drawn per
 request; the text is built from one-token words of the sim tokenizer, so a prompt of
-n words costs about n tokens at the server.
+n words costs about n tokens at the server. Tokenizers that split those words
+(vLLM's tiny model: ~2.1 tokens a word) get ``tokens / tokens_per_word`` words, so
+the shapes stay in server tokens.
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ def _poisson_times(rng: random.Random, rate: float, start: float, end: float) ->
     return times
 
 
-def _prompt(rng: random.Random, shape: PromptShape, index: int) -> str:
-    words = rng.randint(shape.min_prompt_tokens, shape.max_prompt_tokens)
+def _prompt(rng: random.Random, shape: PromptShape, index: int, tokens_per_word: float) -> str:
+    tokens = rng.randint(shape.min_prompt_tokens, shape.max_prompt_tokens)
+    words = max(1, round(tokens / tokens_per_word))
     # The request number first: every prompt differs, so output lengths (a hash of
     # the prompt in the sim engine) differ too.
     body = " ".join(rng.choice(_WORDS) for _ in range(words))
@@ -79,7 +82,7 @@ def build_schedule(workload: Workload, seed: int) -> list[Arrival]:
                 index=index,
                 at_s=at,
                 kind=kind,
-                prompt=_prompt(rng, shape, index),
+                prompt=_prompt(rng, shape, index, workload.tokens_per_word),
                 max_tokens=shape.max_tokens,
             )
         )
