@@ -146,6 +146,8 @@ async def run_pairing(
             unfinished(tasks[task], tasks[task].at_s, stopped) if task in pending else task.result()
             for task in tasks
         ]
+        sampler_task.cancel()
+        await asyncio.gather(sampler_task, return_exceptions=True)
         final = await sampler.final()
         stats: dict[str, float] = {}
         if isinstance(client, StormguardClient):

@@ -108,11 +108,18 @@ class MetricsSampler:
                 await asyncio.sleep(max(0.0, period - (time.monotonic() - started)))
 
     async def final(self) -> dict[str, float]:
-        """One last scrape, retried briefly: the counters at the end of the pairing."""
+        """One last scrape, retried briefly: the counters at the end of the pairing.
+
+        Kept as the last sample too (call it once ``run`` is stopped): a counter read
+        at a time after the last periodic sample, such as the end of the incident
+        window, would otherwise miss what happened after it (periodic scrapes can be
+        seconds apart on a busy machine)."""
         async with httpx.AsyncClient(timeout=5.0) as http:
             for _ in range(5):
+                started = time.monotonic()
                 values = await self.scrape(http)
                 if values is not None:
+                    self.samples.append((started - self.t0, values))
                     return values
                 await asyncio.sleep(0.2)
         return self.samples[-1][1] if self.samples else {}
