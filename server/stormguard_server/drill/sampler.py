@@ -87,12 +87,16 @@ class MetricsSampler:
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     async def scrape(self, http: httpx.AsyncClient) -> dict[str, float] | None:
+        # The client's count is read when the scrape starts, the time a sample is filed
+        # under: a busy vLLM can take seconds to answer /metrics, and a count read after
+        # the answer would put attempts seconds too early.
+        attempts = None if self.client_attempts is None else float(self.client_attempts())
         with contextlib.suppress(httpx.HTTPError):
             response = await http.get(f"{self.root}/metrics")
             if response.status_code == 200:
                 values = self.parse(response)
-                if self.client_attempts is not None:
-                    values[CLIENT_ATTEMPTS] = float(self.client_attempts())
+                if attempts is not None:
+                    values[CLIENT_ATTEMPTS] = attempts
                 return values
         return None
 
