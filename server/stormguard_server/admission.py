@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import heapq
 import itertools
 import math
 import time
@@ -136,6 +137,72 @@ class DrainMeter:
             self._total -= tokens
 
 
+class _Group:
+    """The queued tickets of one (priority rank, is_retry), sorted by seq.
+
+    Their tokens also sit in a Fenwick tree indexed by seq, so "tokens of this
+    group queued before seq s" costs O(log n) even when a ticket is submitted
+    after later-made ones (it then queues ahead of them). The tree covers a
+    window of seqs and is rebuilt, in O(window), when a seq falls outside it;
+    the window is twice the queued span, so rebuilds are rare (amortized O(1)).
+    Seqs are unique (``make_ticket`` stamps them) and costs never negative.
+    """
+
+    def __init__(self) -> None:
+        self.tickets: list[Ticket] = []
+        self.seqs: list[int] = []
+        self.tokens = 0
+        self._base = 0
+        self._tree = [0]  # 1-based Fenwick tree over seqs base .. base + len - 2
+
+    def insert(self, ticket: Ticket) -> None:
+        at = bisect.bisect_right(self.seqs, ticket.seq)
+        self.seqs.insert(at, ticket.seq)
+        self.tickets.insert(at, ticket)
+        self.tokens += ticket.cost
+        if self._base <= ticket.seq < self._base + len(self._tree) - 1:
+            self._add(ticket.seq, ticket.cost)
+        else:
+            self._rebuild()
+
+    def remove(self, ticket: Ticket) -> None:
+        at = bisect.bisect_left(self.seqs, ticket.seq)
+        while self.tickets[at] is not ticket:
+            at += 1
+        del self.seqs[at], self.tickets[at]
+        self.tokens -= ticket.cost
+        self._add(ticket.seq, -ticket.cost)
+
+    def tokens_before(self, seq: int) -> int:
+        """Tokens of this group's tickets whose seq is below ``seq``."""
+        i = min(seq - self._base, len(self._tree) - 1)
+        total = 0
+        while i > 0:
+            total += self._tree[i]
+            i -= i & -i
+        return total
+
+    def _add(self, seq: int, tokens: int) -> None:
+        i, size = seq - self._base + 1, len(self._tree)
+        while i < size:
+            self._tree[i] += tokens
+            i += i & -i
+
+    def _rebuild(self) -> None:
+        self._base = self.seqs[0]
+        size = 64
+        while size < 2 * (self.seqs[-1] - self._base + 1):
+            size *= 2
+        tree = [0] * (size + 1)
+        for ticket in self.tickets:
+            tree[ticket.seq - self._base + 1] += ticket.cost
+        for i in range(1, size + 1):  # linear-time Fenwick construction
+            parent = i + (i & -i)
+            if parent <= size:
+                tree[parent] += tree[i]
+        self._tree = tree
+
+
 class AdmissionController:
     """Admits, queues or sheds tickets; see the module docstring."""
 
@@ -149,7 +216,17 @@ class AdmissionController:
         self.config = config
         self._engine_load = engine_load
         self._clock = clock
-        self._queue: list[Ticket] = []  # sorted by order_key
+        # The queue, sorted by order_key, with the keys alongside for bisect; the same
+        # tickets by (rank, is_retry) with their token sums; each queued ticket's
+        # shed_key as it was queued; and a heap of (expiry, push number, ticket) in
+        # which tickets that left stay until they surface. No decision then scans the
+        # queue: each is O(log n) in its length (list inserts and pops are memmoves).
+        self._queue: list[Ticket] = []
+        self._keys: list[tuple[int, int]] = []
+        self._groups = self._new_groups()
+        self._queued: dict[Ticket, tuple[int, bool, int]] = {}
+        self._expiries: list[tuple[float, int, Ticket]] = []
+        self._pushes = itertools.count()  # heap tie-break: tickets do not compare
         self._queue_tokens = 0
         self._inflight_tokens = 0
         self._inflight_count = 0
@@ -236,7 +313,7 @@ class AdmissionController:
         if ticket.deadline is not None and ticket.deadline <= now:
             return Shed(ShedReason.DEADLINE, None, False, "the request's deadline has passed")
 
-        ahead_tokens = sum(t.cost for t in self._queue if t.order_key < ticket.order_key)
+        ahead_tokens = self._tokens_ahead(ticket)
         if ahead_tokens == 0 and self._fits(ticket.cost, load):
             return self._admit(ticket, now)
 
@@ -273,7 +350,12 @@ class AdmissionController:
     def expire(self) -> list[Ticket]:
         """Shed queued tickets whose deadline or maximum wait has passed."""
         now = self._clock()
-        gone = [t for t in self._queue if now >= self._expiry(t)]
+        expired: dict[Ticket, None] = {}  # a ticket queued twice has two entries
+        while self._expiries and now >= self._expiries[0][0]:
+            _, _, ticket = heapq.heappop(self._expiries)
+            if ticket in self._queued:
+                expired[ticket] = None
+        gone = sorted(expired, key=self._order_key)  # shed in queue order
         for ticket in gone:
             self._remove(ticket)
             self._resolve(ticket, self._expired_shed(ticket))
@@ -289,8 +371,8 @@ class AdmissionController:
             return admitted
         now = self._clock()
         while self._queue and self._fits(self._queue[0].cost, load):
-            ticket = self._queue.pop(0)
-            self._queue_tokens -= ticket.cost
+            ticket = self._queue[0]
+            self._remove(ticket)
             self._admit(ticket, now)
             self._resolve(ticket, None)
             admitted.append(ticket)
@@ -302,6 +384,10 @@ class AdmissionController:
         shed = self.unready_shed(load)
         gone = list(self._queue)
         self._queue.clear()
+        self._keys.clear()
+        self._groups = self._new_groups()
+        self._queued.clear()
+        self._expiries.clear()
         self._queue_tokens = 0
         for ticket in gone:
             self._resolve(ticket, shed)
@@ -370,39 +456,82 @@ class AdmissionController:
                 self._remove(victim)
                 self._resolve(victim, self._overload_shed(victim, reason, load))
         ticket.future = asyncio.get_running_loop().create_future()
-        bisect.insort(self._queue, ticket, key=lambda t: t.order_key)
-        ticket.queue_position = self._queue.index(ticket)
+        rank, retry, seq = self._queued[ticket] = ticket.shed_key
+        at = bisect.bisect_right(self._keys, (rank, seq))
+        self._keys.insert(at, (rank, seq))
+        self._queue.insert(at, ticket)
+        self._groups[rank, retry].insert(ticket)
+        heapq.heappush(self._expiries, (self._expiry(ticket), next(self._pushes), ticket))
+        if len(self._expiries) > 2 * len(self._queue) + 64:  # without expire() calls too
+            self._expiries = [e for e in self._expiries if e[2] in self._queued]
+            heapq.heapify(self._expiries)
+        ticket.queue_position = at
         self._queue_tokens += ticket.cost
         return None
 
     def _victims_for(self, newcomer: Ticket) -> list[Ticket] | None:
         """Queued tickets that matter less than ``newcomer`` and whose removal makes
-        room for it; None when the newcomer itself is the one to shed."""
+        room for it; None when the newcomer itself is the one to shed.
+
+        Candidates are the tickets with a larger shed_key, taken largest first: every
+        ticket of the groups (rank, is_retry) above the newcomer's, newest first, then
+        those of its own group newer than it. The totals decide up front whether
+        removing them all makes room (costs are never negative, so otherwise no
+        subset does); then only the victims themselves are visited.
+        """
         cfg = self.config
-        candidates = sorted(
-            (t for t in self._queue if t.shed_key > newcomer.shed_key),
-            key=lambda t: t.shed_key,
-            reverse=True,
-        )
-        victims: list[Ticket] = []
-        depth, tokens = len(self._queue), self._queue_tokens
-        for candidate in candidates:
-            if (
-                depth + 1 <= cfg.max_queue_requests
-                and tokens + newcomer.cost <= cfg.max_queue_tokens
-            ):
-                break
-            victims.append(candidate)
-            depth -= 1
-            tokens -= candidate.cost
+        rank, retry, seq = newcomer.shed_key
+        own = self._groups[rank, retry]
+        above = [g for key, g in self._groups.items() if key > (rank, retry)]
+        depth = len(self._queue) - sum(len(g.seqs) for g in above)
+        depth -= len(own.seqs) - bisect.bisect_right(own.seqs, seq)
+        tokens = self._queue_tokens - sum(g.tokens for g in above)
+        tokens -= own.tokens - own.tokens_before(seq + 1)
         if depth + 1 > cfg.max_queue_requests or tokens + newcomer.cost > cfg.max_queue_tokens:
             return None
+        victims: list[Ticket] = []
+        depth, tokens = len(self._queue), self._queue_tokens
+        for key, group in reversed(self._groups.items()):
+            if key < (rank, retry):
+                break
+            first = bisect.bisect_right(group.seqs, seq) if group is own else 0
+            for i in range(len(group.tickets) - 1, first - 1, -1):
+                if (
+                    depth + 1 <= cfg.max_queue_requests
+                    and tokens + newcomer.cost <= cfg.max_queue_tokens
+                ):
+                    return victims
+                victims.append(group.tickets[i])
+                depth -= 1
+                tokens -= group.tickets[i].cost
         return victims
 
     def _retry_must_go(self, ticket: Ticket) -> bool:
         limit = self.config.max_queue_requests * self.config.retry_queue_fraction
-        ahead = sum(1 for t in self._queue if t.order_key < ticket.order_key)
+        ahead = bisect.bisect_left(self._keys, ticket.order_key)
         return ahead >= limit
+
+    def _tokens_ahead(self, ticket: Ticket) -> int:
+        """Tokens queued before ``ticket`` would be: every group of a lower rank, and
+        the tickets of its own rank made before it."""
+        rank, seq = ticket.order_key
+        return sum(
+            group.tokens if key[0] < rank else group.tokens_before(seq)
+            for key, group in self._groups.items()
+            if key[0] <= rank
+        )
+
+    def _order_key(self, ticket: Ticket) -> tuple[int, int]:
+        """A queued ticket's order_key as it was queued."""
+        rank, _, seq = self._queued[ticket]
+        return rank, seq
+
+    @staticmethod
+    def _new_groups() -> dict[tuple[int, bool], _Group]:
+        """An empty group per (rank, is_retry), in ascending order (shedding takes
+        them from the end)."""
+        keys = sorted((p.rank, retry) for p in Priority for retry in (False, True))
+        return {key: _Group() for key in keys}
 
     def _overload_shed(self, ticket: Ticket, reason: ShedReason, load: EngineLoad) -> Shed:
         wait = self._estimate_wait(self._queue_tokens + ticket.cost, load)
@@ -448,10 +577,16 @@ class AdmissionController:
         return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)
 
     def _remove(self, ticket: Ticket) -> bool:
-        try:
-            self._queue.remove(ticket)
-        except ValueError:
+        """Take a ticket out of the queue (its heap entry stays until it expires)."""
+        key = self._queued.pop(ticket, None)
+        if key is None:
             return False
+        rank, retry, seq = key
+        at = bisect.bisect_left(self._keys, (rank, seq))
+        while self._queue[at] is not ticket:
+            at += 1
+        del self._queue[at], self._keys[at]
+        self._groups[rank, retry].remove(ticket)
         self._queue_tokens -= ticket.cost
         return True
 
