@@ -40,6 +40,7 @@ from stormguard_server.drill.servers import EngineSpec, ServerFleet
 from stormguard_server.drill.summary import summarize
 from stormguard_server.drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
 from stormguard_server.drill.workload import build_schedule
+from stormguard_server.vllm.launch import check_environment
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +96,8 @@ async def drill(
     """The whole drill; returns the JSON document."""
     if config.engine != "vllm":
         return await _drill(config, out, pairings, EngineSpec(args=ENGINE_ARGS))
+    # Without vLLM (the default .venv), say how to get it before building anything.
+    check_environment()
     # The tiny model lives as long as the run: built offline once, shared by every server.
     with tempfile.TemporaryDirectory(prefix="stormguard-drill-model-") as tmp:
         print("building the tiny model ...", file=sys.stderr)
