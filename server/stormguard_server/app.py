@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -158,6 +158,33 @@ def _resolve_model(state: ServerState, requested: str | None) -> str | Response:
     )
 
 
+async def _generate(
+    state: ServerState,
+    request: Request,
+    body: ChatCompletionRequest | CompletionRequest,
+    *,
+    kind: Literal["chat", "completion"],
+    model: str,
+    prompt: str,
+) -> Response:
+    """Size, admit and serve one generation request (both endpoints end here)."""
+    call = size_call(
+        state,
+        kind=kind,
+        model=model,
+        prompt=prompt,
+        requested_max_tokens=body.requested_max_tokens(),
+        stop=body.stop_strings(),
+        ignore_eos=body.ignore_eos,
+        stream=body.stream,
+        include_usage=body.include_usage,
+        headers=request.headers,
+    )
+    if isinstance(call, Response):
+        return call
+    return await serve_generation(state, call, request.receive)
+
+
 def _install_routes(app: FastAPI) -> None:
     @app.post("/v1/chat/completions", tags=["openai"])
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
@@ -168,21 +195,7 @@ def _install_routes(app: FastAPI) -> None:
         prompt = state.engine.chat_prompt(
             [(m.role, m.text()) for m in body.messages], add_generation_prompt=True
         )
-        call = size_call(
-            state,
-            kind="chat",
-            model=model,
-            prompt=prompt,
-            requested_max_tokens=body.requested_max_tokens(),
-            stop=body.stop_strings(),
-            ignore_eos=body.ignore_eos,
-            stream=body.stream,
-            include_usage=body.include_usage,
-            headers=request.headers,
-        )
-        if isinstance(call, Response):
-            return call
-        return await serve_generation(state, call, request.receive)
+        return await _generate(state, request, body, kind="chat", model=model, prompt=prompt)
 
     @app.post("/v1/completions", tags=["openai"])
     async def completions(body: CompletionRequest, request: Request) -> Response:
@@ -190,21 +203,8 @@ def _install_routes(app: FastAPI) -> None:
         model = _resolve_model(state, body.model)
         if isinstance(model, Response):
             return model
-        call = size_call(
-            state,
-            kind="completion",
-            model=model,
-            prompt=body.prompt_text(),
-            requested_max_tokens=body.requested_max_tokens(),
-            stop=body.stop_strings(),
-            ignore_eos=body.ignore_eos,
-            stream=body.stream,
-            include_usage=body.include_usage,
-            headers=request.headers,
-        )
-        if isinstance(call, Response):
-            return call
-        return await serve_generation(state, call, request.receive)
+        prompt = body.prompt_text()
+        return await _generate(state, request, body, kind="completion", model=model, prompt=prompt)
 
     @app.get("/v1/models", tags=["openai"])
     async def list_models(request: Request) -> dict[str, Any]:
