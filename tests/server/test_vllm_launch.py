@@ -1,0 +1,32 @@
+"""The environment ``stormguard-server --engine vllm`` gives vLLM (no vLLM needed)."""
+
+from __future__ import annotations
+
+import json
+
+from stormguard_server.config import AdmissionConfig
+from stormguard_server.vllm.launch import vllm_command, vllm_environment
+from stormguard_server.vllm.middleware import ENV_ADMISSION, admission_config_from_env
+
+
+def test_offline_and_admission_settings_as_json() -> None:
+    config = AdmissionConfig(max_queue_requests=6)
+    env = vllm_environment(config, {"PATH": "/bin"})
+    assert env["HF_HUB_OFFLINE"] == "1" and env["VLLM_NO_USAGE_STATS"] == "1"
+    assert env["PATH"] == "/bin"
+    assert admission_config_from_env(env) == config
+    assert json.loads(env[ENV_ADMISSION])["max_queue_requests"] == 6
+
+
+def test_the_users_own_settings_are_kept() -> None:
+    env = vllm_environment(AdmissionConfig(), {"HF_HUB_OFFLINE": "0"})
+    assert env["HF_HUB_OFFLINE"] == "0"
+
+
+def test_command_puts_the_middleware_in_front_only_with_admission() -> None:
+    on = vllm_command(model="m", host="127.0.0.1", port=8000, extra_args=["--enforce-eager"])
+    assert on[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert on[on.index("--middleware") + 1].endswith("StormguardAdmission")
+    assert on[-1] == "--enforce-eager"
+    off = vllm_command(model="m", host="127.0.0.1", port=8000, extra_args=[], admission=False)
+    assert "--middleware" not in off
