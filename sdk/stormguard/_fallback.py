@@ -1,6 +1,6 @@
 """When a call may move on to a smaller model instead of failing.
 
-Seed 000's stop-loss order ends with "degrade to a smaller model": when the
+The OOM-avalanche incident's stop-loss order ends with "degrade to a smaller model": when the
 primary model's servers are open-circuited, shedding, or still overloaded
 after the retries the budget allowed, the next model in ``fallback_models``
 serves the call and the result says ``degraded=True``. Errors that are the

@@ -1,4 +1,4 @@
-"""The drill: seed 000's avalanche reproduced on the reference server, then defeated.
+"""The drill: the OOM avalanche reproduced on the reference server, then defeated.
 
 Every client (openai-python with its default retries, openai-python inside a
 tenacity retry, stormguard) meets every server (admission off, admission on)

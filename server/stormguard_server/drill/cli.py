@@ -46,7 +46,7 @@ from stormguard_server.vllm.launch import check_environment
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stormguard-drill",
-        description="Seed 000's avalanche on the reference server: every client "
+        description="The OOM avalanche on the reference server: every client "
         "(openai, openai+tenacity, stormguard) x every server (admission off, on) under "
         "the same seeded workload. Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

@@ -72,7 +72,8 @@ class PromptShape:
 
 
 SHORT = PromptShape(min_prompt_tokens=30, max_prompt_tokens=90, max_tokens=64)
-# "A few very long inputs" (seed 000): ~3000-token prompts, 3 of them overflow the cache.
+# "A few very long inputs" (the OOM-avalanche write-up): ~3000-token prompts, 3 of them
+# overflow the cache.
 LONG = PromptShape(min_prompt_tokens=2800, max_prompt_tokens=3300, max_tokens=128)
 
 # The vLLM workload shape (max_model_len 1024, KV cache 3840 tokens): short prompts

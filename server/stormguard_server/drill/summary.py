@@ -2,8 +2,8 @@
 
 Definitions (docs/benchmarks.md repeats them):
 
-- retry amplification = attempts / logical requests (seed 000), at the server from
-  ``stormguard_attempts_total`` and at the client from its own count;
+- retry amplification = attempts / logical requests (the incident write-up's measure),
+  at the server from ``stormguard_attempts_total`` and at the client from its own count;
 - goodput = completion tokens of successful logical requests per second; a call's
   tokens are spread evenly from its first chunk to its end, so a window counts the
   tokens that were streamed inside it;
