@@ -145,7 +145,6 @@ async def test_expired_and_disconnected_requests_never_reach_the_engine(
         engine_before = server.metric("stormguard_engine_requests_total")
 
         # Deadline 0: refused at once.
-        started = time.monotonic()
         zero = await client.post(
             server.url("/v1/completions"),
             json=completion(8, 4),
@@ -153,7 +152,9 @@ async def test_expired_and_disconnected_requests_never_reach_the_engine(
         )
         assert zero.status_code == 503 and zero.headers["x-load-shed"] == "deadline"
         assert zero.headers["x-should-retry"] == "false"
-        assert time.monotonic() - started < 1.0
+        # Refused on arrival, not queued: the message names the decision (a time bound
+        # would measure how busy the machine is, not which path refused it).
+        assert "has passed" in zero.json()["error"]["message"]
 
         # A deadline that passes while queued: shed when it passes, never run.
         started = time.monotonic()
@@ -189,15 +190,15 @@ async def test_deadline_that_cannot_be_met_is_refused_at_once(
             assert ok.status_code == 200
         holder = asyncio.create_task(hold_budget(client, server, HOLD_TOKENS))
         await wait_for_metric(server, "stormguard_inflight_tokens", lambda v: v > 0)
-        started = time.monotonic()
         refused = await client.post(
             server.url("/v1/completions"),
             json=completion(8, 100),
             headers={"x-request-deadline-ms": "20"},
         )
-        assert time.monotonic() - started < 0.5
         assert refused.status_code == 503
         assert refused.headers["x-load-shed"] == "deadline"
+        # Refused on arrival from the estimated wait, not queued until the deadline
+        # passed ("deadline passed while queued"): the message names the decision.
         assert "cannot be met" in refused.json()["error"]["message"]
         holder.cancel()
 
