@@ -32,13 +32,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import tenacity
 
 import stormguard
-from stormguard_server.drill.servers import EngineSpec, ServerFleet
+from stormguard_server.drill.sampler import parse_metrics
+from stormguard_server.drill.servers import EngineSpec, ServerFleet, ServerProcess
 
 MODEL = "stormguard-sim"
 MESSAGES = [{"role": "user", "content": "say something about queues"}]
@@ -71,8 +73,8 @@ class BurstResult:
         return self.completion_tokens / self.wall_s
 
 
-def _stormguard(base_url: str, deadline: float, max_tokens: int, **options: object) -> Call:
-    client = stormguard.Client(base_url=base_url, model=MODEL, timeout=deadline, **options)  # type: ignore[arg-type]
+def _stormguard(base_url: str, deadline: float, max_tokens: int, **options: Any) -> Call:
+    client = stormguard.Client(base_url=base_url, model=MODEL, timeout=deadline, **options)
 
     def call() -> int:
         resp = client.chat.completions.create(messages=MESSAGES, max_tokens=max_tokens)
@@ -131,11 +133,8 @@ CLIENTS: dict[str, Callable[[str, float, int], Call]] = {
 
 
 def _server_attempts(root: str) -> int:
-    total = 0.0
-    for line in httpx.get(f"{root}/metrics", timeout=10).text.splitlines():
-        if line.startswith("stormguard_attempts_total{"):
-            total += float(line.rpartition(" ")[2])
-    return int(total)
+    metrics = parse_metrics(httpx.get(f"{root}/metrics", timeout=10).text)
+    return int(metrics.get("stormguard_attempts_total", 0.0))
 
 
 def run_burst(name: str, call: Call, root: str, calls: int, threads: int) -> BurstResult:
@@ -181,9 +180,8 @@ def run_burst(name: str, call: Call, root: str, calls: int, threads: int) -> Bur
     )
 
 
-async def _start(fleet: ServerFleet, name: str) -> tuple[str, str]:
-    server = await fleet.start(name, *SERVER_ARGS)
-    return server.root, server.base_url
+async def _start(fleet: ServerFleet, name: str) -> ServerProcess:
+    return await fleet.start(name, *SERVER_ARGS)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -202,16 +200,16 @@ def main(argv: list[str] | None = None) -> None:
     print(header + "  errors")
     try:
         for name in names:
-            root, base_url = asyncio.run(_start(fleet, name.replace(" ", "_")))
-            call = CLIENTS[name](base_url, args.deadline, args.max_tokens)
-            r = run_burst(name, call, root, args.calls, args.threads)
+            server = asyncio.run(_start(fleet, name.replace(" ", "_")))
+            call = CLIENTS[name](server.base_url, args.deadline, args.max_tokens)
+            r = run_burst(name, call, server.root, args.calls, args.threads)
             p99 = f"{r.p99_s:.1f}s" if r.p99_s is not None else "-"
             print(
                 f"{r.client:<26} {r.success:>8.0%} {r.attempts_per_call:>9.2f}"
                 f" {r.goodput:>7.0f}/s {p99:>7} {r.wall_s:>6.1f}s  {r.errors or ''}",
                 flush=True,
             )
-            fleet.stop_all()
+            fleet.stop(server)  # a fresh server for each client
     finally:
         fleet.stop_all()
 

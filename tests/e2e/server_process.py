@@ -13,6 +13,7 @@ was started with ``admin=True``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -21,9 +22,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -114,6 +116,27 @@ class RunningServer:
                     return time.monotonic() - start
             time.sleep(0.05)
         raise TimeoutError(f"server not ready after {timeout} s:\n{self.log()}")
+
+
+class HasMetric(Protocol):
+    def metric(self, name: str) -> float: ...
+
+
+async def wait_for_metric(
+    server: HasMetric, name: str, done: Callable[[float], bool], timeout: float = 5.0
+) -> float:
+    """Poll ``server.metric(name)`` until ``done(value)``; its value then.
+
+    A condition, not a sleep: on a loaded machine it just takes longer. The timeout
+    only bounds a test whose condition never comes true: it fails it, naming both."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await asyncio.to_thread(server.metric, name)
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{name} still {value} after {timeout} s")
+        await asyncio.sleep(0.02)
 
 
 @contextlib.contextmanager

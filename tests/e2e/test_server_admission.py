@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from stormguard.protocol import ServerLoad
-from tests.e2e.server_process import RunningServer
+from tests.e2e.server_process import RunningServer, wait_for_metric
 
 pytestmark = pytest.mark.e2e
 
@@ -42,17 +42,6 @@ async def hold_budget(client: httpx.AsyncClient, server: RunningServer, tokens: 
         assert response.status_code == 200
         async for _ in response.aiter_bytes():
             pass
-
-
-async def wait_for_metric(
-    server: RunningServer, name: str, predicate: Callable[[float], bool], timeout: float = 5.0
-) -> float:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await asyncio.to_thread(server.metric, name)
-        if predicate(value) or time.monotonic() > deadline:
-            return value
-        await asyncio.sleep(0.02)
 
 
 async def test_flood_keeps_queue_bounded_and_memory_flat(stormguard_server_factory: Start) -> None:

@@ -13,7 +13,8 @@ import httpx
 
 import stormguard
 from stormguard import RetryBudget, RetryPolicy
-from tests.vllm.vllm_process import VllmServer
+from tests.e2e.server_process import wait_for_metric
+from tests.vllm.vllm_process import METRIC_WAIT_S, VllmServer
 
 MESSAGES = [{"role": "user", "content": "count the blocks"}]
 # Seconds of generation for the tiny model on 2 cores; closed long before its end.
@@ -49,7 +50,7 @@ async def _server_held(http: httpx.AsyncClient, server: VllmServer) -> AsyncIter
                 assert '"error"' not in line, line
                 break
         yield
-    await server.wait_for_metric("vllm:num_requests_running", lambda n: n == 0)
+    await wait_for_metric(server, "vllm:num_requests_running", lambda n: n == 0, METRIC_WAIT_S)
 
 
 async def _raw_stream_status(http: httpx.AsyncClient, server: VllmServer) -> str:

@@ -9,7 +9,8 @@ import pytest
 
 import stormguard
 from stormguard import RetryPolicy
-from tests.vllm.vllm_process import VllmServer
+from tests.e2e.server_process import wait_for_metric
+from tests.vllm.vllm_process import METRIC_WAIT_S, VllmServer
 
 ONE_TRY = RetryPolicy(max_attempts=1)
 MESSAGES = [{"role": "user", "content": "tell me about the token cache"}]
@@ -91,7 +92,8 @@ ABORT_SLACK_TOKENS = 200
 
 async def test_cancelling_a_stream_aborts_the_engine_request(guarded_vllm: VllmServer) -> None:
     generated, running = "vllm:generation_tokens_total", "vllm:num_requests_running"
-    await guarded_vllm.wait_for_metric(running, lambda n: n == 0)  # earlier tests' work is done
+    # Earlier tests' work is done.
+    await wait_for_metric(guarded_vllm, running, lambda n: n == 0, METRIC_WAIT_S)
     tokens_before = await asyncio.to_thread(guarded_vllm.metric, generated)
     async with stormguard.AsyncClient(
         base_url=guarded_vllm.base_url, model=guarded_vllm.model
@@ -107,7 +109,7 @@ async def test_cancelling_a_stream_aborts_the_engine_request(guarded_vllm: VllmS
         await stream.aclose()
         at_close = await asyncio.to_thread(guarded_vllm.metric, generated) - tokens_before
         # The request leaves the engine: aborted, not run to its end.
-        await guarded_vllm.wait_for_metric(running, lambda n: n == 0)
+        await wait_for_metric(guarded_vllm, running, lambda n: n == 0, METRIC_WAIT_S)
     total = await asyncio.to_thread(guarded_vllm.metric, generated) - tokens_before
     assert at_close < LONG_STREAM_TOKENS, "the stream ended before its caller could leave it"
     assert total < LONG_STREAM_TOKENS, f"vLLM generated all {total:.0f} tokens; its caller left"

@@ -6,7 +6,6 @@ stopped (SIGINT, then SIGKILL) when its ``with`` block ends.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import signal
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +34,8 @@ TINY_ARGS = (
     "--enforce-eager",
 )
 STARTUP_TIMEOUT_S = 240.0
+# Seconds a test waits for a vLLM metric to reach its value (a bound, not a sleep).
+METRIC_WAIT_S = 60.0
 # vLLM's processes run at a lower priority than the tests (see _yield_cpu_to_the_tests).
 SERVER_NICE = 10
 
@@ -68,27 +69,6 @@ class VllmServer:
             if all(label in line for label in wanted):
                 total += float(line.rpartition(" ")[2])
         return total
-
-    async def wait_for_metric(
-        self,
-        name: str,
-        done: Callable[[float], bool],
-        *,
-        timeout: float = 60.0,
-        **labels: str,
-    ) -> float:
-        """Poll ``metric(name, **labels)`` until ``done(value)``; its value then.
-
-        A condition, not a sleep: on a loaded machine it just takes longer. The
-        timeout only bounds a test whose condition never comes true."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = await asyncio.to_thread(self.metric, name, **labels)
-            if done(value):
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{name}{labels or ''} still {value} after {timeout} s")
-            await asyncio.sleep(0.05)
 
 
 @contextlib.contextmanager
