@@ -142,6 +142,7 @@ def main() -> None:
             timeout=10,
             priority="sheddable",
             retry_policy=stormguard.RetryPolicy(max_attempts=1),
+            concurrency=None,  # no local queue either: a shed would otherwise wait in it
         )
         try:
             impatient.chat.completions.create(

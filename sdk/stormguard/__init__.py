@@ -1,8 +1,9 @@
 """stormguard: an OpenAI-compatible client that cannot make an overloaded LLM server worse.
 
-Retry budgets, jittered backoff that honours ``Retry-After``, deadlines that
-cover every attempt, streams that close the moment they are left, and the
-server's load headers on every result and error.
+Adaptive concurrency that turns shed load into waiting, retry budgets,
+jittered backoff that honours ``Retry-After``, deadlines that cover every
+attempt, streams that close the moment they are left, and the server's load
+headers on every result and error.
 """
 
 from ._async_client import AsyncClient
@@ -31,8 +32,10 @@ from ._exceptions import (
     ConflictError,
     ContextWindowExceededError,
     InternalServerError,
+    LocalQueueFullError,
     NotFoundError,
     PermissionDeniedError,
+    QueueTimeoutError,
     RateLimitError,
     RefusedBeforeSendError,
     ServiceUnavailableError,
@@ -43,6 +46,7 @@ from ._exceptions import (
     UnprocessableEntityError,
 )
 from ._history import AttemptRecord
+from ._limiter import ConcurrencyLimiter, LimitState
 from ._models import (
     CallInfo,
     ChatCompletion,
@@ -108,16 +112,20 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionUsage",
+    "ConcurrencyLimiter",
     "ConflictError",
     "ContextWindowExceededError",
     "Endpoint",
     "InternalServerError",
+    "LimitState",
+    "LocalQueueFullError",
     "Model",
     "ModelList",
     "NotFoundError",
     "NotGiven",
     "PermissionDeniedError",
     "Priority",
+    "QueueTimeoutError",
     "RateLimitError",
     "Record",
     "RefusedBeforeSendError",

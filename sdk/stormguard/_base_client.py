@@ -21,6 +21,7 @@ from ._clock import Clock
 from ._compat import Unpack
 from ._endpoints import Endpoint, EndpointPicker, normalize_base_url
 from ._events import Observer
+from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._pipeline import CallSpec
 from ._retry import RetryPolicy
@@ -135,6 +136,7 @@ class ClientCore:
         breaker: BreakerConfig | None = DEFAULT_BREAKER,
         breaker_listeners: Sequence[BreakerListener] = (),
         throttle: AdaptiveThrottle | None = None,
+        concurrency: ConcurrencyLimiter | NotGiven | None = NOT_GIVEN,
         telemetry: Observer | None = DEFAULT_TELEMETRY,
         clock: Clock | None = None,
     ) -> None:
@@ -179,6 +181,17 @@ class ClientCore:
             else BreakerRegistry(breaker, clock=self.clock, rng=self.rng, listeners=listeners)
         )
         self.throttle = throttle
+        if concurrency is not None and not isinstance(concurrency, (ConcurrencyLimiter, NotGiven)):
+            raise TypeError(
+                "concurrency must be a stormguard.ConcurrencyLimiter or None, got"
+                f" {type(concurrency).__name__}"
+            )
+        #: Adaptive concurrency per endpoint; None when turned off.
+        self.limiter = (
+            ConcurrencyLimiter(clock=self.clock)
+            if isinstance(concurrency, NotGiven)
+            else concurrency
+        )
         #: The first endpoint: token lookups and ``client.base_url`` use it.
         self.base_url = self.picker.states[0].base_url
         first = httpx.URL(self.base_url)
@@ -316,7 +329,11 @@ class ClientOptions(TypedDict, total=False):
     ``fallback_models`` serve a call, in order, when the model asked for is
     overloaded or its breaker is open (the result says ``degraded``); ``breaker``
     configures the circuit breaker of every (endpoint, model), None turns them
-    off, ``breaker_listeners`` receive their state changes; ``throttle`` adds
+    off, ``breaker_listeners`` receive their state changes; ``concurrency`` is
+    the adaptive concurrency limit per endpoint (a ``ConcurrencyLimiter`` of its
+    own by default; pass one object to several clients to share it, None turns
+    it off): calls over the limit wait locally within their deadline, and sheds
+    go back to that queue; ``throttle`` adds
     SRE-style adaptive throttling; ``telemetry`` records spans and metrics
     (``stormguard.telemetry.Telemetry``: the global OpenTelemetry providers by
     default, None turns it off); ``clock`` is for tests
@@ -338,6 +355,7 @@ class ClientOptions(TypedDict, total=False):
     breaker: BreakerConfig | None
     breaker_listeners: Sequence[BreakerListener]
     throttle: AdaptiveThrottle | None
+    concurrency: ConcurrencyLimiter | None
     telemetry: Observer | None
     clock: Clock | None
 
@@ -357,12 +375,18 @@ class BaseClient:
         """The budget this client spends its retries from."""
         return self._core.budget
 
+    @property
+    def concurrency(self) -> ConcurrencyLimiter | None:
+        """The adaptive concurrency limiter this client waits in (None: turned off)."""
+        return self._core.limiter
+
     def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, budget refusals, fallbacks, retry
-        amplification, and the state of every breaker."""
-        breakers = self._core.breakers
+        """Logical calls, attempts, retries, requeues, budget refusals, fallbacks,
+        retry amplification, every breaker's state and every endpoint's limit."""
+        breakers, limiter = self._core.breakers, self._core.limiter
         return self._core.stats.snapshot(
-            breakers=tuple(breakers.snapshot().values()) if breakers is not None else ()
+            breakers=tuple(breakers.snapshot().values()) if breakers is not None else (),
+            concurrency=limiter.state() if limiter is not None else (),
         )
 
     def __repr__(self) -> str:

@@ -70,6 +70,7 @@ from ._exceptions import (
     APIResponseValidationError,
     APIStatusError,
     CircuitOpenError,
+    QueueTimeoutError,
     StreamInterruptedError,
 )
 from .protocol import ShedReason
@@ -210,27 +211,35 @@ class BreakerState:
 def is_breaker_failure(error: BaseException | None) -> bool:
     """Whether an attempt's outcome says the server is unwell (None: it succeeded).
 
-    Failures: connection errors and timeouts, 5xx, 408, a 429 that names a
-    ``x-load-shed`` reason (the server shedding load, not this caller's rate), a
-    stream cut before its first chunk, and a 2xx body that breaks the API.
-    Not failures: the caller's own errors (other 4xx, a 429 without ``x-load-shed``,
-    ``too_long``), refusals made in this process, cancellation, and a stream cut
-    after content arrived (the call already counted as a success at its first
-    chunk; a crash that cut it fails the next calls with 503 or refused connections).
+    Only crash-like failures count: refused, reset or timed-out connections,
+    500, 502, 504 and every other 5xx but 503, 408, a stream cut before its first
+    chunk, a 2xx body that breaks the API, and a 503 that says the engine is not
+    serving at all (``engine_restart``, ``warming``, ``draining``: it crashed, is
+    cold, or is stopping, and its Retry-After says for how long). A server that
+    sheds for capacity (any other 503, vLLM's queue-full answer, a 429: "alive,
+    but full", or over the caller's rate) is not failing: sheds lower the
+    concurrency limit instead (``_limiter.py``), and the calls wait. Not failures
+    either: the caller's own errors (other 4xx, ``too_long``), refusals made in
+    this process, cancellation, and a stream cut after content arrived (the call
+    already counted as a success at its first chunk; a crash that cut it fails
+    the next calls with refused connections).
     """
     if error is None:
         return False
     if isinstance(error, APIStatusError):
-        shed = error.server_load.load_shed
-        if shed == ShedReason.TOO_LONG.value:
-            return False
-        if error.status_code >= 500 or error.status_code == 408:
-            return True
-        return error.status_code == 429 and shed is not None
+        if error.status_code == 503:
+            return error.server_load.load_shed in _NOT_SERVING
+        return error.status_code >= 500 or error.status_code == 408
     if isinstance(error, StreamInterruptedError):
         return error.chunks_received == 0
+    if isinstance(error, QueueTimeoutError):
+        return False  # no slot in time, here: nothing was sent
     return isinstance(error, (APIConnectionError, APIResponseValidationError))
 
+
+_NOT_SERVING = frozenset(
+    {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
+)
 
 _SUCCESS, _FAILURE, _IGNORE = "success", "failure", "ignore"
 

@@ -85,6 +85,9 @@ class Client(BaseClient):
         return result
 
     def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
+        waiter = call.reserve()
+        if waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
+            call.granted(waiter.wait(call.remaining_or_none()))
         request = call.begin_attempt(self._http)
         try:
             with call.sending():

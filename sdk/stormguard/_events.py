@@ -89,14 +89,19 @@ class AttemptStarted:
     #: ``model@endpoint`` of the breaker that let it through, and that breaker's state.
     breaker: str | None
     breaker_state: str | None
+    #: Seconds waited in the local queue for a concurrency slot before this attempt.
+    queued: float = 0.0
+    #: The endpoint's concurrency limit when the slot was granted (None: no limiter).
+    concurrency_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptEnded:
     """An attempt is over as far as retries go.
 
-    ``outcome``: ``ok``, ``retry`` (another attempt follows) or the reason the
-    retry loop stopped here (``max_attempts``, ``budget``, ``deadline``,
+    ``outcome``: ``ok``, ``retry`` (another attempt follows), ``requeued`` (shed
+    before processing: back to the local queue) or the reason the retry loop
+    stopped here (``max_attempts``, ``budget``, ``requeue_budget``, ``deadline``,
     ``not_retryable``, ``should_retry_false``, ``circuit_open``...).
     """
 
@@ -162,6 +167,8 @@ class CallEnded:
     retry_stopped_by: str | None
     response: ResponseSummary | None
     budget: BudgetState
+    #: Seconds the call waited in local queues for concurrency slots, all attempts.
+    queued: float = 0.0
 
 
 CallEvent = PrecheckPassed | AttemptEnded | BudgetRefused | FellBack | FirstChunk | CallEnded

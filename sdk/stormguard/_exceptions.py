@@ -6,6 +6,7 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
     ├── APIError                        the server or the network said no
     │   ├── APIConnectionError          no usable response (refused, reset, DNS)
     │   │   └── APITimeoutError         the deadline or an httpx timeout ran out
+    │   │       └── QueueTimeoutError   no concurrency slot before the deadline
     │   ├── APIResponseValidationError  a response that is not what the API promises
     │   ├── StreamInterruptedError      a stream cut off before its end
     │   └── APIStatusError              a 4xx/5xx answer (``status_code``)
@@ -22,7 +23,8 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
         ├── ContextWindowExceededError  prompt + max_tokens cannot fit the model
         ├── TokenRateLimitedError       the client-side token rate limit said wait too long
         ├── CircuitOpenError            the endpoint's breaker is open
-        └── ThrottledError              adaptive throttling refused it locally
+        ├── ThrottledError              adaptive throttling refused it locally
+        └── LocalQueueFullError         too many calls already wait for a slot
 
 Every error carries ``server_load`` (parsed load headers, all None when there
 was no response), ``attempts``, ``attempt_history`` and ``retry_stopped_by``.
@@ -54,8 +56,10 @@ __all__ = [
     "ConflictError",
     "ContextWindowExceededError",
     "InternalServerError",
+    "LocalQueueFullError",
     "NotFoundError",
     "PermissionDeniedError",
+    "QueueTimeoutError",
     "RateLimitError",
     "RefusedBeforeSendError",
     "ServiceUnavailableError",
@@ -128,6 +132,26 @@ class APITimeoutError(APIConnectionError):
     def __init__(self, message: str, *, response_started: bool = False, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.response_started = response_started
+
+
+class QueueTimeoutError(APITimeoutError):
+    """The call could not get a concurrency slot before its deadline: it waited
+    ``queued_s`` in the local queue, and was failed as soon as the measured rate at
+    which slots free up showed the wait ahead (``estimated_wait_s``; None when the
+    deadline itself passed) would not fit. Nothing was sent for this attempt, so
+    ``retry_stopped_by`` is ``"deadline"``."""
+
+    #: Seconds the call waited in the local queue.
+    queued_s: float
+    #: The wait still ahead when it was failed early (None: the deadline passed).
+    estimated_wait_s: float | None
+
+    def __init__(
+        self, message: str, *, queued_s: float, estimated_wait_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.queued_s = queued_s
+        self.estimated_wait_s = estimated_wait_s
 
 
 class APIResponseValidationError(APIError):
@@ -268,6 +292,16 @@ class ThrottledError(RefusedBeforeSendError):
     def __init__(self, message: str, *, probability: float) -> None:
         super().__init__(message)
         self.probability = probability
+
+
+class LocalQueueFullError(RefusedBeforeSendError):
+    """The endpoint's local queue already holds ``max_waiting`` calls waiting for a
+    concurrency slot: this one is refused now rather than queued without bound."""
+
+    def __init__(self, message: str, *, endpoint: str, waiting: int) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.waiting = waiting
 
 
 _STATUS_CLASSES: dict[int, type[APIStatusError]] = {

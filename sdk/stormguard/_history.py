@@ -12,8 +12,12 @@ class AttemptRecord:
     """One HTTP attempt of a logical call.
 
     ``delay_before`` is the backoff slept before this attempt (0 for the first);
-    ``outcome`` is ``"ok"``, ``"retry"`` (a retry followed) or the reason the
-    call stopped here (see ``StormguardError.retry_stopped_by``).
+    ``queued`` the seconds it waited in the local queue for a concurrency slot,
+    and ``concurrency_limit`` the endpoint's limit when it got one (None without
+    a limiter); ``outcome`` is ``"ok"``, ``"retry"`` (a retry followed),
+    ``"requeued"`` (shed before processing, the call went back to the local
+    queue) or the reason the call stopped here (see
+    ``StormguardError.retry_stopped_by``).
     """
 
     number: int
@@ -24,3 +28,5 @@ class AttemptRecord:
     outcome: str
     endpoint: str | None = None
     model: str | None = None
+    queued: float = 0.0
+    concurrency_limit: int | None = None

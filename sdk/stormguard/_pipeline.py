@@ -7,11 +7,21 @@ hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
 ``retry``/``wait``/``stop`` strategies, so the drivers in ``_client.py`` and
 ``_async_client.py`` contain only I/O: send, read, sleep.
 
+Before each attempt the call takes a slot of its endpoint's concurrency limit
+(``_limiter.py``), waiting in the local queue when the endpoint is at its limit;
+the driver does the waiting.
+
 Order of the checks after a failed attempt (tenacity's own order):
 ``retry`` (is this failure retryable at all?) → ``wait`` (Retry-After or
 jittered backoff) → ``stop`` (attempts left? time left for the wait and an
 attempt? budget left?). The budget is asked last, so a retry that the attempt
 limit or the deadline already forbids never spends it.
+
+A shed before processing (``is_shed``) is not a retry but a **requeue**: the
+call goes back to the local queue where it stood, paid from the limiter's
+requeue budget instead of the retry budget, not counted against
+``max_attempts``, and sent with the same ``x-stormguard-attempt`` (the server
+never worked on it; gRPC's transparent retry, Finagle's requeue).
 """
 
 from __future__ import annotations
@@ -49,6 +59,7 @@ from ._exceptions import (
 )
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
+from ._limiter import Lease, SlotWaiter, is_shed, limit_outcome
 from ._models import APIResult, CallInfo, Record
 from ._responses import (
     error_from_response,
@@ -56,7 +67,16 @@ from ._responses import (
     request_id_of,
     result_from_response,
 )
-from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, ServerLoad
+from ._retry import RetryDecision
+from .protocol import (
+    HEADER_ATTEMPT,
+    HEADER_DEADLINE_MS,
+    HEADER_PRIORITY,
+    HEADER_REQUEUE,
+    Priority,
+    ServerLoad,
+    parse_priority,
+)
 
 if TYPE_CHECKING:
     from ._base_client import ClientCore
@@ -74,7 +94,9 @@ R = TypeVar("R", bound=APIResult)
 
 _OK = "ok"
 _RETRY = "retry"
+_REQUEUED = "requeued"
 _NO_SCOPE: AbstractContextManager[None] = contextlib.nullcontext()
+_NO_RETRY = RetryDecision(False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +137,7 @@ class LogicalCall:
             self._content = json.dumps(spec.body, separators=(",", ":")).encode()
 
         self._endpoint: EndpointState | None = None
+        self._endpoint_choice: EndpointState | None = None
         self._last_endpoint: str | None = None
         self._permit: Permit | None = None
         self._attempt_error: BaseException | None = None
@@ -133,11 +156,35 @@ class LogicalCall:
         self.degraded_from: str | None = None
         core.budget.record_call()
         core.stats.call()
+        limiter = core.limiter
+        #: The concurrency slot of the current attempt (None: no limiter, or none held).
+        self._lease: Lease | None = None
+        self._limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
+        if limiter is not None:
+            limiter.requeue_budget.record_call()
+            self._limit_key = (self._priority_rank(), limiter.next_seq())
+        #: Requeues on the current model (sheds sent back to the local queue).
+        self._requeues = 0
+        self._requeue_next = False
+        #: The next attempt resends a requeued call (not a retry).
+        self._resending = False
+        self._decision = _NO_RETRY
+        self._forced_stop: str | None = None
+        self._queued_before = 0.0
+        #: Seconds the call spent in the local queue, over every attempt.
+        self.queued_s = 0.0
         #: The call's observer (telemetry); None when nothing is recorded: no events then.
         self._trace: CallObserver | None = None
         self._ended = False
         if core.observer is not None:
             self._trace = core.observer.start_call(self._started_event())
+
+    def _priority_rank(self) -> int:
+        """The call's ``x-priority`` (its own header, else the client's) as a queue rank."""
+        for name, value in self.spec.headers.items():
+            if name.lower() == HEADER_PRIORITY:
+                return parse_priority({HEADER_PRIORITY: value}).rank
+        return parse_priority(self.core.headers).rank
 
     # -- telemetry: events for the call's observer ----------------------------------------
 
@@ -188,6 +235,7 @@ class LogicalCall:
     ) -> None:
         """The call is over (result, final error, or the caller left); only the first
         report counts. A cancellation is the caller's choice, not the call's failure."""
+        self.release_slot()
         if self._ended or self._trace is None:
             return
         self._ended = True
@@ -203,6 +251,7 @@ class LogicalCall:
                 retry_stopped_by=self.retry_stopped_by,
                 response=response,
                 budget=self.core.budget.state(),
+                queued=self.queued_s,
             )
         )
 
@@ -292,6 +341,8 @@ class LogicalCall:
         self.degraded_from = self.degraded_from or self.spec.model
         self._switch_model(model)
         self.attempt_number = 0
+        self._requeues = 0
+        self._resending = False
         self.retry_stopped_by = None
         self._delay_before = 0.0
         self.core.stats.fallback()
@@ -321,23 +372,76 @@ class LogicalCall:
         error = _outcome_error(state)
         if error is None:
             return False
-        decision = self.core.retry_policy.decide(error)
-        if not decision.retry:
+        self._decision = decision = self.core.retry_policy.decide(error)
+        self._requeue_next = self._requeueable(error)
+        if not (self._requeue_next or decision.retry):
             self._stopped(decision.reason or "not_retryable")
-        return decision.retry
+            return False
+        return True
+
+    def _requeueable(self, error: BaseException) -> bool:
+        """A shed the server says came before any processing, with a limiter to queue in."""
+        return (
+            self.core.limiter is not None
+            and is_shed(error)
+            and getattr(error, "server_load", ServerLoad()).should_retry is not False
+        )
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
+        """The wait before the next attempt; for a shed, first whether it is requeued.
+        A requeue the requeue budget (or the deadline, or open breakers) refuses is
+        then an ordinary retry, if the retry policy and the retry budget allow one."""
         error = _outcome_error(state)
+        self._forced_stop = None
+        if self._requeue_next:
+            # Back in the local queue at once when the limit is full of other calls:
+            # the slot it waits for is one the server has room behind.
+            delay = 0.0 if not self._requeue_must_wait() else self._retry_delay(error)
+            refusal = self._requeue_refusal(delay)
+            if refusal is None:
+                self._next_delay = delay
+                return delay
+            self._requeue_next = False
+            if not self._decision.retry:
+                self._forced_stop = refusal
+                self._next_delay = 0.0
+                return 0.0
+        self._next_delay = self._retry_delay(error)
+        return self._next_delay
+
+    def _retry_delay(self, error: BaseException | None) -> float:
         policy = self.core.retry_policy
         if self._can_retry_elsewhere():
             # Retry-After is the advice of the server that sent it; a retry that goes
             # to another, healthy endpoint only needs the jittered backoff.
-            self._next_delay = policy.backoff(self.attempt_number, self.core.rng)
-        else:
-            self._next_delay = policy.delay(
-                error if error is not None else Exception(), self.attempt_number, self.core.rng
-            )
-        return self._next_delay
+            return policy.backoff(self.attempt_number, self.core.rng)
+        return policy.delay(
+            error if error is not None else Exception(), self.attempt_number, self.core.rng
+        )
+
+    def _requeue_refusal(self, delay: float) -> str | None:
+        """Why a shed cannot be requeued after ``delay`` (None: it can, budget spent)."""
+        limiter = self.core.limiter
+        assert limiter is not None
+        if not self.deadline.allows_sleep(delay):
+            return "deadline"
+        if not self.any_endpoint_accepting():
+            return "circuit_open"
+        if not limiter.requeue_budget.try_spend():
+            self.core.stats.requeue_refusal()
+            return "requeue_budget"
+        return None
+
+    def _requeue_must_wait(self) -> bool:
+        """Whether a requeue needs the server's Retry-After (or a backoff) first. Not
+        when another endpoint can take the call, nor when the shed endpoint's slots
+        are all taken by other calls: then the wait is for a slot a completion frees,
+        behind a limit the shed just lowered. A shed with slots to spare came from
+        load this client does not make: the server's advice is all there is."""
+        limiter, endpoint = self.core.limiter, self._endpoint
+        if limiter is None or endpoint is None or self._can_retry_elsewhere():
+            return False
+        return not limiter.endpoint(endpoint.name).full_without(1 if self._lease else 0)
 
     def _can_retry_elsewhere(self) -> bool:
         last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
@@ -348,7 +452,11 @@ class LogicalCall:
         )
 
     def _stop(self, state: tenacity.RetryCallState) -> bool:
-        if self.attempt_number >= self.core.retry_policy.max_attempts:
+        if self._requeue_next:
+            return False  # ``_wait`` checked it
+        if self._forced_stop is not None:
+            reason = self._forced_stop
+        elif self.attempt_number - self._requeues >= self.core.retry_policy.max_attempts:
             reason = "max_attempts"
         elif not self.deadline.allows_sleep(self._next_delay):
             reason = "deadline"
@@ -365,7 +473,11 @@ class LogicalCall:
         return True
 
     def _before_sleep(self, state: tenacity.RetryCallState) -> None:
-        self._close_record(_RETRY)
+        self._resending = self._requeue_next
+        if self._requeue_next:
+            self._requeues += 1
+            self.core.stats.requeue()
+        self._close_record(_REQUEUED if self._requeue_next else _RETRY)
         self._delay_before = self._next_delay
 
     def _stopped(self, reason: str) -> None:
@@ -374,12 +486,52 @@ class LogicalCall:
 
     # -- one attempt ---------------------------------------------------------------------
 
-    def begin_attempt(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        """The request of the next attempt, with its share of the deadline."""
-        remaining = self.deadline.remaining()
+    def reserve(self) -> SlotWaiter | None:
+        """Choose the endpoint of the next attempt and take a slot of its concurrency
+        limit. Returns the waiter to wait on when the endpoint is at its limit (the
+        driver waits, then hands the lease to ``granted``); None: go now."""
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
-        endpoint, self._permit = self._choose_endpoint()
+        self._check_throttle()
+        endpoint = self._pick_endpoint()
+        self._endpoint_choice = endpoint
+        self._queued_before = 0.0
+        limiter = self.core.limiter
+        if limiter is None:
+            return None
+        rank, seq = self._limit_key
+        got = limiter.endpoint(endpoint.name).acquire(rank, seq, self.deadline.at)
+        if isinstance(got, Lease):
+            self._lease = got
+            return None
+        return got
+
+    def granted(self, lease: Lease) -> None:
+        """The slot the call waited for is its own now."""
+        self._lease = lease
+        self._queued_before = lease.queued_s
+        self.queued_s += lease.queued_s
+
+    def release_slot(self) -> None:
+        """Give the attempt's concurrency slot back (with the outcome it was marked with)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+    def begin_attempt(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request of the next attempt, with its share of the deadline (after
+        ``reserve``, and the wait it asked for)."""
+        remaining = self.deadline.remaining()
+        if self.deadline.expired:
+            self.release_slot()
+            raise APITimeoutError("The call's deadline passed before the attempt could start")
+        endpoint = self._endpoint_choice
+        assert endpoint is not None, "reserve() comes first"
+        try:
+            self._permit = self._breaker_permit(endpoint)
+        except CircuitOpenError:
+            self.release_slot()
+            raise
         self.core.picker.started(endpoint)
         self._endpoint = endpoint
         self._attempt_error = None
@@ -387,10 +539,12 @@ class LogicalCall:
         self.attempt_number += 1
         self.total_attempts += 1
         self._record_open = True
-        self.core.stats.attempt(retry=self.attempt_number > 1)
+        self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
         headers = dict(self.core.headers)
         headers.update(self.spec.headers)
-        headers[HEADER_ATTEMPT] = str(self.attempt_number)
+        headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues)
+        if self._requeues:
+            headers[HEADER_REQUEUE] = str(self._requeues)
         if math.isfinite(remaining):
             headers[HEADER_DEADLINE_MS] = str(max(int(remaining * 1000), 1))
         url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
@@ -412,6 +566,7 @@ class LogicalCall:
             None if registry is None else registry.breaker_name(endpoint.name, self.spec.model)
         )
         state = None if permit is None else ("half_open" if permit.probe else "closed")
+        lease = self._lease
         return AttemptStarted(
             number=self.attempt_number,
             model=self.spec.model,
@@ -421,33 +576,60 @@ class LogicalCall:
             backoff=self._delay_before,
             breaker=breaker,
             breaker_state=state,
+            queued=self._queued_before,
+            concurrency_limit=None if lease is None else lease.limit,
         )
 
-    def _choose_endpoint(self) -> tuple[EndpointState, Permit | None]:
-        """The endpoint of the next attempt and its breaker permit. A retry avoids the
-        previous endpoint; endpoints whose breaker is open are skipped; with all of
-        them open the call fails now, with no I/O (``CircuitOpenError``)."""
-        core = self.core
-        if core.throttle is not None and core.throttle.should_reject():
+    def _check_throttle(self) -> None:
+        throttle = self.core.throttle
+        if throttle is not None and throttle.should_reject():
             raise ThrottledError(
                 "Rejected locally by adaptive throttling: the server has been refusing"
                 " most requests",
-                probability=core.throttle.probability(),
+                probability=throttle.probability(),
             )
+
+    def _pick_endpoint(self) -> EndpointState:
+        """The endpoint of the next attempt. A retry avoids the previous endpoint;
+        endpoints whose breaker is open are skipped, and with all of them open the
+        call fails now, with no I/O (``CircuitOpenError``); of the rest, one with a
+        free concurrency slot comes first, else the one with the shortest queue."""
+        core = self.core
         avoid = self._last_endpoint if self.attempt_number > 0 else None
-        registry = core.breakers
-        model = self.spec.model
-        if registry is None:
-            return core.picker.candidates(model=model, avoid=avoid)[0], None
+        registry, model = core.breakers, self.spec.model
+        candidates = core.picker.candidates(model=model, avoid=avoid)
+        if registry is not None:
+            open_ = [s for s in candidates if not registry.get(s.name, model).accepting]
+            if len(open_) == len(candidates):
+                raise self._soonest_refusal(open_)
+            candidates = [s for s in candidates if s not in open_]
+        limiter = core.limiter
+        if limiter is None or len(candidates) == 1:
+            return candidates[0]
+        for state in candidates:
+            if limiter.endpoint(state.name).has_room():
+                return state
+        return min(candidates, key=lambda s: limiter.endpoint(s.name).expected_wait())
+
+    def _soonest_refusal(self, states: list[EndpointState]) -> CircuitOpenError:
+        registry = self.core.breakers
+        assert registry is not None
         refusal: CircuitOpenError | None = None
-        for state in core.picker.candidates(model=model, avoid=avoid):
+        for state in states:
             try:
-                return state, registry.get(state.name, model).before_call()
+                registry.get(state.name, self.spec.model).before_call().ignore()
             except CircuitOpenError as exc:
                 if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
                     refusal = exc
-        assert refusal is not None  # there is always at least one endpoint
-        raise refusal
+        if refusal is None:  # one turned half-open meanwhile: the next attempt may go
+            refusal = CircuitOpenError("Every breaker was open", breaker=states[0].name)
+        return refusal
+
+    def _breaker_permit(self, endpoint: EndpointState) -> Permit | None:
+        registry = self.core.breakers
+        if registry is None:
+            return None
+        return registry.get(endpoint.name, self.spec.model).before_call()
 
     def any_endpoint_accepting(self) -> bool:
         """Whether a retry could be sent now (some endpoint's breaker lets calls in)."""
@@ -493,6 +675,9 @@ class LogicalCall:
             duration = self.core.clock.now() - self._started
         self._record_open = False
         self._settle(outcome, None if outcome == _OK else self._attempt_error)
+        lease = self._lease
+        if outcome != _OK or not self.spec.stream:
+            self.release_slot()  # a stream holds its slot until it ends (``ended``)
         if self._trace is not None:
             self._trace.on_event(
                 AttemptEnded(outcome, status, error_type, self.server_load, duration)
@@ -512,6 +697,8 @@ class LogicalCall:
                 outcome=outcome,
                 endpoint=endpoint.name if endpoint is not None else None,
                 model=self.spec.model,
+                queued=self._queued_before,
+                concurrency_limit=None if lease is None else lease.limit,
             )
         )
         self._pending = None
@@ -528,6 +715,8 @@ class LogicalCall:
             if permit is not None:
                 permit.ignore()
             return
+        if self._lease is not None:
+            self._lease.mark(limit_outcome(error), self.server_load)
         if permit is not None:
             permit.settle(error)
         if self.core.throttle is not None:

@@ -31,6 +31,8 @@ from ._exceptions import (
     APIStatusError,
     APITimeoutError,
     CircuitOpenError,
+    LocalQueueFullError,
+    QueueTimeoutError,
     StreamInterruptedError,
     ThrottledError,
 )
@@ -100,6 +102,10 @@ class RetryPolicy:
             return RetryDecision(False, "circuit_open")
         if isinstance(error, ThrottledError):
             return RetryDecision(False, "throttled")
+        if isinstance(error, QueueTimeoutError):
+            return RetryDecision(False, "deadline")  # no slot in time: nothing was sent
+        if isinstance(error, LocalQueueFullError):
+            return RetryDecision(False, "queue_full")
         if isinstance(error, StreamInterruptedError):
             # Cut before the first chunk reached the caller (later cuts never get
             # here): nothing was delivered, so trying again is safe.

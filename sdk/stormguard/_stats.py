@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._breaker import BreakerState
+    from ._limiter import LimitState
 
 __all__ = ["CallStats", "StatsRecorder"]
 
@@ -24,6 +25,13 @@ class CallStats:
     fallbacks: int = 0
     #: The state of each (endpoint, model) breaker the client has used.
     breakers: tuple[BreakerState, ...] = ()
+    #: Attempts shed before processing and sent back to the local queue.
+    requeues: int = 0
+    #: Requeues the requeue budget refused (the call failed with the shed).
+    requeues_refused_by_budget: int = 0
+    #: Each endpoint's concurrency limit, in flight and waiting (shared limiters:
+    #: every client's calls).
+    concurrency: tuple[LimitState, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -37,6 +45,7 @@ class StatsRecorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
+        self._requeues = self._requeues_refused = 0
 
     def call(self) -> None:
         with self._lock:
@@ -56,8 +65,29 @@ class StatsRecorder:
         with self._lock:
             self._fallbacks += 1
 
-    def snapshot(self, *, breakers: tuple[BreakerState, ...] = ()) -> CallStats:
+    def requeue(self) -> None:
+        with self._lock:
+            self._requeues += 1
+
+    def requeue_refusal(self) -> None:
+        with self._lock:
+            self._requeues_refused += 1
+
+    def snapshot(
+        self,
+        *,
+        breakers: tuple[BreakerState, ...] = (),
+        concurrency: tuple[LimitState, ...] = (),
+    ) -> CallStats:
         with self._lock:
             return CallStats(
-                self._calls, self._attempts, self._retries, self._refused, self._fallbacks, breakers
+                self._calls,
+                self._attempts,
+                self._retries,
+                self._refused,
+                self._fallbacks,
+                breakers,
+                self._requeues,
+                self._requeues_refused,
+                concurrency,
             )

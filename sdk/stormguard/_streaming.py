@@ -222,7 +222,9 @@ class _StreamState(Generic[T]):
 
     def closed_early(self) -> None:
         """The caller closed the stream (or left it): the call ends, as cancelled, if it
-        had not ended yet. Before the first chunk a close is the driver's, not the end."""
+        had not ended yet. Before the first chunk a close is the driver's, not the end.
+        Either way the server's work on it is over: its concurrency slot is free."""
+        self.call.release_slot()
         if self.in_caller_hands:
             self.call.ended(cancelled=True, response=self.summary())
 

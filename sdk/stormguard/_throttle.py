@@ -27,8 +27,8 @@ Defaults, and the reasons for them:
 What counts (``is_accept``): the server *accepted* a request when it answered
 with a result or with an error that is not a refusal: a 2xx, a caller error
 (400, 401, 404, 422), a stream that delivered content. Everything the breaker
-counts as a failure (no answer, timeouts, 5xx, overload 429s) and every 429,
-the caller's own rate limit included, are not accepts: a quota refusal is the
+counts as a failure (no answer, timeouts, 5xx) and every shed (503) and every
+429, the caller's own rate limit included, are not accepts: a quota refusal is the
 book's own example of a request the client should stop sending.
 
 One deliberate difference from the book: a request that goes out is counted
@@ -69,8 +69,8 @@ def is_accept(error: BaseException | None) -> bool:
         return True
     if not isinstance(error, APIError):
         return False  # refused in this process, cancelled, or the caller's own bug
-    if isinstance(error, APIStatusError) and error.status_code == 429:
-        return False
+    if isinstance(error, APIStatusError) and error.status_code in (429, 503):
+        return False  # refusals: the server's load, or the caller's rate
     return not is_breaker_failure(error)
 
 

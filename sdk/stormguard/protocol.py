@@ -30,6 +30,7 @@ __all__ = [
     "HEADER_QUEUE_DEPTH",
     "HEADER_QUEUE_TOKENS",
     "HEADER_REQUEST_ID",
+    "HEADER_REQUEUE",
     "HEADER_RETRY_AFTER",
     "HEADER_RETRY_AFTER_MS",
     "HEADER_SHOULD_RETRY",
@@ -52,6 +53,9 @@ __all__ = [
 
 # Client -> server.
 HEADER_ATTEMPT = "x-stormguard-attempt"
+# Times this attempt's call was shed before processing and sent again (requeued);
+# a requeue keeps its attempt number: the server never worked on the call.
+HEADER_REQUEUE = "x-stormguard-requeue"
 HEADER_STAINLESS_RETRY_COUNT = "x-stainless-retry-count"  # openai-python's own retry counter
 HEADER_DEADLINE_MS = "x-request-deadline-ms"
 HEADER_PRIORITY = "x-priority"

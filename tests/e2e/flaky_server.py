@@ -113,7 +113,17 @@ class FlakyServer:
 
     def _fails(self) -> bool:
         b = self.behaviour
-        return b.outage or (b.error_rate > 0 and self._rng.random() < b.error_rate)
+        return b.error_rate > 0 and self._rng.random() < b.error_rate
+
+    def _down(self) -> Response:
+        """An outage, as a gateway in front of a dead backend answers: a crash-like 502
+        (the breaker's business), where ``_busy`` is a shed ("alive, but full")."""
+        headers = {}
+        if self.behaviour.retry_after_ms is not None:
+            headers["retry-after-ms"] = str(self.behaviour.retry_after_ms)
+        return JSONResponse(
+            {"error": {"message": "upstream unavailable", "type": "server_error"}}, 502, headers
+        )
 
     def _busy(self) -> Response:
         headers = {"x-queue-depth": "42"}
@@ -131,6 +141,8 @@ class FlakyServer:
         body = json.loads(await request.body())
         if self.behaviour.delay:
             await asyncio.sleep(self.behaviour.delay)
+        if self.behaviour.outage:
+            return self._down()
         if self._fails():
             return self._busy()
         if body.get("stream"):

@@ -96,8 +96,10 @@ def test_transient_503s_with_default_budget_stay_within_it(server: FlakyServer) 
     with stormguard.Client(base_url=server.base_url, model="e2e") as client:
         ok, _ = run_calls(client, 200)
         stats = client.stats()
-    assert ok >= 170  # 80% succeed at once; the budget's 10% + floor retries most of the rest
-    assert stats.retry_amplification <= 1 + 0.1 + 1.0 / 200 + 1e-9
+    # 80% succeed at once; the rest are sheds ("overloaded" 503s), requeued from the
+    # limiter's budget (5% + floor), then retried from the retry budget (10% + floor).
+    assert ok >= 170
+    assert stats.retry_amplification <= 1 + 0.1 + 0.05 + 2.0 / 200 + 1e-9
 
 
 def test_full_outage_amplification_stays_within_the_budget(server: FlakyServer) -> None:

@@ -33,6 +33,7 @@ from stormguard._exceptions import (
     ContextWindowExceededError,
     InternalServerError,
     NotFoundError,
+    QueueTimeoutError,
     RateLimitError,
     ServiceUnavailableError,
     StreamInterruptedError,
@@ -537,15 +538,21 @@ def status(cls: type[APIStatusError], code: int, **load: Any) -> APIStatusError:
         pytest.param(status(InternalServerError, 500), True, id="500"),
         pytest.param(status(InternalServerError, 502), True, id="502"),
         pytest.param(
-            status(ServiceUnavailableError, 503, load_shed="engine_restart"), True, id="503"
+            status(ServiceUnavailableError, 503, load_shed="engine_restart"), True, id="503-restart"
+        ),
+        pytest.param(status(ServiceUnavailableError, 503, load_shed="warming"), True, id="warming"),
+        pytest.param(
+            status(ServiceUnavailableError, 503, load_shed="queue_full"), False, id="503-queue-full"
         ),
         pytest.param(
             status(ServiceUnavailableError, 503, should_retry=False, load_shed="retry_shed"),
-            True,
+            False,
             id="503-retry-shed",
         ),
+        pytest.param(status(ServiceUnavailableError, 503), False, id="503-vllm-queue-full"),
+        pytest.param(status(InternalServerError, 504), True, id="504"),
         pytest.param(status(APIStatusError, 408), True, id="408"),
-        pytest.param(status(RateLimitError, 429, load_shed="queue_full"), True, id="429-shed"),
+        pytest.param(status(RateLimitError, 429, load_shed="queue_full"), False, id="429-shed"),
         pytest.param(status(RateLimitError, 429), False, id="429-caller-rate"),
         pytest.param(
             status(RateLimitError, 429, should_retry=False), False, id="429-should-retry-false"
@@ -560,6 +567,7 @@ def status(cls: type[APIStatusError], code: int, **load: Any) -> APIStatusError:
         pytest.param(APIResponseValidationError("bad", status_code=200), True, id="bad-body"),
         pytest.param(CircuitOpenError("open", breaker="b"), False, id="circuit-open"),
         pytest.param(ThrottledError("t", probability=0.5), False, id="throttled"),
+        pytest.param(QueueTimeoutError("q", queued_s=1.0), False, id="local-queue-timeout"),
         pytest.param(TokenRateLimitedError("t", tokens=1, wait=1.0), False, id="token-rate"),
         pytest.param(
             ContextWindowExceededError(
@@ -582,8 +590,10 @@ def test_settle_classifies_and_passes_the_retry_after_on() -> None:
     breaker.before_call().settle(status(BadRequestError, 400))
     breaker.before_call().settle(None)
     assert (breaker.snapshot().calls, breaker.state) == (1, CLOSED)  # the 400 was ignored
-    shed = status(ServiceUnavailableError, 503, load_shed="engine_restart", retry_after=42.0)
-    breaker.before_call().settle(shed)
+    breaker.before_call().settle(status(ServiceUnavailableError, 503, load_shed="queue_full"))
+    assert breaker.state is CLOSED  # a shed says "alive, but full": not a failure
+    crash = status(InternalServerError, 502, retry_after=42.0)
+    breaker.before_call().settle(crash)
     assert breaker.state is OPEN
     assert open_for(breaker) == pytest.approx(42.0)
 

@@ -1,4 +1,7 @@
-"""Breakers and adaptive throttling inside the call: fail fast, eject, probe, recover."""
+"""Breakers and adaptive throttling inside the call: fail fast, eject, probe, recover.
+
+The failures here are crash-like (500, 502): sheds (503, 429) never open a
+breaker; ``test_limiter_wiring.py`` shows what they do instead."""
 
 from __future__ import annotations
 
@@ -22,11 +25,11 @@ FAST_TRIP = BreakerConfig(consecutive_failures=3, open_time=5.0, jitter=0.0, hal
 async def test_consecutive_failures_open_the_breaker_then_calls_fail_fast(
     api: Api, mock: respx.MockRouter
 ) -> None:
-    route = mock.post("/chat/completions").respond(503, json={})
+    route = mock.post("/chat/completions").respond(500, json={})
     events: list[BreakerTransition] = []
     client = api.client(retry_policy=ONE_TRY, breaker=FAST_TRIP, breaker_listeners=[events.append])
     for _ in range(3):
-        with pytest.raises(stormguard.ServiceUnavailableError):
+        with pytest.raises(stormguard.InternalServerError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
     with pytest.raises(stormguard.CircuitOpenError) as info:
         await api.run(client.chat.completions.create(messages=MESSAGES))
@@ -44,12 +47,12 @@ async def test_consecutive_failures_open_the_breaker_then_calls_fail_fast(
 
 async def test_half_open_probe_closes_on_success(api: Api, mock: respx.MockRouter) -> None:
     route = mock.post("/chat/completions").mock(
-        side_effect=[httpx.Response(503, json={})] * 3 + [httpx.Response(200, json=chat_json())]
+        side_effect=[httpx.Response(500, json={})] * 3 + [httpx.Response(200, json=chat_json())]
     )
     events: list[BreakerTransition] = []
     client = api.client(retry_policy=ONE_TRY, breaker=FAST_TRIP, breaker_listeners=[events.append])
     for _ in range(3):
-        with pytest.raises(stormguard.ServiceUnavailableError):
+        with pytest.raises(stormguard.InternalServerError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
     api.clock.advance(5.1)
     resp = await api.run(client.chat.completions.create(messages=MESSAGES))
@@ -65,10 +68,10 @@ async def test_half_open_probe_closes_on_success(api: Api, mock: respx.MockRoute
 async def test_retry_after_keeps_the_breaker_open_at_least_that_long(
     api: Api, mock: respx.MockRouter
 ) -> None:
-    mock.post("/chat/completions").respond(503, json={}, headers={"retry-after": "30"})
+    mock.post("/chat/completions").respond(500, json={}, headers={"retry-after": "30"})
     client = api.client(retry_policy=ONE_TRY, breaker=FAST_TRIP)
     for _ in range(3):
-        with pytest.raises(stormguard.ServiceUnavailableError):
+        with pytest.raises(stormguard.InternalServerError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
     api.clock.advance(10.0)  # past open_time (5 s), not past the server's Retry-After
     with pytest.raises(stormguard.CircuitOpenError) as info:
@@ -87,9 +90,7 @@ async def test_caller_errors_do_not_trip_the_breaker(api: Api, mock: respx.MockR
 
 async def test_an_ejected_endpoint_gets_no_traffic_the_healthy_one_serves(api: Api) -> None:
     with respx.mock(assert_all_called=False) as mock:
-        sick = mock.post(f"{A}/chat/completions").respond(
-            503, json={}, headers={"x-load-shed": "engine_restart"}
-        )
+        sick = mock.post(f"{A}/chat/completions").respond(502, json={})
         healthy = mock.post(f"{B}/chat/completions").respond(200, json=chat_json())
         client = api.client(base_url=[A, B], breaker=FAST_TRIP)
         for _ in range(30):
@@ -103,10 +104,10 @@ async def test_an_ejected_endpoint_gets_no_traffic_the_healthy_one_serves(api: A
 
 async def test_all_endpoints_open_stops_retries_with_the_last_error(api: Api) -> None:
     with respx.mock(assert_all_called=False) as mock:
-        mock.post(url__regex=r"http://[ab]\.test/v1/chat/completions").respond(503, json={})
+        mock.post(url__regex=r"http://[ab]\.test/v1/chat/completions").respond(500, json={})
         config = BreakerConfig(consecutive_failures=1, open_time=5.0, jitter=0.0)
         client = api.client(base_url=[A, B], breaker=config)
-        with pytest.raises(stormguard.ServiceUnavailableError) as info:
+        with pytest.raises(stormguard.InternalServerError) as info:
             await api.run(client.chat.completions.create(messages=MESSAGES))
     assert info.value.attempts == 2  # a, then b, then nowhere left to go
     assert info.value.retry_stopped_by == "circuit_open"
@@ -116,7 +117,7 @@ async def test_open_breaker_falls_back_to_the_next_model(api: Api, mock: respx.M
     def answer(request: httpx.Request) -> httpx.Response:
         model = request.content.decode()
         return (
-            httpx.Response(503, json={})
+            httpx.Response(500, json={})
             if '"big"' in model
             else httpx.Response(200, json=chat_json())
         )
@@ -135,10 +136,10 @@ async def test_open_breaker_falls_back_to_the_next_model(api: Api, mock: respx.M
 
 
 async def test_breakers_can_be_turned_off(api: Api, mock: respx.MockRouter) -> None:
-    route = mock.post("/chat/completions").respond(503, json={})
+    route = mock.post("/chat/completions").respond(500, json={})
     client = api.client(retry_policy=ONE_TRY, breaker=None)
     for _ in range(12):
-        with pytest.raises(stormguard.ServiceUnavailableError):
+        with pytest.raises(stormguard.InternalServerError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
     assert route.call_count == 12
     assert client.stats().breakers == ()
@@ -147,7 +148,7 @@ async def test_breakers_can_be_turned_off(api: Api, mock: respx.MockRouter) -> N
 async def test_adaptive_throttle_rejects_locally_as_the_server_refuses(
     api: Api, mock: respx.MockRouter
 ) -> None:
-    route = mock.post("/chat/completions").respond(503, json={})
+    route = mock.post("/chat/completions").respond(500, json={})
     throttle = AdaptiveThrottle(k=2.0, clock=api.clock, rng=random.Random(3))
     client = api.client(retry_policy=ONE_TRY, breaker=None, throttle=throttle)
     outcomes: dict[str, int] = {"sent": 0, "throttled": 0}
@@ -157,7 +158,7 @@ async def test_adaptive_throttle_rejects_locally_as_the_server_refuses(
         except stormguard.ThrottledError as exc:
             assert 0 < exc.probability < 1
             outcomes["throttled"] += 1
-        except stormguard.ServiceUnavailableError:
+        except stormguard.InternalServerError:
             outcomes["sent"] += 1
     assert outcomes["sent"] == route.call_count
     # With no accepts, p = requests / (requests + 1): nearly everything is refused

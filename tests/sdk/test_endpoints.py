@@ -130,6 +130,7 @@ async def test_models_per_endpoint_route_calls_and_fallbacks(api: Api) -> None:
             model="big",
             fallback_models=["small"],
             retry_policy=stormguard.RetryPolicy(max_attempts=2),
+            concurrency=None,  # sheds retried, not requeued: two attempts exactly
         )
         resp = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert resp.degraded and resp.served_model == "small"

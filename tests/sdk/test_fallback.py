@@ -56,7 +56,7 @@ async def test_out_of_retries_for_overload_falls_back(api: Api, mock: respx.Mock
     mock.post("/chat/completions").mock(
         side_effect=by_model({"big": busy, "small": [httpx.Response(200, json=chat_json())]})
     )
-    client = api.client(model="big", fallback_models=["small"])
+    client = api.client(model="big", fallback_models=["small"], concurrency=None)
     resp = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert resp.degraded and resp.attempts == 4
     assert [a.outcome for a in resp.attempt_history] == ["retry", "retry", "max_attempts", "ok"]

@@ -29,6 +29,11 @@ def busy(**headers: str) -> httpx.Response:
     return httpx.Response(503, json={"error": {"message": "busy"}}, headers=headers)
 
 
+# The retry loop on its own: without a concurrency limiter a shed is an ordinary
+# retry (with one, it is requeued: tests/sdk/test_limiter_wiring.py).
+NO_LIMITER: dict[str, None] = {"concurrency": None}
+
+
 async def test_retry_after_then_success_with_history(api: Api, mock: respx.MockRouter) -> None:
     route = mock.post("/chat/completions").mock(
         side_effect=[
@@ -37,7 +42,7 @@ async def test_retry_after_then_success_with_history(api: Api, mock: respx.MockR
             httpx.Response(200, json=chat_json()),
         ]
     )
-    client = api.client()
+    client = api.client(**NO_LIMITER)
     resp = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert api.clock.sleeps == [2.0, 0.3]
     assert [r.headers["x-stormguard-attempt"] for r in (c.request for c in route.calls)] == [
@@ -64,7 +69,7 @@ async def test_stopped_by_max_attempts_keeps_the_last_error_type(
     mock.post("/chat/completions").mock(
         side_effect=[busy(), httpx.Response(429, json={}), httpx.Response(429, json={})]
     )
-    client = api.client()
+    client = api.client(**NO_LIMITER)
     with pytest.raises(stormguard.RateLimitError) as info:
         await api.run(client.chat.completions.create(messages=MESSAGES))
     err = info.value
@@ -96,7 +101,7 @@ async def test_stopped_by_should_retry_false(api: Api, mock: respx.MockRouter) -
 async def test_stopped_by_budget(api: Api, mock: respx.MockRouter) -> None:
     route = mock.post("/chat/completions").mock(return_value=busy())
     budget = RetryBudget(ratio=0.0, min_retries_per_second=0.0, clock=api.clock)
-    client = api.client(retry_budget=budget)
+    client = api.client(retry_budget=budget, **NO_LIMITER)
     with pytest.raises(stormguard.ServiceUnavailableError) as info:
         await api.run(client.chat.completions.create(messages=MESSAGES))
     assert info.value.retry_stopped_by == "budget"
@@ -252,6 +257,9 @@ def test_amplification_bounded_by_budget_whatever_the_server_does(
         return httpx.Response(outcome, json=chat_json() if outcome == 200 else {})
 
     budget = RetryBudget(ratio=ratio, min_retries_per_second=floor, window=window, clock=clock)
+    # Sheds (429, 503) are requeued from the limiter's own budget first, then retried.
+    limiter = stormguard.ConcurrencyLimiter(clock=clock)
+    requeue = limiter.requeue_budget
     # The sleeps of a FakeClock move time; keep the whole run inside one window so the
     # bound is the tightest one: a retry budget that leaks shows up here.
     policy = RetryPolicy(max_attempts=5, base_delay=0.0, max_delay=0.0, max_retry_after=0.0)
@@ -261,6 +269,7 @@ def test_amplification_bounded_by_budget_whatever_the_server_does(
         clock=clock,
         retry_budget=budget,
         retry_policy=policy,
+        concurrency=limiter,
         http_client=httpx.Client(transport=httpx.MockTransport(handler)),
     )
     per_thread = [calls // threads + (1 if i < calls % threads else 0) for i in range(threads)]
@@ -278,7 +287,9 @@ def test_amplification_bounded_by_budget_whatever_the_server_does(
     stats = client.stats()
     assert stats.logical_calls == calls
     assert position[0] == stats.attempts  # every attempt reached the server, none other
-    assert stats.retry_amplification <= 1 + ratio + floor * window / calls + 1e-9
+    floors = floor * window + requeue.min_retries_per_second * requeue.window
+    assert stats.retry_amplification <= 1 + ratio + requeue.ratio + floors / calls + 1e-9
+    assert stats.retries <= ratio * calls + floor * window + 1e-9
     client.close()
 
 

@@ -178,7 +178,9 @@ async def test_retried_success(api: Api, mock: respx.MockRouter, otel: Otel) -> 
     first, second = otel.attempts()
     f, s = dict(first.attributes or {}), dict(second.attributes or {})
     assert f["http.response.status_code"] == 503 and f["error.type"] == "503"
-    assert f["stormguard.attempt.outcome"] == "retry"
+    assert f["stormguard.attempt.outcome"] == "requeued"  # shed before processing
+    assert f["stormguard.concurrency.limit"] == 20 and f["stormguard.attempt.queued_s"] == 0.0
+    assert s["stormguard.concurrency.limit"] == 18  # the shed lowered it (x 0.9)
     assert f["stormguard.server.load_shed"] == "queue_full"
     assert f["stormguard.server.retry_after_s"] == 0.3 and f["stormguard.server.queue_depth"] == 9
     assert first.status.status_code is StatusCode.ERROR
@@ -187,14 +189,22 @@ async def test_retried_success(api: Api, mock: respx.MockRouter, otel: Otel) -> 
     assert second.status.status_code is StatusCode.UNSET
     assert otel.counter("stormguard.client.attempts") == 2
     assert (
-        otel.counter("stormguard.client.attempts", **{"stormguard.attempt.outcome": "retry"}) == 1
+        otel.counter("stormguard.client.attempts", **{"stormguard.attempt.outcome": "requeued"})
+        == 1
     )
+    assert logical.attributes["stormguard.queue_time_s"] == 0.0
+    gauge = otel.metrics()["stormguard.client.concurrency.limit"]
+    assert [(p.attributes["stormguard.attempt.endpoint"], p.value) for p in gauge] == [
+        ("llm.test:80", 18)
+    ]
+    queued = otel.metrics()["stormguard.client.queue.duration"]
+    assert [p.count for p in queued] == [2]
 
 
 async def test_budget_stopped_failure(api: Api, mock: respx.MockRouter, otel: Otel) -> None:
     mock.post("/chat/completions").mock(return_value=busy(503))
     empty = RetryBudget(ratio=0.0, min_retries_per_second=0.0, clock=api.clock)
-    client = api.client(telemetry=otel.telemetry, retry_budget=empty)
+    client = api.client(telemetry=otel.telemetry, retry_budget=empty, concurrency=None)
     with pytest.raises(stormguard.ServiceUnavailableError):
         await api.run(client.chat.completions.create(messages=MESSAGES))
 
@@ -216,13 +226,13 @@ async def test_budget_stopped_failure(api: Api, mock: respx.MockRouter, otel: Ot
 
 
 async def test_breaker_open_refusal(api: Api, mock: respx.MockRouter, otel: Otel) -> None:
-    route = mock.post("/chat/completions").mock(return_value=busy(503))
+    route = mock.post("/chat/completions").mock(return_value=busy(502))
     client = api.client(
         telemetry=otel.telemetry,
         retry_policy=RetryPolicy(max_attempts=1),
         breaker=BreakerConfig(consecutive_failures=1, open_time=5.0, jitter=0.0),
     )
-    with pytest.raises(stormguard.ServiceUnavailableError):
+    with pytest.raises(stormguard.InternalServerError):
         await api.run(client.chat.completions.create(messages=MESSAGES))
     tripping = otel.logical()
     [transition] = [e for e in tripping.events if e.name == "stormguard.breaker.transition"]

@@ -69,7 +69,7 @@ def mock() -> Any:
 async def test_retries_are_stormguards_and_budgeted(mode: str, mock: respx.MockRouter) -> None:
     route = mock.post(f"{BASE}/chat/completions").mock(
         side_effect=[
-            httpx.Response(503, json={}, headers={"retry-after": "1"}),
+            httpx.Response(502, json={}, headers={"retry-after": "1"}),
             httpx.Response(200, json=chat_json("hi")),
         ]
     )
@@ -81,6 +81,27 @@ async def test_retries_are_stormguards_and_budgeted(mode: str, mock: respx.MockR
     assert json.loads(route.calls.last.request.content)["max_tokens"] == 5
     assert oai.clock.sleeps == [1.0]
     assert (oai.stats.logical_calls, oai.stats.attempts) == (1, 2)
+
+
+async def test_a_shed_is_requeued_under_openai_with_its_attempt_number(
+    mode: str, mock: respx.MockRouter
+) -> None:
+    route = mock.post(f"{BASE}/chat/completions").mock(
+        side_effect=[
+            httpx.Response(503, json={}, headers={"x-load-shed": "queue_full", "retry-after": "1"}),
+            httpx.Response(200, json=chat_json("hi")),
+        ]
+    )
+    oai = Oai(mode)
+    resp = await oai.chat()
+    assert resp.choices[0].message.content == "hi"
+    sent = [c.request.headers for c in route.calls]
+    assert [h["x-stormguard-attempt"] for h in sent] == ["1", "1"]  # never processed
+    assert "x-stormguard-requeue" not in sent[0] and sent[1]["x-stormguard-requeue"] == "1"
+    # The only call in flight: the shed came from load this client does not make,
+    # so the server's Retry-After is honoured.
+    assert oai.clock.sleeps == [1.0]
+    assert (oai.stats.attempts, oai.stats.retries, oai.stats.requeues) == (2, 0, 1)
 
 
 async def test_final_error_is_openais_own_class_with_the_body(
@@ -96,11 +117,13 @@ async def test_final_error_is_openais_own_class_with_the_body(
         await oai.chat()
     assert "slow down" in str(info.value)
     assert info.value.response.headers["x-queue-depth"] == "9"
-    assert oai.stats.attempts == 3  # stormguard's 3 attempts, openai's none
+    # The first 429 is requeued (paid from the requeue budget's floor), then stormguard
+    # makes its 3 attempts; openai makes none of its own.
+    assert (oai.stats.attempts, oai.stats.requeues) == (4, 1)
 
 
 async def test_budget_stops_retries_under_openai(mode: str, mock: respx.MockRouter) -> None:
-    route = mock.post(f"{BASE}/chat/completions").respond(503, json={})
+    route = mock.post(f"{BASE}/chat/completions").respond(500, json={})
     oai = Oai(mode, retry_budget=RetryBudget(ratio=0.0, min_retries_per_second=0.0))
     with pytest.raises(openai.InternalServerError):
         await oai.chat()

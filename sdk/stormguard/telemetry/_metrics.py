@@ -61,8 +61,21 @@ class ClientMetrics:
             unit="{transition}",
             description="Circuit breaker state changes, by breaker and new state.",
         )
+        self.queue_duration = meter.create_histogram(
+            n.METRIC_QUEUE_DURATION,
+            unit="s",
+            description="Time an attempt waited in the local queue for a concurrency slot.",
+            explicit_bucket_boundaries_advisory=[0.0, *n.DURATION_BUCKETS],
+        )
         self._breaker_states: dict[str, int] = {}
+        self._limits: dict[str, int] = {}
         self._lock = threading.Lock()
+        meter.create_observable_gauge(
+            n.METRIC_CONCURRENCY_LIMIT,
+            callbacks=[self._observe_limits],
+            unit="{call}",
+            description="Each endpoint's adaptive concurrency limit, as last granted.",
+        )
         meter.create_observable_gauge(
             n.METRIC_BREAKER_STATE,
             callbacks=[self._observe_breakers],
@@ -73,6 +86,15 @@ class ClientMetrics:
     def breaker_state(self, name: str, state: str) -> None:
         with self._lock:
             self._breaker_states[name] = BREAKER_STATE_VALUES.get(state, 0)
+
+    def concurrency_limit(self, endpoint: str, limit: int) -> None:
+        with self._lock:
+            self._limits[endpoint] = limit
+
+    def _observe_limits(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._limits.items())
+        return [Observation(value, {n.ATTEMPT_ENDPOINT: name}) for name, value in items]
 
     def _observe_breakers(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._lock:

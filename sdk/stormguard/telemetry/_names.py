@@ -42,6 +42,9 @@ ATTEMPT_NUMBER = "stormguard.attempt.number"
 ATTEMPT_OUTCOME = "stormguard.attempt.outcome"
 ATTEMPT_BACKOFF = "stormguard.attempt.backoff_s"
 ATTEMPT_ENDPOINT = "stormguard.attempt.endpoint"
+ATTEMPT_QUEUED = "stormguard.attempt.queued_s"
+CONCURRENCY_LIMIT = "stormguard.concurrency.limit"
+CALL_QUEUED = "stormguard.queue_time_s"
 RETRY_STOP_REASON = "stormguard.retry.stop_reason"
 BUDGET_CALLS = "stormguard.budget.calls"
 BUDGET_RETRIES = "stormguard.budget.retries"
@@ -89,6 +92,8 @@ METRIC_ATTEMPTS = "stormguard.client.attempts"
 METRIC_BUDGET_REFUSALS = "stormguard.client.budget.refusals"
 METRIC_BREAKER_TRANSITIONS = "stormguard.client.breaker.transitions"
 METRIC_BREAKER_STATE = "stormguard.client.breaker.state"
+METRIC_QUEUE_DURATION = "stormguard.client.queue.duration"
+METRIC_CONCURRENCY_LIMIT = "stormguard.client.concurrency.limit"
 
 # Explicit bucket boundaries the GenAI metric conventions (v1.41.0) give.
 DURATION_BUCKETS = (

@@ -280,6 +280,9 @@ class _CallTrace:
     def attempt_started(self, event: AttemptStarted) -> Mapping[str, str]:
         self._end_attempt()
         self.last_model = event.model
+        if self.instruments is not None and event.concurrency_limit is not None:
+            self.instruments.queue_duration.record(event.queued, self._metric_attributes())
+            self.instruments.concurrency_limit(event.endpoint, event.concurrency_limit)
         if self.tracer is None:
             return {}
         url = httpx.URL(event.url)
@@ -308,6 +311,9 @@ class _CallTrace:
                 attributes[n.BREAKER_NAME] = event.breaker
             if event.breaker_state is not None:
                 attributes[n.BREAKER_STATE] = event.breaker_state
+            if event.concurrency_limit is not None:
+                attributes[n.CONCURRENCY_LIMIT] = event.concurrency_limit
+                attributes[n.ATTEMPT_QUEUED] = event.queued
             attempt.set_attributes(attributes)
         headers: dict[str, str] = {}
         propagate.inject(headers, context=trace.set_span_in_context(attempt))
@@ -420,6 +426,7 @@ class _CallTrace:
     def _end_attributes(self, event: CallEnded, response: ResponseSummary | None) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             n.ATTEMPTS: event.attempts,
+            n.CALL_QUEUED: event.queued,
             n.DEGRADED: event.degraded_from is not None,
             **_budget_attributes(event.budget),
         }

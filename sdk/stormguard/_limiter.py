@@ -1,0 +1,584 @@
+"""Adaptive concurrency per endpoint: the calls a server cannot hold wait here.
+
+A server that sheds says "alive, but full". Sending the excess anyway wastes a
+request per refusal and fails callers that had time to wait; failing them
+locally protects the server by failing the caller. A concurrency limit per
+endpoint does neither: calls over it wait in a local queue, within their
+deadline, and go out as slots free up.
+
+The limit is learned with **AIMD on explicit drops** (Netflix
+concurrency-limits' ``AIMDLimit``; TCP Reno's slow start and congestion
+avoidance): a shed before processing is the only signal that lowers it, since
+LLM call durations follow output length, not congestion (a latency-gradient
+limiter such as Vegas or Gradient2 reads a long generation as queueing).
+
+* **Slow start** (``initial_limit`` 20, Netflix's default): each success adds 1
+  while the limit is in use (in flight at send · 2 ≥ limit), so the limit
+  doubles per round trip until the first drop, or until the server reports a
+  queue of its own (``x-queue-depth`` > 0, the counterpart of TCP's HyStart):
+  its batch is full and more concurrency only lengthens its queue.
+* **Congestion avoidance** after that: + 1/limit per success, one slot per
+  round trip, so a limit just below the server's capacity stays there for
+  many calls instead of probing it every few (Netflix's +1 per sample sheds
+  about one call in four at a steady capacity).
+* **Drop**: limit * ``backoff_ratio`` (0.9, Netflix's), at most once per
+  round trip: a drop of an attempt sent before the last decrease was caused
+  by the old limit and is not counted again.
+* **Restart** (``engine_restart``/``warming`` sheds): the server came back
+  cold; the limit falls to ``min_limit`` and slow-starts again, up to half
+  the limit it had: the recovery ramp of warm-up traffic raised step by step.
+* **Hot KV cache** (``x-kv-cache-usage`` ≥ 0.9, or ORCA's): no growth, so a
+  server near preemption is not pushed over.
+
+The queue: ordered by priority (critical, standard, sheddable), then arrival;
+bounded (``max_waiting``); exactly one waiter woken per freed slot, more when
+the limit rises. A waiter whose deadline cannot be met by the measured rate at
+which slots free up is failed at once, and told so; nobody waits to the
+deadline to fail (the pitfalls of Netflix's ``BlockingLimiter``, which waits
+up to an hour, wakes every waiter at once and keeps no order).
+
+Hand-written: no library does concurrency limiting that is shared by threads
+and asyncio tasks, ordered by priority and bounded by each caller's deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import heapq
+import itertools
+import math
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ._budget import RetryBudget
+from ._clock import Clock
+from ._exceptions import APIStatusError, LocalQueueFullError, QueueTimeoutError
+from .protocol import ServerLoad, ShedReason
+
+__all__ = [
+    "ConcurrencyLimiter",
+    "EndpointLimit",
+    "Lease",
+    "LimitOutcome",
+    "LimitState",
+    "SlotWaiter",
+    "is_shed",
+    "limit_outcome",
+]
+
+DEFAULT_INITIAL_LIMIT = 20
+DEFAULT_MIN_LIMIT = 1
+DEFAULT_MAX_LIMIT = 1000
+DEFAULT_BACKOFF_RATIO = 0.9
+DEFAULT_MAX_WAITING = 4096
+#: KV-cache usage at or above which the limit does not grow.
+HOT_KV_CACHE = 0.9
+#: How far back the rate at which slots free up is measured.
+_RATE_WINDOW_S = 10.0
+_RATE_SAMPLES = 512
+#: Releases needed before the rate is trusted to fail a waiter early.
+_MIN_RATE_SAMPLES = 4
+#: The hopeless-waiter sweep runs at most this often.
+_SWEEP_EVERY_S = 0.1
+
+
+class LimitOutcome(str, enum.Enum):
+    """How an attempt that held a slot went, as far as the limit is concerned."""
+
+    #: The server processed it (any answer but a shed).
+    SUCCESS = "success"
+    #: The server shed it before processing: the overload signal.
+    DROPPED = "dropped"
+    #: The server shed it because it is restarting or warming up.
+    RESTARTING = "restarting"
+    #: Says nothing about load: cancelled, a connection error, a caller error.
+    IGNORED = "ignored"
+
+
+_SHED_STATUSES = frozenset({429, 503})
+_RESTART_REASONS = frozenset({ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value})
+
+
+def is_shed(error: BaseException | None) -> bool:
+    """Whether an attempt was refused before the server worked on it: a 503 (the
+    reference server's ``x-load-shed``, vLLM's queue-full answer, as a JSON body or
+    as an error event inside a 200 stream before any content) or a 429 (the
+    caller's rate, or the server's load). ``too_long`` is the caller's error."""
+    return (
+        isinstance(error, APIStatusError)
+        and error.status_code in _SHED_STATUSES
+        and error.server_load.load_shed != ShedReason.TOO_LONG.value
+    )
+
+
+def limit_outcome(error: BaseException | None) -> LimitOutcome:
+    """What an attempt's outcome (None: it succeeded) tells the concurrency limit."""
+    if error is None:
+        return LimitOutcome.SUCCESS
+    if is_shed(error):
+        assert isinstance(error, APIStatusError)
+        if error.server_load.load_shed in _RESTART_REASONS:
+            return LimitOutcome.RESTARTING
+        return LimitOutcome.DROPPED
+    return LimitOutcome.IGNORED
+
+
+@dataclass(frozen=True, slots=True)
+class LimitState:
+    """One endpoint's limit right now."""
+
+    endpoint: str
+    limit: int
+    in_flight: int
+    waiting: int
+    slow_start: bool
+    #: Decreases of the limit (drops and restarts counted once per round trip).
+    decreases: int
+    #: Waiters failed because their deadline could not be met, or the queue was full.
+    refused: int
+
+
+class Lease:
+    """One slot of an endpoint's limit, held by one attempt; released exactly once."""
+
+    __slots__ = ("_limit", "epoch", "in_flight_at_start", "load", "outcome", "queued_s", "released")
+
+    def __init__(self, limit: EndpointLimit, epoch: int, in_flight: int, queued_s: float) -> None:
+        self._limit = limit
+        self.epoch = epoch
+        self.in_flight_at_start = in_flight
+        #: Seconds the call waited in the local queue for this slot.
+        self.queued_s = queued_s
+        self.outcome = LimitOutcome.IGNORED
+        self.load: ServerLoad | None = None
+        self.released = False
+
+    @property
+    def endpoint(self) -> str:
+        return self._limit.name
+
+    @property
+    def limit(self) -> int:
+        """The endpoint's limit when this slot was granted."""
+        return self._limit.limit
+
+    def mark(self, outcome: LimitOutcome, load: ServerLoad | None = None) -> None:
+        """Record how the attempt went; the slot is freed later (a stream holds it to its end)."""
+        self.outcome = outcome
+        self.load = load
+
+    def release(self) -> None:
+        """Free the slot with the outcome marked (IGNORED when none was)."""
+        if not self.released:
+            self.released = True
+            self._limit.release(self)
+
+    def __repr__(self) -> str:
+        return f"Lease({self.endpoint!r}, outcome={self.outcome.value})"
+
+
+class SlotWaiter:
+    """A call waiting for a slot. The driver waits with ``wait`` (a thread) or
+    ``wait_async`` (a task); both return the granted ``Lease`` or raise
+    ``QueueTimeoutError``. One waiter is woken per freed slot."""
+
+    __slots__ = (
+        "_error",
+        "_lease",
+        "_limit",
+        "_wake",
+        "deadline_at",
+        "enqueued_at",
+        "key",
+    )
+
+    def __init__(self, limit: EndpointLimit, key: tuple[int, int], deadline_at: float) -> None:
+        self._limit = limit
+        self.key = key
+        self.deadline_at = deadline_at
+        self.enqueued_at = limit.clock.now()
+        self._lease: Lease | None = None
+        self._error: QueueTimeoutError | None = None
+        self._wake: Callable[[], None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._lease is not None or self._error is not None
+
+    def _resolve(self, lease: Lease | None, error: QueueTimeoutError | None) -> Callable[[], None]:
+        """Under the limit's lock: settle the waiter; returns its wake-up, to call unlocked."""
+        self._lease, self._error = lease, error
+        return self._wake or _nothing
+
+    def _outcome(self) -> Lease:
+        if self._lease is not None:
+            return self._lease
+        assert self._error is not None
+        raise self._error
+
+    def wait(self, timeout: float | None) -> Lease:
+        """Block the thread until granted, refused, or ``timeout`` (the call's deadline)."""
+        event = threading.Event()
+        try:
+            if not self._limit._on_wake(self, event.set):
+                event.wait(timeout)
+        except BaseException:  # KeyboardInterrupt in the wait
+            self._limit._abandon(self)
+            raise
+        return self._limit._finish_wait(self)
+
+    async def wait_async(self, timeout: float | None) -> Lease:
+        """Suspend the task until granted, refused, or ``timeout``; a cancelled task
+        leaves the queue (and gives back a slot granted meanwhile)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(_set_result, future)
+
+        try:
+            if not self._limit._on_wake(self, wake):
+                await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            pass
+        except BaseException:
+            self._limit._abandon(self)
+            raise
+        return self._limit._finish_wait(self)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _set_result(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+class EndpointLimit:
+    """The adaptive limit and local queue of one endpoint (thread-safe)."""
+
+    def __init__(self, name: str, owner: ConcurrencyLimiter) -> None:
+        self.name = name
+        self.clock = owner.clock
+        self._owner = owner
+        self._lock = threading.Lock()
+        self._limit = float(owner.initial_limit)
+        self._ssthresh = math.inf  # slow start until the first drop
+        self._epoch = 0
+        self._in_flight = 0
+        self._queue: list[tuple[tuple[int, int], SlotWaiter]] = []
+        self._waiting = 0
+        self._decreases = 0
+        self._refused = 0
+        self._releases: deque[float] = deque(maxlen=_RATE_SAMPLES)
+        self._last_sweep = -math.inf
+
+    @property
+    def limit(self) -> int:
+        return max(int(self._limit), 1)
+
+    def full_without(self, held: int = 1) -> bool:
+        """Whether a call that gives back the ``held`` slots it has would still have to
+        wait for one: other calls fill the limit, or wait already."""
+        with self._lock:
+            return self._in_flight - held >= self.limit or self._waiting > 0
+
+    def has_room(self) -> bool:
+        with self._lock:
+            return self._in_flight < self.limit and self._waiting == 0
+
+    def expected_wait(self) -> float:
+        """Waiters per slot: a rough cost of queueing here, for choosing an endpoint."""
+        with self._lock:
+            return (self._waiting + max(self._in_flight - self.limit + 1, 0)) / self.limit
+
+    def acquire(self, rank: int, seq: int, deadline_at: float) -> Lease | SlotWaiter:
+        """A slot now, or a waiter to wait on; raises ``LocalQueueFullError`` when the
+        queue is full and ``QueueTimeoutError`` when the deadline cannot be met."""
+        wakes: list[Callable[[], None]] = []
+        with self._lock:
+            if self._in_flight < self.limit and not self._waiting:
+                return self._grant(0.0)
+            if self._waiting >= self._owner.max_waiting:
+                self._refused += 1
+                raise LocalQueueFullError(
+                    f"{self._waiting} calls already wait for a slot of {self.name}"
+                    f" (max_waiting={self._owner.max_waiting})",
+                    endpoint=self.name,
+                    waiting=self._waiting,
+                )
+            waiter = SlotWaiter(self, (rank, seq), deadline_at)
+            ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
+            estimate = self._wait_estimate(ahead)
+            now = self.clock.now()
+            if estimate is not None and now + estimate > deadline_at:
+                self._refused += 1
+                raise self._deadline_error(waiter, now, estimate)
+            heapq.heappush(self._queue, (waiter.key, waiter))
+            self._waiting += 1
+            wakes = self._grant_waiters()
+        _call_all(wakes)
+        return waiter
+
+    def release(self, lease: Lease) -> None:
+        """An attempt gave its slot back: adapt the limit, wake whoever may go now."""
+        with self._lock:
+            self._in_flight -= 1
+            now = self.clock.now()
+            outcome = lease.outcome
+            self._releases.append(now)  # every release frees a slot: the queue's pace
+            if outcome is LimitOutcome.SUCCESS:
+                self._grow(lease)
+            elif outcome is LimitOutcome.DROPPED:
+                self._decrease(lease, self._limit * self._owner.backoff_ratio)
+            elif outcome is LimitOutcome.RESTARTING:
+                self._restart()
+            wakes = self._grant_waiters()
+            wakes += self._sweep(now)
+        _call_all(wakes)
+
+    def state(self) -> LimitState:
+        with self._lock:
+            return LimitState(
+                endpoint=self.name,
+                limit=self.limit,
+                in_flight=self._in_flight,
+                waiting=self._waiting,
+                slow_start=self._limit < self._ssthresh,
+                decreases=self._decreases,
+                refused=self._refused,
+            )
+
+    # -- internals, all under the lock ------------------------------------------------
+
+    def _grant(self, queued_s: float) -> Lease:
+        self._in_flight += 1
+        return Lease(self, self._epoch, self._in_flight, queued_s)
+
+    def _grow(self, lease: Lease) -> None:
+        owner = self._owner
+        if lease.in_flight_at_start * 2 < self._limit:
+            return  # the limit was not in use: a success says nothing about a higher one
+        load = lease.load
+        if load is not None:
+            if load.kv_cache_usage is not None and load.kv_cache_usage >= HOT_KV_CACHE:
+                return
+            if load.queue_depth and self._limit < self._ssthresh:
+                self._ssthresh = self._limit  # the server queues: its batch is full
+        if self._limit < self._ssthresh:
+            self._limit += 1.0
+        else:
+            self._limit += 1.0 / self._limit
+        self._limit = min(self._limit, float(owner.max_limit))
+
+    def _decrease(self, lease: Lease, to: float) -> bool:
+        if lease.epoch != self._epoch:
+            return False  # sent under a limit already decreased: one decrease per round trip
+        self._limit = max(float(self._owner.min_limit), min(self._limit, to))
+        self._ssthresh = self._limit
+        self._epoch += 1
+        self._decreases += 1
+        return True
+
+    def _restart(self) -> None:
+        """The server came back cold: start again from the bottom, slow-starting up to
+        half the limit it had (every restart shed applies: there is no old limit to
+        blame, the server lost its state)."""
+        floor = float(self._owner.min_limit)
+        if self._limit <= floor:
+            return
+        self._ssthresh = max(self._limit / 2.0, floor + 1.0)
+        self._limit = floor
+        self._epoch += 1
+        self._decreases += 1
+
+    def _wait_estimate(self, ahead: int) -> float | None:
+        """Seconds until ``ahead + 1`` slots free up, at the measured release rate."""
+        now = self.clock.now()
+        releases = self._releases
+        while releases and now - releases[0] > _RATE_WINDOW_S:
+            releases.popleft()
+        if len(releases) < _MIN_RATE_SAMPLES:
+            return None
+        span = max(now - releases[0], 1e-3)
+        rate = len(releases) / span
+        return (ahead + 1) / rate
+
+    def _grant_waiters(self) -> list[Callable[[], None]]:
+        wakes: list[Callable[[], None]] = []
+        now = self.clock.now()
+        while self._queue and self._in_flight < self.limit:
+            _, waiter = heapq.heappop(self._queue)
+            if waiter.done:
+                continue
+            self._waiting -= 1
+            wakes.append(waiter._resolve(self._grant(now - waiter.enqueued_at), None))
+        return wakes
+
+    def _sweep(self, now: float) -> list[Callable[[], None]]:
+        """Fail, at once, the waiters whose deadline the queue ahead cannot let them meet."""
+        if now - self._last_sweep < _SWEEP_EVERY_S or not self._waiting:
+            return []
+        self._last_sweep = now
+        wakes: list[Callable[[], None]] = []
+        ahead = 0
+        for _, waiter in sorted(self._queue, key=lambda item: item[0]):
+            if waiter.done:
+                continue
+            estimate = self._wait_estimate(ahead)
+            if estimate is None:
+                break
+            if now + estimate > waiter.deadline_at:
+                self._waiting -= 1
+                self._refused += 1
+                wakes.append(waiter._resolve(None, self._deadline_error(waiter, now, estimate)))
+            else:
+                ahead += 1
+        return wakes
+
+    def _deadline_error(
+        self, waiter: SlotWaiter, now: float, estimate: float | None
+    ) -> QueueTimeoutError:
+        queued = now - waiter.enqueued_at
+        where = (
+            f"limit {self.limit}, {self._in_flight} in flight, {self._waiting} waiting"
+            f", queued {queued:.2f} s"
+        )
+        if estimate is None:
+            message = (
+                f"The call's deadline passed while it waited for a slot of {self.name} ({where})"
+            )
+        else:
+            left = max(waiter.deadline_at - now, 0.0)
+            message = (
+                f"No slot of {self.name} can be had before the call's deadline: an estimated"
+                f" {estimate:.2f} s of waiting ahead, {left:.2f} s left ({where})"
+            )
+        return QueueTimeoutError(message, queued_s=queued, estimated_wait_s=estimate)
+
+    # -- the waiter's side -------------------------------------------------------------
+
+    def _on_wake(self, waiter: SlotWaiter, wake: Callable[[], None]) -> bool:
+        """Give the waiter its wake-up; True when it is already settled (no need to wait)."""
+        with self._lock:
+            if waiter.done:
+                return True
+            waiter._wake = wake
+            return False
+
+    def _finish_wait(self, waiter: SlotWaiter) -> Lease:
+        """After the wait: the lease, or the error (a deadline reached counts as one)."""
+        with self._lock:
+            if not waiter.done:
+                now = self.clock.now()
+                self._waiting -= 1
+                self._refused += 1
+                waiter._resolve(None, self._deadline_error(waiter, now, None))
+        return waiter._outcome()
+
+    def _abandon(self, waiter: SlotWaiter) -> None:
+        """The waiting task was cancelled: leave the queue, hand back a granted slot."""
+        with self._lock:
+            if not waiter.done:
+                self._waiting -= 1
+                waiter._resolve(None, _CANCELLED)
+                return
+            lease = waiter._lease
+        if lease is not None:
+            lease.release()
+
+
+_CANCELLED = QueueTimeoutError("The call was cancelled while it waited for a slot", queued_s=0.0)
+
+
+def _call_all(wakes: list[Callable[[], None]]) -> None:
+    for wake in wakes:
+        wake()
+
+
+class ConcurrencyLimiter:
+    """Adaptive concurrency limits, one per endpoint, shared by every thread and task
+    of the clients it is given to (pass one object to several clients to share it).
+
+    >>> from stormguard.testing import FakeClock
+    >>> limiter = ConcurrencyLimiter(initial_limit=2, clock=FakeClock())
+    >>> a = limiter.endpoint("10.0.0.5:8000").acquire(1, 0, deadline_at=60.0)
+    >>> b = limiter.endpoint("10.0.0.5:8000").acquire(1, 1, deadline_at=60.0)
+    >>> c = limiter.endpoint("10.0.0.5:8000").acquire(1, 2, deadline_at=60.0)
+    >>> type(a).__name__, type(c).__name__   # the third waits for a slot
+    ('Lease', 'SlotWaiter')
+    """
+
+    def __init__(
+        self,
+        *,
+        initial_limit: int = DEFAULT_INITIAL_LIMIT,
+        min_limit: int = DEFAULT_MIN_LIMIT,
+        max_limit: int = DEFAULT_MAX_LIMIT,
+        backoff_ratio: float = DEFAULT_BACKOFF_RATIO,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+        requeue_budget: RetryBudget | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        for name, value in (
+            ("initial_limit", initial_limit),
+            ("min_limit", min_limit),
+            ("max_limit", max_limit),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not min_limit <= initial_limit <= max_limit:
+            raise ValueError(
+                "the limits must satisfy min_limit <= initial_limit <= max_limit, got"
+                f" {min_limit} / {initial_limit} / {max_limit}"
+            )
+        if not (isinstance(backoff_ratio, (int, float)) and 0.0 < backoff_ratio < 1.0):
+            raise ValueError(f"backoff_ratio must be between 0 and 1, got {backoff_ratio!r}")
+        if isinstance(max_waiting, bool) or not isinstance(max_waiting, int) or max_waiting < 0:
+            raise ValueError(f"max_waiting must be an integer >= 0, got {max_waiting!r}")
+        self.initial_limit = initial_limit
+        self.min_limit = min_limit
+        self.max_limit = max_limit
+        self.backoff_ratio = float(backoff_ratio)
+        self.max_waiting = max_waiting
+        self.clock = clock or Clock()
+        #: Requeues of shed attempts are paid from this (Finagle's requeue budget);
+        #: a shed it refuses is an ordinary retry, from the retry budget (10 %), so a
+        #: server that sheds everything sees at most 1.15 attempts per call.
+        self.requeue_budget = requeue_budget or RetryBudget(
+            ratio=0.05, min_retries_per_second=0.1, clock=self.clock
+        )
+        self._endpoints: dict[str, EndpointLimit] = {}
+        self._lock = threading.Lock()
+        self._seq = itertools.count()
+
+    def endpoint(self, name: str) -> EndpointLimit:
+        """The limit of endpoint ``name`` (``host:port``, or the ``Endpoint``'s name)."""
+        limit = self._endpoints.get(name)
+        if limit is None:
+            with self._lock:
+                limit = self._endpoints.setdefault(name, EndpointLimit(name, self))
+        return limit
+
+    def next_seq(self) -> int:
+        """Arrival order of a new call (kept when it is requeued: it goes back in line
+        where it stood, ahead of later arrivals)."""
+        return next(self._seq)
+
+    def state(self) -> tuple[LimitState, ...]:
+        """Every endpoint's limit, in flight, waiting and decreases."""
+        with self._lock:
+            limits = list(self._endpoints.values())
+        return tuple(limit.state() for limit in limits)
+
+    def __repr__(self) -> str:
+        return (
+            f"ConcurrencyLimiter(initial_limit={self.initial_limit}, min_limit={self.min_limit},"
+            f" max_limit={self.max_limit}, backoff_ratio={self.backoff_ratio},"
+            f" max_waiting={self.max_waiting})"
+        )

@@ -1,0 +1,318 @@
+"""The adaptive concurrency limit on its own: AIMD, the local queue, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
+from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
+from stormguard._limiter import EndpointLimit, Lease, LimitOutcome, SlotWaiter, limit_outcome
+from stormguard.testing import FakeClock
+
+E = "gpu-1:8000"
+FAR = 1e9  # a deadline that never matters
+
+
+def limiter(clock: FakeClock | None = None, **kwargs: object) -> ConcurrencyLimiter:
+    return ConcurrencyLimiter(clock=clock or FakeClock(), **kwargs)  # type: ignore[arg-type]
+
+
+def take(limit: EndpointLimit, rank: int = 1, seq: int = 0, deadline: float = FAR) -> Lease:
+    got = limit.acquire(rank, seq, deadline)
+    assert isinstance(got, Lease), "expected a slot at once"
+    return got
+
+
+def finish(lease: Lease, outcome: LimitOutcome, **load: object) -> None:
+    lease.mark(outcome, ServerLoad(**load) if load else None)  # type: ignore[arg-type]
+    lease.release()
+
+
+# -- AIMD -------------------------------------------------------------------------------
+
+
+def test_slow_start_adds_one_per_success_while_the_limit_is_in_use() -> None:
+    limit = limiter(initial_limit=4).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(4)]  # sent with 1, 2, 3, 4 in flight
+    for lease in leases:
+        finish(lease, LimitOutcome.SUCCESS)
+    # The first was sent with 1 of 4 in flight (1 * 2 < 4: not in use); the others grow it.
+    assert limit.state().limit == 7 and limit.state().slow_start
+
+
+def test_an_idle_limit_does_not_grow() -> None:
+    limit = limiter(initial_limit=10).endpoint(E)
+    for i in range(50):  # one call at a time: 1 * 2 < 10, the limit is not in use
+        finish(take(limit, seq=i), LimitOutcome.SUCCESS)
+    assert limit.state().limit == 10
+
+
+def test_a_drop_cuts_the_limit_once_per_round_trip_then_growth_is_linear() -> None:
+    limit = limiter(initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    for lease in leases[:5]:  # five sheds of attempts sent under the same limit
+        finish(lease, LimitOutcome.DROPPED)
+    state = limit.state()
+    assert (state.limit, state.decreases, state.slow_start) == (18, 1, False)
+    for lease in leases[5:]:  # 15 successes, each sent with 20 in flight: + 1/limit each
+        finish(lease, LimitOutcome.SUCCESS)
+    assert limit.state().limit == 18  # 18 + 15/18 < 19: one slot per round trip, not 15
+    again = [take(limit, seq=100 + i) for i in range(18)]
+    finish(again[0], LimitOutcome.DROPPED)  # sent after the cut: a new signal
+    assert (limit.state().limit, limit.state().decreases) == (16, 2)
+
+
+def test_a_restart_drops_to_the_minimum_and_slow_starts_to_half_the_old_limit() -> None:
+    limit = limiter(initial_limit=20, min_limit=1).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    finish(leases[0], LimitOutcome.RESTARTING)
+    finish(leases[1], LimitOutcome.RESTARTING)  # repeated: stays at the bottom
+    assert (limit.state().limit, limit.state().slow_start) == (1, True)
+    for lease in leases[2:]:
+        lease.release()  # the rest ended without a verdict (IGNORED)
+    for i in range(12):  # one at a time: in use (1 * 2 >= limit) only while it is small
+        finish(take(limit, seq=100 + i), LimitOutcome.SUCCESS)
+    state = limit.state()
+    assert state.limit == 3 and state.slow_start  # 1 -> 2 -> 3, then no longer in use
+    leases = [take(limit, seq=200 + i) for i in range(3)]
+    for lease in leases:
+        finish(lease, LimitOutcome.SUCCESS)
+    assert limit.state().limit == 5  # doubling per round trip again, up to 10
+
+
+def test_a_hot_kv_cache_holds_the_limit_and_a_server_queue_ends_slow_start() -> None:
+    limit = limiter(initial_limit=2).endpoint(E)
+    a, b = take(limit, seq=0), take(limit, seq=1)
+    finish(a, LimitOutcome.SUCCESS, kv_cache_usage=0.95)
+    assert limit.state().limit == 2
+    finish(b, LimitOutcome.SUCCESS, queue_depth=3)  # the server queues: its batch is full
+    state = limit.state()
+    assert not state.slow_start and state.limit == 2  # 2 + 1/2: linear from here
+
+
+def test_the_limit_stays_within_its_bounds() -> None:
+    limit = limiter(initial_limit=2, min_limit=2, max_limit=3).endpoint(E)
+    for round_ in range(5):
+        leases = [take(limit, seq=10 * round_ + i) for i in range(limit.state().limit)]
+        for lease in leases:
+            finish(lease, LimitOutcome.SUCCESS)
+    assert limit.state().limit == 3
+    for round_ in range(5):
+        finish(take(limit, seq=100 + round_), LimitOutcome.DROPPED)
+    assert limit.state().limit == 2
+
+
+@pytest.mark.parametrize(
+    ("error", "outcome"),
+    [
+        (None, LimitOutcome.SUCCESS),
+        (ServiceUnavailableError("x", status_code=503), LimitOutcome.DROPPED),  # vLLM queue full
+        (
+            ServiceUnavailableError(
+                "x", status_code=503, server_load=ServerLoad(load_shed="queue_full")
+            ),
+            LimitOutcome.DROPPED,
+        ),
+        (
+            ServiceUnavailableError(
+                "x", status_code=503, server_load=ServerLoad(load_shed="engine_restart")
+            ),
+            LimitOutcome.RESTARTING,
+        ),
+        (RateLimitError("x", status_code=429), LimitOutcome.DROPPED),
+        (APITimeoutError("t"), LimitOutcome.IGNORED),  # a long generation is no overload
+        (ServiceUnavailableError("x", status_code=500), LimitOutcome.IGNORED),
+    ],
+)
+def test_what_each_outcome_tells_the_limit(error: Exception | None, outcome: LimitOutcome) -> None:
+    assert limit_outcome(error) is outcome
+
+
+# -- the local queue --------------------------------------------------------------------
+
+
+def test_waiters_go_by_priority_then_arrival_one_per_freed_slot() -> None:
+    limit = limiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiters = {
+        name: limit.acquire(rank, seq, FAR)
+        for name, rank, seq in [
+            ("sheddable", 2, 1),
+            ("std-late", 1, 3),
+            ("std", 1, 2),
+            ("crit", 0, 4),
+        ]
+    }
+    assert all(isinstance(w, SlotWaiter) for w in waiters.values())
+    order = []
+    lease = holder
+    for _ in range(4):
+        lease.release()
+        granted = [name for name, w in waiters.items() if w.done and name not in order]
+        assert len(granted) == 1  # exactly one woken per freed slot
+        order += granted
+        lease = waiters[granted[0]].wait(0)  # type: ignore[union-attr]
+    assert order == ["crit", "std", "std-late", "sheddable"]
+    assert limit.state().waiting == 0
+
+
+def test_a_rising_limit_wakes_as_many_as_it_has_room_for() -> None:
+    limit = limiter(initial_limit=2).endpoint(E)
+    a, b = take(limit, seq=0), take(limit, seq=1)
+    waiters = [limit.acquire(1, 10 + i, FAR) for i in range(3)]
+    finish(a, LimitOutcome.SUCCESS)  # slow start: limit 3, one slot freed -> two may go
+    assert [w.done for w in waiters] == [True, True, False]  # type: ignore[union-attr]
+    assert limit.state().in_flight == 3
+    b.release()
+
+
+def test_a_full_queue_refuses_at_once() -> None:
+    limit = limiter(initial_limit=1, max_waiting=2).endpoint(E)
+    take(limit, seq=0)
+    limit.acquire(1, 1, FAR)
+    limit.acquire(1, 2, FAR)
+    with pytest.raises(LocalQueueFullError) as info:
+        limit.acquire(1, 3, FAR)
+    assert info.value.waiting == 2 and info.value.endpoint == E
+    assert limit.state().refused == 1
+
+
+def test_a_deadline_the_queue_cannot_meet_fails_at_once_with_the_estimate() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=1, max_limit=1).endpoint(E)
+    for i in range(5):  # one slot freed per second: the measured rate
+        lease = take(limit, seq=i)
+        clock.advance(1.0)
+        finish(lease, LimitOutcome.SUCCESS)
+    take(limit, seq=10)
+    ok = limit.acquire(1, 11, deadline_at=clock.now() + 30.0)  # one ahead of nobody: ~1 s
+    assert isinstance(ok, SlotWaiter)
+    with pytest.raises(QueueTimeoutError) as info:
+        limit.acquire(1, 12, deadline_at=clock.now() + 1.5)  # second in line: ~2 s
+    err = info.value
+    assert isinstance(err, APITimeoutError)
+    assert err.estimated_wait_s == pytest.approx(2.0, rel=0.3) and err.queued_s == 0.0
+    assert "before the call's deadline" in str(err)
+
+
+def test_a_waiter_whose_deadline_becomes_hopeless_is_failed_without_waiting_for_it() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=2).endpoint(E)
+    for i in range(6):  # two slots freed per second
+        lease = take(limit, seq=i)
+        clock.advance(0.5)
+        finish(lease, LimitOutcome.SUCCESS)
+    held = [take(limit, seq=10 + i) for i in range(limit.state().limit)]
+    queued = [limit.acquire(1, 20 + i, deadline_at=clock.now() + 3.0) for i in range(4)]
+    assert all(isinstance(w, SlotWaiter) for w in queued)
+    clock.advance(2.5)  # nothing freed meanwhile: the back of the line cannot make it now
+    finish(held[0], LimitOutcome.IGNORED)
+    results = []
+    for waiter in queued:
+        assert isinstance(waiter, SlotWaiter) and waiter.done  # nobody left hanging
+        try:
+            results.append(type(waiter.wait(0)).__name__)
+        except QueueTimeoutError as exc:
+            assert exc.queued_s == pytest.approx(2.5)
+            results.append("refused")
+    assert results[0] == "Lease" and results[-1] == "refused"
+
+
+def test_a_wait_that_reaches_its_timeout_leaves_the_queue() -> None:
+    limit = limiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    with pytest.raises(QueueTimeoutError, match="deadline passed while it waited"):
+        waiter.wait(0.01)
+    assert limit.state().waiting == 0
+    holder.release()
+    assert limit.state().in_flight == 0  # nobody was granted the freed slot
+
+
+def test_threads_never_hold_more_slots_than_the_limit() -> None:
+    limit = ConcurrencyLimiter(initial_limit=3, max_limit=3).endpoint(E)
+    lock = threading.Lock()
+    now_held, peak, done = [0], [0], []
+
+    def worker(seq: int) -> None:
+        got = limit.acquire(1, seq, FAR)
+        lease = got if isinstance(got, Lease) else got.wait(30.0)
+        with lock:
+            now_held[0] += 1
+            peak[0] = max(peak[0], now_held[0])
+        with lock:
+            now_held[0] -= 1
+        finish(lease, LimitOutcome.SUCCESS)
+        done.append(seq)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(done) == 40 and peak[0] <= 3
+    assert limit.state().in_flight == 0 and limit.state().waiting == 0
+
+
+async def test_a_cancelled_task_leaves_the_queue_and_gives_back_a_granted_slot() -> None:
+    limit = ConcurrencyLimiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    task = asyncio.create_task(waiter.wait_async(None))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert limit.state().waiting == 0
+    holder.release()
+    assert limit.state().in_flight == 0
+
+    holder = take(limit, seq=2)
+    waiter = limit.acquire(1, 3, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    task = asyncio.create_task(waiter.wait_async(None))
+    await asyncio.sleep(0)
+    holder.release()  # granted (wake-up scheduled) ...
+    task.cancel()  # ... and cancelled before it ran: the slot goes back
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert limit.state().in_flight == 0
+
+
+async def test_a_task_is_woken_from_another_thread() -> None:
+    limit = ConcurrencyLimiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    threading.Timer(0.05, holder.release).start()
+    lease = await asyncio.wait_for(waiter.wait_async(None), 30)
+    assert lease.queued_s >= 0 and limit.state().in_flight == 1
+    lease.release()
+
+
+# -- configuration ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"initial_limit": 0},
+        {"min_limit": 0},
+        {"max_limit": -1},
+        {"initial_limit": 2.5},
+        {"min_limit": 5, "initial_limit": 2},
+        {"initial_limit": 300, "max_limit": 200},
+        {"backoff_ratio": 1.0},
+        {"backoff_ratio": 0},
+        {"max_waiting": -1},
+        {"initial_limit": True},
+    ],
+)
+def test_nonsense_configuration_is_a_clear_value_error(kwargs: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        ConcurrencyLimiter(**kwargs)  # type: ignore[arg-type]
