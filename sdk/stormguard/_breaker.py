@@ -73,7 +73,6 @@ from ._exceptions import (
     QueueTimeoutError,
     StreamInterruptedError,
 )
-from .protocol import ShedReason
 
 __all__ = [
     "BreakerConfig",
@@ -213,22 +212,22 @@ def is_breaker_failure(error: BaseException | None) -> bool:
 
     Only crash-like failures count: refused, reset or timed-out connections,
     500, 502, 504 and every other 5xx but 503, 408, a stream cut before its first
-    chunk, a 2xx body that breaks the API, and a 503 that says the engine is not
-    serving at all (``engine_restart``, ``warming``, ``draining``: it crashed, is
-    cold, or is stopping, and its Retry-After says for how long). A server that
-    sheds for capacity (any other 503, vLLM's queue-full answer, a 429: "alive,
-    but full", or over the caller's rate) is not failing: sheds lower the
-    concurrency limit instead (``_limiter.py``), and the calls wait. Not failures
-    either: the caller's own errors (other 4xx, ``too_long``), refusals made in
-    this process, cancellation, and a stream cut after content arrived (the call
-    already counted as a success at its first chunk; a crash that cut it fails
-    the next calls with refused connections).
+    chunk, and a 2xx body that breaks the API. A 503 or a 429 is a server that
+    answers: "alive, but full" (a shed, vLLM's queue-full answer, the caller's
+    rate), or "not serving until Retry-After" (``engine_restart``, ``warming``,
+    ``draining``). Those pace the calls instead (``_limiter.py``: the limit falls,
+    a restart pauses the endpoint for its Retry-After), and the calls wait within
+    their deadlines rather than fail. Not failures either: the caller's own
+    errors (other 4xx, ``too_long``), refusals made in this process,
+    cancellation, and a stream cut after content arrived (the call already
+    counted as a success at its first chunk; a crash that cut it fails the next
+    calls with refused connections).
     """
     if error is None:
         return False
     if isinstance(error, APIStatusError):
         if error.status_code == 503:
-            return error.server_load.load_shed in _NOT_SERVING
+            return False
         return error.status_code >= 500 or error.status_code == 408
     if isinstance(error, StreamInterruptedError):
         return error.chunks_received == 0
@@ -236,10 +235,6 @@ def is_breaker_failure(error: BaseException | None) -> bool:
         return False  # no slot in time, here: nothing was sent
     return isinstance(error, (APIConnectionError, APIResponseValidationError))
 
-
-_NOT_SERVING = frozenset(
-    {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
-)
 
 _SUCCESS, _FAILURE, _IGNORE = "success", "failure", "ignore"
 

@@ -24,9 +24,14 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
 * **Drop**: limit * ``backoff_ratio`` (0.9, Netflix's), at most once per
   round trip: a drop of an attempt sent before the last decrease was caused
   by the old limit and is not counted again.
-* **Restart** (``engine_restart``/``warming`` sheds): the server came back
-  cold; the limit falls to ``min_limit`` and slow-starts again, up to half
-  the limit it had: the recovery ramp of warm-up traffic raised step by step.
+* **Restart** (``engine_restart``/``warming``/``draining`` sheds): the engine
+  is not serving, and its Retry-After says for how long. The endpoint is
+  **paused** that long: no slot is granted, the queue holds (a call whose
+  deadline comes first fails at once), and the limit falls to ``min_limit``.
+  When the pause ends, one probe goes; while the server answers, the limit
+  slow-starts again up to half the limit it had: the recovery ramp of
+  warm-up traffic raised step by step, even from a server that does no slow
+  start of its own.
 * **Hot KV cache** (``x-kv-cache-usage`` ≥ 0.9, or ORCA's): no growth, so a
   server near preemption is not pushed over.
 
@@ -49,6 +54,7 @@ import heapq
 import itertools
 import math
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -83,6 +89,10 @@ _RATE_SAMPLES = 512
 _MIN_RATE_SAMPLES = 4
 #: The hopeless-waiter sweep runs at most this often.
 _SWEEP_EVERY_S = 0.1
+#: A restart shed without a Retry-After pauses the endpoint this long.
+DEFAULT_RESTART_PAUSE_S = 1.0
+#: No pause is longer (a server's Retry-After is advice, not a sentence).
+MAX_RESTART_PAUSE_S = 60.0
 
 
 class LimitOutcome(str, enum.Enum):
@@ -92,14 +102,16 @@ class LimitOutcome(str, enum.Enum):
     SUCCESS = "success"
     #: The server shed it before processing: the overload signal.
     DROPPED = "dropped"
-    #: The server shed it because it is restarting or warming up.
+    #: The server shed it because its engine is not serving (restarting, warming, draining).
     RESTARTING = "restarting"
     #: Says nothing about load: cancelled, a connection error, a caller error.
     IGNORED = "ignored"
 
 
 _SHED_STATUSES = frozenset({429, 503})
-_RESTART_REASONS = frozenset({ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value})
+_RESTART_REASONS = frozenset(
+    {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
+)
 
 
 def is_shed(error: BaseException | None) -> bool:
@@ -139,6 +151,8 @@ class LimitState:
     decreases: int
     #: Waiters failed because their deadline could not be met, or the queue was full.
     refused: int
+    #: Seconds the endpoint stays paused (a restart shed's Retry-After); 0: not paused.
+    paused_for: float = 0.0
 
 
 class Lease:
@@ -222,32 +236,60 @@ class SlotWaiter:
     def wait(self, timeout: float | None) -> Lease:
         """Block the thread until granted, refused, or ``timeout`` (the call's deadline)."""
         event = threading.Event()
+        end = _End(timeout)
+        limit = self._limit
         try:
-            if not self._limit._on_wake(self, event.set):
-                event.wait(timeout)
+            if not limit._on_wake(self, event.set):
+                while not event.wait(limit._wait_slice(end.left())):
+                    if end.over() or limit._resume(self):
+                        break
         except BaseException:  # KeyboardInterrupt in the wait
-            self._limit._abandon(self)
+            limit._abandon(self)
             raise
-        return self._limit._finish_wait(self)
+        return limit._finish_wait(self)
 
     async def wait_async(self, timeout: float | None) -> Lease:
         """Suspend the task until granted, refused, or ``timeout``; a cancelled task
         leaves the queue (and gives back a slot granted meanwhile)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
+        end = _End(timeout)
+        limit = self._limit
 
         def wake() -> None:
             loop.call_soon_threadsafe(_set_result, future)
 
         try:
-            if not self._limit._on_wake(self, wake):
-                await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
-            pass
+            if not limit._on_wake(self, wake):
+                while True:
+                    try:
+                        await asyncio.wait_for(
+                            asyncio.shield(future), limit._wait_slice(end.left())
+                        )
+                        break
+                    except TimeoutError:
+                        if end.over() or limit._resume(self):
+                            break
         except BaseException:
-            self._limit._abandon(self)
+            limit._abandon(self)
             raise
-        return self._limit._finish_wait(self)
+        return limit._finish_wait(self)
+
+
+class _End:
+    """When a wait gives up, on the monotonic clock (None: never)."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self, timeout: float | None) -> None:
+        self._at = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+
+    def left(self) -> float | None:
+        return None if self._at is None else max(self._at - time.monotonic(), 0.0)
+
+    def over(self) -> bool:
+        left = self.left()
+        return left is not None and left <= 0.0
 
 
 def _nothing() -> None:
@@ -277,6 +319,7 @@ class EndpointLimit:
         self._refused = 0
         self._releases: deque[float] = deque(maxlen=_RATE_SAMPLES)
         self._last_sweep = -math.inf
+        self._paused_until = -math.inf
 
     @property
     def limit(self) -> int:
@@ -284,25 +327,36 @@ class EndpointLimit:
 
     def full_without(self, held: int = 1) -> bool:
         """Whether a call that gives back the ``held`` slots it has would still have to
-        wait for one: other calls fill the limit, or wait already."""
+        wait for one: the endpoint is paused, other calls fill the limit, or wait already."""
         with self._lock:
-            return self._in_flight - held >= self.limit or self._waiting > 0
+            return (
+                self._pause_left(self.clock.now()) > 0
+                or self._in_flight - held >= self.limit
+                or self._waiting > 0
+            )
 
     def has_room(self) -> bool:
         with self._lock:
-            return self._in_flight < self.limit and self._waiting == 0
+            return (
+                self._in_flight < self.limit
+                and self._waiting == 0
+                and self._pause_left(self.clock.now()) == 0
+            )
 
     def expected_wait(self) -> float:
-        """Waiters per slot: a rough cost of queueing here, for choosing an endpoint."""
+        """Waiters per slot plus any pause: a rough cost of queueing here, for choosing
+        an endpoint."""
         with self._lock:
-            return (self._waiting + max(self._in_flight - self.limit + 1, 0)) / self.limit
+            queued = (self._waiting + max(self._in_flight - self.limit + 1, 0)) / self.limit
+            return queued + self._pause_left(self.clock.now())
 
     def acquire(self, rank: int, seq: int, deadline_at: float) -> Lease | SlotWaiter:
         """A slot now, or a waiter to wait on; raises ``LocalQueueFullError`` when the
         queue is full and ``QueueTimeoutError`` when the deadline cannot be met."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
-            if self._in_flight < self.limit and not self._waiting:
+            now = self.clock.now()
+            if self._in_flight < self.limit and not self._waiting and not self._pause_left(now):
                 return self._grant(0.0)
             if self._waiting >= self._owner.max_waiting:
                 self._refused += 1
@@ -315,7 +369,6 @@ class EndpointLimit:
             waiter = SlotWaiter(self, (rank, seq), deadline_at)
             ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
             estimate = self._wait_estimate(ahead)
-            now = self.clock.now()
             if estimate is not None and now + estimate > deadline_at:
                 self._refused += 1
                 raise self._deadline_error(waiter, now, estimate)
@@ -337,7 +390,7 @@ class EndpointLimit:
             elif outcome is LimitOutcome.DROPPED:
                 self._decrease(lease, self._limit * self._owner.backoff_ratio)
             elif outcome is LimitOutcome.RESTARTING:
-                self._restart()
+                self._restart(now, lease.load)
             wakes = self._grant_waiters()
             wakes += self._sweep(now)
         _call_all(wakes)
@@ -352,6 +405,7 @@ class EndpointLimit:
                 slow_start=self._limit < self._ssthresh,
                 decreases=self._decreases,
                 refused=self._refused,
+                paused_for=self._pause_left(self.clock.now()),
             )
 
     # -- internals, all under the lock ------------------------------------------------
@@ -385,10 +439,13 @@ class EndpointLimit:
         self._decreases += 1
         return True
 
-    def _restart(self) -> None:
-        """The server came back cold: start again from the bottom, slow-starting up to
-        half the limit it had (every restart shed applies: there is no old limit to
-        blame, the server lost its state)."""
+    def _restart(self, now: float, load: ServerLoad | None) -> None:
+        """The engine is not serving: pause for its Retry-After, then start again from
+        the bottom, slow-starting up to half the limit it had (every restart shed
+        applies: there is no old limit to blame, the server lost its state)."""
+        pause = load.retry_after if load is not None else None
+        pause = DEFAULT_RESTART_PAUSE_S if pause is None else min(pause, MAX_RESTART_PAUSE_S)
+        self._paused_until = max(self._paused_until, now + pause)
         floor = float(self._owner.min_limit)
         if self._limit <= floor:
             return
@@ -397,12 +454,21 @@ class EndpointLimit:
         self._epoch += 1
         self._decreases += 1
 
+    def _pause_left(self, now: float) -> float:
+        return max(self._paused_until - now, 0.0)
+
     def _wait_estimate(self, ahead: int) -> float | None:
-        """Seconds until ``ahead + 1`` slots free up, at the measured release rate."""
+        """Seconds until ``ahead + 1`` slots free up: any pause, then the measured
+        release rate (None: no pause, and too few releases to know the rate)."""
         now = self.clock.now()
+        pause = self._pause_left(now)
         releases = self._releases
         while releases and now - releases[0] > _RATE_WINDOW_S:
             releases.popleft()
+        if pause > 0:
+            # After a restart one probe goes first: the rate of the old server says
+            # nothing about the new one, so only the pause is certain.
+            return pause
         if len(releases) < _MIN_RATE_SAMPLES:
             return None
         span = max(now - releases[0], 1e-3)
@@ -412,6 +478,8 @@ class EndpointLimit:
     def _grant_waiters(self) -> list[Callable[[], None]]:
         wakes: list[Callable[[], None]] = []
         now = self.clock.now()
+        if self._pause_left(now) > 0:
+            return wakes
         while self._queue and self._in_flight < self.limit:
             _, waiter = heapq.heappop(self._queue)
             if waiter.done:
@@ -470,6 +538,29 @@ class EndpointLimit:
                 return True
             waiter._wake = wake
             return False
+
+    def _wait_slice(self, left: float | None) -> float | None:
+        """How long a waiter sleeps before it looks again: until its own end, or until
+        a pause ends (nobody releases a slot during a pause to wake it)."""
+        with self._lock:
+            pause = self._pause_left(self.clock.now())
+        if pause <= 0:
+            return left
+        pause += 0.001  # wake just after the pause, not just before it
+        return pause if left is None else min(left, pause)
+
+    def _resume(self, waiter: SlotWaiter) -> bool:
+        """A waiter's sleep ran out: grant whoever may go now that a pause is over.
+        True when the waiter is settled (granted, or failed by the sweep)."""
+        self.poll()
+        return waiter.done
+
+    def poll(self) -> None:
+        """Grant what may go now (a pause may have ended with nobody to notice)."""
+        with self._lock:
+            now = self.clock.now()
+            wakes = self._grant_waiters() + self._sweep(now)
+        _call_all(wakes)
 
     def _finish_wait(self, waiter: SlotWaiter) -> Lease:
         """After the wait: the lease, or the error (a deadline reached counts as one)."""

@@ -59,7 +59,7 @@ from ._exceptions import (
 )
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
-from ._limiter import Lease, SlotWaiter, is_shed, limit_outcome
+from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome
 from ._models import APIResult, CallInfo, Record
 from ._responses import (
     error_from_response,
@@ -397,7 +397,7 @@ class LogicalCall:
             # Back in the local queue at once when the limit is full of other calls:
             # the slot it waits for is one the server has room behind.
             delay = 0.0 if not self._requeue_must_wait() else self._retry_delay(error)
-            refusal = self._requeue_refusal(delay)
+            refusal = self._requeue_refusal(delay, error)
             if refusal is None:
                 self._next_delay = delay
                 return delay
@@ -419,14 +419,19 @@ class LogicalCall:
             error if error is not None else Exception(), self.attempt_number, self.core.rng
         )
 
-    def _requeue_refusal(self, delay: float) -> str | None:
-        """Why a shed cannot be requeued after ``delay`` (None: it can, budget spent)."""
+    def _requeue_refusal(self, delay: float, error: BaseException | None) -> str | None:
+        """Why a shed cannot be requeued after ``delay`` (None: it can, budget spent).
+        A restart shed needs no budget: the endpoint is paused for its Retry-After and
+        then probed one call at a time, so its requeues are paced by the pause itself
+        (the calls that were in flight at the crash cost one attempt each)."""
         limiter = self.core.limiter
         assert limiter is not None
         if not self.deadline.allows_sleep(delay):
             return "deadline"
         if not self.any_endpoint_accepting():
             return "circuit_open"
+        if limit_outcome(error) is LimitOutcome.RESTARTING:
+            return None
         if not limiter.requeue_budget.try_spend():
             self.core.stats.requeue_refusal()
             return "requeue_budget"

@@ -17,7 +17,9 @@ Retry-After, fallback models. What comes back is plain httpx:
 * a refusal before any I/O is a synthesized response that says so in
   openai's error format, with ``x-should-retry: false`` (an open breaker: 503
   ``x-load-shed: circuit_open``; a context-window refusal: 400; the token rate
-  limit: 429);
+  limit: 429; a full local queue or adaptive throttling: 503);
+* no concurrency slot before the deadline is a timeout (``QueueTimeoutError``
+  becomes ``httpx.ReadTimeout``: openai-python's ``APITimeoutError``);
 * a final transport failure is raised as the httpx exception it was, which
   openai-python turns into ``APIConnectionError``/``APITimeoutError``.
 """
@@ -42,7 +44,9 @@ from ._exceptions import (
     APITimeoutError,
     CircuitOpenError,
     ContextWindowExceededError,
+    LocalQueueFullError,
     StormguardError,
+    ThrottledError,
     TokenRateLimitedError,
 )
 from ._models import ModelList
@@ -136,6 +140,10 @@ def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.
         return _refusal(request, 400, str(error), "context_length_exceeded")
     if isinstance(error, TokenRateLimitedError):
         return _refusal(request, 429, str(error), "client_token_rate_limit")
+    if isinstance(error, LocalQueueFullError):
+        return _refusal(request, 503, str(error), "local_queue_full")
+    if isinstance(error, ThrottledError):
+        return _refusal(request, 503, str(error), "throttled")
     cause = error.__cause__
     if isinstance(cause, httpx.HTTPError):
         raise cause

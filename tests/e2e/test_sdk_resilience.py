@@ -1,13 +1,17 @@
-"""Issue 6 end to end: breakers eject a restarting instance, fail fast when all are down,
-recover; fallback to a second model; openai-python through stormguard.httpx_client.
+"""Several servers end to end: a restarting instance is paused and traffic flows to
+the healthy one; a backlog waits out a restart; breakers fail fast when every server
+is broken, and recover; fallback to a second model; openai-python through
+stormguard.httpx_client.
 
-Faults come from the reference server's admin endpoint (``POST /admin/crash``: the
+Faults come from the reference server's admin endpoint: ``POST /admin/crash`` (the
 engine dies as on an OOM and stays cold for ``--restart-s``, answering 503
-``x-load-shed: engine_restart`` with the remaining time as Retry-After).
+``x-load-shed: engine_restart`` with the remaining time as Retry-After) and
+``POST /admin/faults`` (``error_rate``: the engine fails requests with 500s).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 import httpx
@@ -41,20 +45,20 @@ def crash(server: RunningServer) -> None:
         time.sleep(0.02)
 
 
-def test_restarting_instance_is_ejected_and_traffic_flows_to_the_healthy_one(
+def broken(server: RunningServer, error_rate: float) -> None:
+    """Make the engine fail that share of requests with 500s (crash-like failures)."""
+    httpx.post(
+        server.admin_url("/admin/faults"), json={"error_rate": error_rate}, timeout=5
+    ).raise_for_status()
+
+
+def test_restarting_instance_is_paused_and_traffic_flows_to_the_healthy_one(
     stormguard_server_factory: ServerFactory,
 ) -> None:
-    sick = stormguard_server_factory("--restart-s", "6", admin=True)
+    sick = stormguard_server_factory("--restart-s", "30", admin=True)
     healthy = stormguard_server_factory()
-    breaker = BreakerConfig(consecutive_failures=2, open_time=30.0, jitter=0.0)
-    # A fresh client's budget holds one retry (the floor); allow the two this test needs.
-    budget = stormguard.RetryBudget(min_retries_per_second=0.5)
     with stormguard.Client(
-        base_url=[sick.base_url, healthy.base_url],
-        model=MODEL,
-        breaker=breaker,
-        retry_budget=budget,
-        timeout=10,
+        base_url=[sick.base_url, healthy.base_url], model=MODEL, timeout=10
     ) as client:
         crash(sick)
         before = requests_seen(sick)
@@ -62,19 +66,78 @@ def test_restarting_instance_is_ejected_and_traffic_flows_to_the_healthy_one(
             resp = client.chat.completions.create(messages=MESSAGES, max_tokens=4)
             assert resp.choices[0].message.content
         to_sick = requests_seen(sick) - before
-        states = {s.name: s.state for s in client.stats().breakers}
-    assert to_sick <= 2  # two engine_restart answers eject it; each was retried elsewhere
-    assert states[f"{MODEL}@127.0.0.1:{sick.port}"] is CircuitState.OPEN
-    assert states[f"{MODEL}@127.0.0.1:{healthy.port}"] is CircuitState.CLOSED
+        stats = client.stats()
+    # The first call to find it restarting was requeued on the healthy one; its
+    # Retry-After (~30 s) then keeps it paused: no slot of it is handed out.
+    assert to_sick <= 1
+    limits = {s.endpoint: s for s in stats.concurrency}
+    assert limits[f"127.0.0.1:{sick.port}"].paused_for > 20
+    assert limits[f"127.0.0.1:{healthy.port}"].paused_for == 0
+    assert {b.state for b in stats.breakers} == {CircuitState.CLOSED}  # restarting is not dead
 
 
-def test_all_down_calls_fail_fast_then_recover(stormguard_server_factory: ServerFactory) -> None:
-    servers = [stormguard_server_factory("--restart-s", "2", admin=True) for _ in range(2)]
+def test_a_backlog_waits_out_a_restart_and_the_hopeless_fail_at_once(
+    stormguard_server_factory: ServerFactory,
+) -> None:
+    server = stormguard_server_factory("--restart-s", "2", admin=True)
+    with stormguard.Client(base_url=server.base_url, model=MODEL, timeout=30) as client:
+        client.chat.completions.create(messages=MESSAGES, max_tokens=4)
+        crash(server)
+        results: list[object] = []
+
+        def call(timeout: float) -> None:
+            try:
+                results.append(
+                    client.chat.completions.create(messages=MESSAGES, max_tokens=4, timeout=timeout)
+                    .choices[0]
+                    .message.content
+                )
+            except stormguard.StormguardError as exc:
+                results.append(exc)
+
+        patient = [threading.Thread(target=call, args=(30.0,)) for _ in range(20)]
+        patient[0].start()  # finds the engine down: the endpoint pauses for its Retry-After
+        endpoint = client.concurrency.endpoint(f"127.0.0.1:{server.port}")
+        deadline = time.monotonic() + 10
+        while endpoint.state().paused_for == 0:
+            assert time.monotonic() < deadline, "the restart was never seen"
+            time.sleep(0.01)
+        for t in patient[1:]:  # the backlog arrives while it is paused
+            t.start()
+        for t in patient:
+            t.join(60)
+        assert all(isinstance(r, str) for r in results), results  # every one waited
+        stats = client.stats()
+        # The restart cost the first call's attempt and a probe per Retry-After while
+        # the engine was still cold or warming, not an attempt per waiting call.
+        assert stats.attempts == requests_seen(server)
+        assert stats.attempts <= 1 + 20 + 5, stats
+        assert stats.retries == 0
+        # While paused, a call whose deadline ends before the server is back is told
+        # so at once, with no request.
+        crash(server)
+        started = time.monotonic()
+        with pytest.raises(stormguard.StormguardError) as found:  # finds it down: ~2 s to wait
+            client.chat.completions.create(messages=MESSAGES, max_tokens=4, timeout=0.5)
+        assert time.monotonic() - started < 0.4
+        assert found.value.retry_stopped_by == "deadline"
+        seen = requests_seen(server)
+        started = time.monotonic()
+        with pytest.raises(stormguard.QueueTimeoutError) as info:
+            client.chat.completions.create(messages=MESSAGES, max_tokens=4, timeout=0.5)
+        assert time.monotonic() - started < 0.4
+        assert info.value.retry_stopped_by == "deadline" and info.value.attempts == 0
+        assert requests_seen(server) == seen
+
+
+def test_all_broken_calls_fail_fast_then_recover(stormguard_server_factory: ServerFactory) -> None:
+    servers = [stormguard_server_factory(admin=True) for _ in range(2)]
+    breaker = BreakerConfig(consecutive_failures=2, open_time=2.0, jitter=0.0)
     with stormguard.Client(
-        base_url=[s.base_url for s in servers], model=MODEL, breaker=TRIP_FAST, timeout=5
+        base_url=[s.base_url for s in servers], model=MODEL, breaker=breaker, timeout=5
     ) as client:
         for server in servers:
-            crash(server)
+            broken(server, 1.0)
         failures: list[type[BaseException]] = []
         for _ in range(6):
             try:
@@ -83,8 +146,7 @@ def test_all_down_calls_fail_fast_then_recover(stormguard_server_factory: Server
                 failures.append(type(exc))
         assert len(failures) == 6
         assert stormguard.CircuitOpenError in failures
-        # While the breakers are open (at least the servers' Retry-After, ~2 s), no
-        # request reaches either server.
+        # While the breakers are open (2 s), no request reaches either server.
         seen = [requests_seen(s) for s in servers]
         started = time.monotonic()
         fast = 0
@@ -95,7 +157,7 @@ def test_all_down_calls_fail_fast_then_recover(stormguard_server_factory: Server
         assert fast > 20
         assert [requests_seen(s) for s in servers] == seen
         for server in servers:
-            server.wait_ready()
+            broken(server, 0.0)
         recovered = time.monotonic() + 10
         while True:  # the half-open probe closes each breaker once its open time is over
             try:
@@ -137,19 +199,15 @@ def test_fallback_to_a_second_model_on_another_server(
 def test_openai_through_httpx_client_gets_the_same_protection(
     stormguard_server_factory: ServerFactory,
 ) -> None:
-    servers = {
-        name: stormguard_server_factory("--restart-s", "8", admin=True) for name in ("sg", "oai")
-    }
+    servers = {name: stormguard_server_factory(admin=True) for name in ("sg", "oai")}
     breaker = BreakerConfig(consecutive_failures=3, open_time=30.0, jitter=0.0)
-    # A 2 s deadline: the servers' Retry-After (8 s) cannot be waited out, so every
-    # call fails and the breakers' work is visible.
     sg = stormguard.Client(base_url=servers["sg"].base_url, model=MODEL, breaker=breaker, timeout=2)
     http = stormguard.httpx_client(base_url=servers["oai"].base_url, breaker=breaker, timeout=2)
     oai = openai.OpenAI(
         base_url=servers["oai"].base_url, api_key="none", http_client=http, max_retries=0
     )
     for server in servers.values():
-        crash(server)
+        broken(server, 1.0)
     outcomes: dict[str, list[str]] = {"sg": [], "oai": []}
     for _ in range(10):
         try:
@@ -160,7 +218,7 @@ def test_openai_through_httpx_client_gets_the_same_protection(
             oai.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=4)
         except openai.APIStatusError as exc:
             shed = exc.response.headers.get("x-load-shed")
-            outcomes["oai"].append("CircuitOpenError" if shed == "circuit_open" else "503")
+            outcomes["oai"].append("CircuitOpenError" if shed == "circuit_open" else "5xx")
     seen = {name: requests_seen(server) for name, server in servers.items()}
     sg_stats, oai_stats = sg.stats(), http._transport.client.stats()  # type: ignore[attr-defined]
     sg.close()
@@ -169,4 +227,5 @@ def test_openai_through_httpx_client_gets_the_same_protection(
     assert seen["sg"] == seen["oai"] == sg_stats.attempts == oai_stats.attempts
     assert outcomes["sg"].count("CircuitOpenError") == outcomes["oai"].count("CircuitOpenError")
     assert outcomes["sg"].count("CircuitOpenError") >= 7
-    assert sg_stats.attempts == 3  # 3 to trip, no retry: Retry-After is past the deadline
+    # The first call and its one budgeted retry, the second call trips it: 3 requests.
+    assert sg_stats.attempts == 3

@@ -538,9 +538,13 @@ def status(cls: type[APIStatusError], code: int, **load: Any) -> APIStatusError:
         pytest.param(status(InternalServerError, 500), True, id="500"),
         pytest.param(status(InternalServerError, 502), True, id="502"),
         pytest.param(
-            status(ServiceUnavailableError, 503, load_shed="engine_restart"), True, id="503-restart"
+            status(ServiceUnavailableError, 503, load_shed="engine_restart"),
+            False,
+            id="503-restart",
         ),
-        pytest.param(status(ServiceUnavailableError, 503, load_shed="warming"), True, id="warming"),
+        pytest.param(
+            status(ServiceUnavailableError, 503, load_shed="warming"), False, id="warming"
+        ),
         pytest.param(
             status(ServiceUnavailableError, 503, load_shed="queue_full"), False, id="503-queue-full"
         ),

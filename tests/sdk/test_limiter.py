@@ -66,13 +66,15 @@ def test_a_drop_cuts_the_limit_once_per_round_trip_then_growth_is_linear() -> No
 
 
 def test_a_restart_drops_to_the_minimum_and_slow_starts_to_half_the_old_limit() -> None:
-    limit = limiter(initial_limit=20, min_limit=1).endpoint(E)
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=20, min_limit=1).endpoint(E)
     leases = [take(limit, seq=i) for i in range(20)]
     finish(leases[0], LimitOutcome.RESTARTING)
     finish(leases[1], LimitOutcome.RESTARTING)  # repeated: stays at the bottom
     assert (limit.state().limit, limit.state().slow_start) == (1, True)
     for lease in leases[2:]:
         lease.release()  # the rest ended without a verdict (IGNORED)
+    clock.advance(1.0)  # no Retry-After: the default pause
     for i in range(12):  # one at a time: in use (1 * 2 >= limit) only while it is small
         finish(take(limit, seq=100 + i), LimitOutcome.SUCCESS)
     state = limit.state()
@@ -81,6 +83,51 @@ def test_a_restart_drops_to_the_minimum_and_slow_starts_to_half_the_old_limit() 
     for lease in leases:
         finish(lease, LimitOutcome.SUCCESS)
     assert limit.state().limit == 5  # doubling per round trip again, up to 10
+
+
+def test_a_restart_pauses_the_endpoint_for_its_retry_after_then_one_probe_goes() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=8).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(8)]
+    finish(leases[0], LimitOutcome.RESTARTING, retry_after=3.0)
+    for lease in leases[1:]:
+        lease.release()  # cut by the crash: no verdict
+    state = limit.state()
+    assert (state.limit, state.paused_for, state.in_flight) == (1, 3.0, 0)
+    assert not limit.has_room()
+    waiters = [limit.acquire(1, 10 + i, deadline_at=clock.now() + 30.0) for i in range(4)]
+    assert all(isinstance(w, SlotWaiter) and not w.done for w in waiters)  # the queue holds
+    with pytest.raises(QueueTimeoutError) as info:  # cannot outlast the pause: told at once
+        limit.acquire(1, 20, deadline_at=clock.now() + 2.0)
+    assert info.value.estimated_wait_s == pytest.approx(3.0)
+    clock.advance(3.0)
+    limit.poll()  # the pause is over: one probe, not the whole queue
+    assert [w.done for w in waiters] == [True, False, False, False]  # type: ignore[union-attr]
+    probe = waiters[0].wait(0)  # type: ignore[union-attr]
+    finish(probe, LimitOutcome.SUCCESS)  # the server answers: slow start, 1 -> 2
+    assert [w.done for w in waiters] == [True, True, True, False]  # type: ignore[union-attr]
+    assert limit.state().limit == 2
+
+
+async def test_a_waiter_sleeping_through_a_pause_wakes_when_it_ends() -> None:
+    limit = ConcurrencyLimiter(initial_limit=4).endpoint(E)  # real time
+    lease = take(limit)
+    finish(lease, LimitOutcome.RESTARTING, retry_after=0.2)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    granted = await asyncio.wait_for(waiter.wait_async(None), 30)
+    assert granted.queued_s >= 0.15  # nobody released anything: the pause's end woke it
+    granted.release()
+
+
+def test_a_thread_sleeping_through_a_pause_wakes_when_it_ends() -> None:
+    limit = ConcurrencyLimiter(initial_limit=4).endpoint(E)  # real time
+    finish(take(limit), LimitOutcome.RESTARTING, retry_after=0.2)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    granted = waiter.wait(30)
+    assert granted.queued_s >= 0.15
+    granted.release()
 
 
 def test_a_hot_kv_cache_holds_the_limit_and_a_server_queue_ends_slow_start() -> None:
