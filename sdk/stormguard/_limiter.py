@@ -367,11 +367,13 @@ class EndpointLimit:
                     waiting=self._waiting,
                 )
             waiter = SlotWaiter(self, (rank, seq), deadline_at)
-            ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
-            estimate = self._wait_estimate(ahead)
+            estimate = self._wait_estimate(self._waiting)  # as if last in line: cheap
             if estimate is not None and now + estimate > deadline_at:
-                self._refused += 1
-                raise self._deadline_error(waiter, now, estimate)
+                ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
+                estimate = self._wait_estimate(ahead)
+                if estimate is not None and now + estimate > deadline_at:
+                    self._refused += 1
+                    raise self._deadline_error(waiter, now, estimate)
             heapq.heappush(self._queue, (waiter.key, waiter))
             self._waiting += 1
             wakes = self._grant_waiters()

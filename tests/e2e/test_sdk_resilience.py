@@ -116,17 +116,19 @@ def test_a_backlog_waits_out_a_restart_and_the_hopeless_fail_at_once(
         # While paused, a call whose deadline ends before the server is back is told
         # so at once, with no request.
         crash(server)
-        started = time.monotonic()
+        # "At once" is shown by what the errors say (decided on the server's Retry-After
+        # or the pause), not by a wall-clock bound: a refusal at the deadline itself
+        # would be a QueueTimeoutError without an estimate.
         with pytest.raises(stormguard.StormguardError) as found:  # finds it down: ~2 s to wait
             client.chat.completions.create(messages=MESSAGES, max_tokens=4, timeout=0.5)
-        assert time.monotonic() - started < 0.4
-        assert found.value.retry_stopped_by == "deadline"
+        first = found.value
+        assert first.retry_stopped_by == "deadline" and first.attempts == 1
+        assert not isinstance(first, stormguard.QueueTimeoutError) or first.estimated_wait_s
         seen = requests_seen(server)
-        started = time.monotonic()
         with pytest.raises(stormguard.QueueTimeoutError) as info:
             client.chat.completions.create(messages=MESSAGES, max_tokens=4, timeout=0.5)
-        assert time.monotonic() - started < 0.4
         assert info.value.retry_stopped_by == "deadline" and info.value.attempts == 0
+        assert info.value.estimated_wait_s is not None and info.value.estimated_wait_s > 0.5
         assert requests_seen(server) == seen
 
 

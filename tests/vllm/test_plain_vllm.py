@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 
 import stormguard
-from stormguard import RetryBudget, RetryPolicy
+from stormguard import ConcurrencyLimiter, RetryBudget, RetryPolicy
 from tests.e2e.server_process import wait_for_metric
 from tests.vllm.vllm_process import METRIC_WAIT_S, VllmServer
 
@@ -82,7 +82,7 @@ async def test_vllm_sheds_a_burst_inside_a_200_stream(plain_vllm: VllmServer) ->
     assert set(seen) <= {"200:ok", "200:503", "503:503"}, set(seen)
 
 
-async def test_the_sdk_retries_streams_vllm_sheds_until_they_get_in(
+async def test_the_sdk_requeues_streams_vllm_sheds_until_they_get_in(
     plain_vllm: VllmServer,
 ) -> None:
     # One client per stream, so that each one's own counters say it was shed.
@@ -90,10 +90,12 @@ async def test_the_sdk_retries_streams_vllm_sheds_until_they_get_in(
         stormguard.AsyncClient(
             base_url=plain_vllm.base_url,
             model=plain_vllm.model,
-            # Retries for far longer than the streams need to take turns.
-            retry_policy=RetryPolicy(max_attempts=40, base_delay=0.2, max_delay=1.0),
-            retry_budget=RetryBudget(ratio=1.0, min_retries_per_second=10),
-            breaker=None,
+            # Requeues for far longer than the streams need to take turns (alone on
+            # the endpoint, each waits the backoff: vLLM sends no Retry-After).
+            retry_policy=RetryPolicy(base_delay=0.2, max_delay=1.0),
+            concurrency=ConcurrencyLimiter(
+                requeue_budget=RetryBudget(ratio=1.0, min_retries_per_second=10)
+            ),
             timeout=120,
         )
         for _ in range(SDK_STREAMS)
@@ -119,18 +121,21 @@ async def test_the_sdk_retries_streams_vllm_sheds_until_they_get_in(
             calls = [asyncio.ensure_future(read_all(client)) for client in clients]
             # Every stream's first attempt is shed while the filler holds the server.
             deadline = time.monotonic() + 60
-            while not all(client.stats().retries >= 1 for client in clients):
+            while not all(client.stats().requeues >= 1 for client in clients):
                 assert time.monotonic() < deadline, [client.stats() for client in clients]
                 await asyncio.sleep(0.02)
         # The server has room again, for one stream at a time: each retry gets in in
         # turn (shed before the stream starts or inside it, as the race goes).
         streams = await asyncio.gather(*calls)
-    for stream in streams:
+    for stream, client in zip(streams, clients, strict=True):
         assert stream.attempts > 1
         first, last = stream.attempt_history[0], stream.attempt_history[-1]
-        assert first.error_type == "ServiceUnavailableError" and first.outcome == "retry"
+        assert first.error_type == "ServiceUnavailableError" and first.outcome == "requeued"
         assert last.outcome == "ok"
         assert stream.chunks_received > 0
+        stats = client.stats()
+        assert stats.retries == 0  # vLLM's sheds are requeues, never retries
+        assert {b.state for b in stats.breakers} == {stormguard.CircuitState.CLOSED}
 
 
 def test_sdk_reads_endpoint_load_metrics_from_plain_vllm(plain_vllm: VllmServer) -> None:

@@ -55,6 +55,7 @@ async def test_a_flood_is_shed_with_our_headers_and_retry_after(guarded_vllm: Vl
         model=guarded_vllm.model,
         retry_policy=ONE_TRY,
         breaker=None,
+        concurrency=None,  # no local pacing: the whole flood reaches the server at once
         timeout=60,
     ) as client:
 
