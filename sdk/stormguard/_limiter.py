@@ -335,6 +335,14 @@ class EndpointLimit:
                 or self._waiting > 0
             )
 
+    def went_down(self) -> None:
+        """The endpoint stopped serving (its breaker opened): when calls return to it,
+        the limit starts from the bottom and slow-starts back up to half of what it
+        was, as after a restart, so a recovering server is not handed its old load
+        at once."""
+        with self._lock:
+            self._fall_to_floor()
+
     def has_room(self) -> bool:
         with self._lock:
             return (
@@ -448,6 +456,9 @@ class EndpointLimit:
         pause = load.retry_after if load is not None else None
         pause = DEFAULT_RESTART_PAUSE_S if pause is None else min(pause, MAX_RESTART_PAUSE_S)
         self._paused_until = max(self._paused_until, now + pause)
+        self._fall_to_floor()
+
+    def _fall_to_floor(self) -> None:
         floor = float(self._owner.min_limit)
         if self._limit <= floor:
             return

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import tenacity
 
+from ._breaker import CircuitState, is_breaker_failure
 from ._deadline import Deadline
 from ._events import (
     AttemptEnded,
@@ -724,8 +725,19 @@ class LogicalCall:
             self._lease.mark(limit_outcome(error), self.server_load)
         if permit is not None:
             permit.settle(error)
+            if self._endpoint is not None and is_breaker_failure(error):
+                self._after_breaker_failure(self._endpoint)
         if self.core.throttle is not None:
             self.core.throttle.record(error)
+
+    def _after_breaker_failure(self, endpoint: EndpointState) -> None:
+        """An endpoint whose breaker this failure opened gets a recovery ramp: its
+        concurrency limit starts from the bottom when calls return."""
+        registry, limiter = self.core.breakers, self.core.limiter
+        if registry is None or limiter is None:
+            return
+        if registry.get(endpoint.name, self.spec.model).state is CircuitState.OPEN:
+            limiter.endpoint(endpoint.name).went_down()
 
     def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
         """The result of a read response, or the status error to raise (and retry).

@@ -193,3 +193,23 @@ def test_a_concurrency_that_is_not_a_limiter_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="ConcurrencyLimiter"):
         stormguard.Client(base_url="http://x.test/v1", concurrency=5)  # type: ignore[arg-type]
     assert stormguard.Client(base_url="http://x.test/v1", concurrency=None).concurrency is None
+
+
+async def test_an_endpoint_whose_breaker_opened_ramps_back_from_the_bottom(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    route = mock.post("/chat/completions").respond(502, json={})
+    limiter = ConcurrencyLimiter(clock=api.clock)
+    breaker = stormguard.BreakerConfig(consecutive_failures=2, open_time=5.0, jitter=0.0)
+    client = api.client(
+        concurrency=limiter, breaker=breaker, retry_policy=stormguard.RetryPolicy(max_attempts=1)
+    )
+    for _ in range(2):
+        with pytest.raises(stormguard.InternalServerError):
+            await api.run(client.chat.completions.create(messages=MESSAGES))
+    state = limiter.state()[0]
+    assert (state.limit, state.slow_start) == (1, True)  # from 20: it will ramp, not jump
+    api.clock.advance(5.0)
+    route.respond(200, json=chat_json())
+    await api.run(client.chat.completions.create(messages=MESSAGES))  # the probe
+    assert limiter.state()[0].limit == 2  # one step at a time
