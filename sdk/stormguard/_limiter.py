@@ -34,6 +34,11 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
   start of its own.
 * **Hot KV cache** (``x-kv-cache-usage`` ≥ 0.9, or ORCA's): no growth, so a
   server near preemption is not pushed over.
+* **Slow first token** (a stream's time to first token over twice the fastest
+  of the last 64, plus 50 ms): no growth, and slow start ends. Time to first
+  token is queueing plus prefill, not output length, so unlike the whole
+  call's latency it does rise when the server starts to queue; it only holds
+  the limit, never lowers it (a long prompt's prefill is slow too).
 
 The queue: ordered by priority (critical, standard, sheddable), then arrival;
 bounded (``max_waiting``); exactly one waiter woken per freed slot, more when
@@ -82,6 +87,13 @@ DEFAULT_BACKOFF_RATIO = 0.9
 DEFAULT_MAX_WAITING = 4096
 #: KV-cache usage at or above which the limit does not grow.
 HOT_KV_CACHE = 0.9
+#: A first token slower than this times the fastest recent one (plus the slack)
+#: holds the limit.
+SLOW_TTFT_FACTOR = 2.0
+SLOW_TTFT_SLACK_S = 0.05
+_TTFT_SAMPLES = 64
+#: Samples needed before the fastest recent first token is a baseline.
+_MIN_TTFT_SAMPLES = 8
 #: How far back the rate at which slots free up is measured.
 _RATE_WINDOW_S = 10.0
 _RATE_SAMPLES = 512
@@ -158,7 +170,16 @@ class LimitState:
 class Lease:
     """One slot of an endpoint's limit, held by one attempt; released exactly once."""
 
-    __slots__ = ("_limit", "epoch", "in_flight_at_start", "load", "outcome", "queued_s", "released")
+    __slots__ = (
+        "_limit",
+        "epoch",
+        "in_flight_at_start",
+        "load",
+        "outcome",
+        "queued_s",
+        "released",
+        "ttft",
+    )
 
     def __init__(self, limit: EndpointLimit, epoch: int, in_flight: int, queued_s: float) -> None:
         self._limit = limit
@@ -168,6 +189,8 @@ class Lease:
         self.queued_s = queued_s
         self.outcome = LimitOutcome.IGNORED
         self.load: ServerLoad | None = None
+        #: A stream's time to first token (None for other calls).
+        self.ttft: float | None = None
         self.released = False
 
     @property
@@ -179,10 +202,13 @@ class Lease:
         """The endpoint's limit when this slot was granted."""
         return self._limit.limit
 
-    def mark(self, outcome: LimitOutcome, load: ServerLoad | None = None) -> None:
+    def mark(
+        self, outcome: LimitOutcome, load: ServerLoad | None = None, ttft: float | None = None
+    ) -> None:
         """Record how the attempt went; the slot is freed later (a stream holds it to its end)."""
         self.outcome = outcome
         self.load = load
+        self.ttft = ttft
 
     def release(self) -> None:
         """Free the slot with the outcome marked (IGNORED when none was)."""
@@ -318,6 +344,7 @@ class EndpointLimit:
         self._decreases = 0
         self._refused = 0
         self._releases: deque[float] = deque(maxlen=_RATE_SAMPLES)
+        self._ttfts: deque[float] = deque(maxlen=_TTFT_SAMPLES)
         self._last_sweep = -math.inf
         self._paused_until = -math.inf
 
@@ -426,6 +453,7 @@ class EndpointLimit:
 
     def _grow(self, lease: Lease) -> None:
         owner = self._owner
+        slow = lease.ttft is not None and self._slow_first_token(lease.ttft)
         if lease.in_flight_at_start * 2 < self._limit:
             return  # the limit was not in use: a success says nothing about a higher one
         load = lease.load
@@ -434,11 +462,20 @@ class EndpointLimit:
                 return
             if load.queue_depth and self._limit < self._ssthresh:
                 self._ssthresh = self._limit  # the server queues: its batch is full
+        if slow:
+            self._ssthresh = min(self._ssthresh, self._limit)
+            return
         if self._limit < self._ssthresh:
             self._limit += 1.0
         else:
             self._limit += 1.0 / self._limit
         self._limit = min(self._limit, float(owner.max_limit))
+
+    def _slow_first_token(self, ttft: float) -> bool:
+        samples = self._ttfts
+        fastest = min(samples) if len(samples) >= _MIN_TTFT_SAMPLES else None
+        samples.append(ttft)
+        return fastest is not None and ttft > SLOW_TTFT_FACTOR * fastest + SLOW_TTFT_SLACK_S
 
     def _decrease(self, lease: Lease, to: float) -> bool:
         if lease.epoch != self._epoch:
@@ -459,6 +496,7 @@ class EndpointLimit:
         self._fall_to_floor()
 
     def _fall_to_floor(self) -> None:
+        self._ttfts.clear()  # a restarted server's first tokens are judged on their own
         floor = float(self._owner.min_limit)
         if self._limit <= floor:
             return

@@ -722,7 +722,9 @@ class LogicalCall:
                 permit.ignore()
             return
         if self._lease is not None:
-            self._lease.mark(limit_outcome(error), self.server_load)
+            # A stream settles at its first chunk: the time so far is its first token's.
+            ttft = self.core.clock.now() - self._started if self.spec.stream else None
+            self._lease.mark(limit_outcome(error), self.server_load, ttft)
         if permit is not None:
             permit.settle(error)
             if self._endpoint is not None and is_breaker_failure(error):

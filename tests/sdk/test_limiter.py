@@ -140,6 +140,23 @@ def test_a_hot_kv_cache_holds_the_limit_and_a_server_queue_ends_slow_start() -> 
     assert not state.slow_start and state.limit == 2  # 2 + 1/2: linear from here
 
 
+def test_a_slow_first_token_holds_the_limit_and_ends_slow_start() -> None:
+    limit = limiter(initial_limit=4).endpoint(E)
+
+    def round_(ttft: float, seq: int) -> None:
+        leases = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
+        for lease in leases:
+            lease.mark(LimitOutcome.SUCCESS, None, ttft)
+            lease.release()
+
+    round_(0.10, 0)  # 4 -> 7 (the first was sent with 1 of 4 in flight)
+    round_(0.10, 100)  # 7 -> 12: a baseline of fast first tokens
+    grown = limit.state().limit
+    round_(0.40, 200)  # over 2 x 0.10 + 0.05: the server has started to queue
+    state = limit.state()
+    assert state.limit == grown and not state.slow_start
+
+
 def test_the_limit_stays_within_its_bounds() -> None:
     limit = limiter(initial_limit=2, min_limit=2, max_limit=3).endpoint(E)
     for round_ in range(5):
