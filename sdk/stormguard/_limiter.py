@@ -15,15 +15,19 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
 * **Slow start** (``initial_limit`` 20, Netflix's default): each success adds 1
   while the limit is in use (in flight at send · 2 ≥ limit), so the limit
   doubles per round trip until the first drop, or until the server reports a
-  queue of its own (``x-queue-depth`` > 0, the counterpart of TCP's HyStart):
-  its batch is full and more concurrency only lengthens its queue.
+  queue of its own (the counterpart of TCP's HyStart, below).
 * **Congestion avoidance** after that: + 1/limit per success, one slot per
   round trip, so a limit just below the server's capacity stays there for
   many calls instead of probing it every few (Netflix's +1 per sample sheds
   about one call in four at a steady capacity).
 * **Drop**: limit * ``backoff_ratio`` (0.9, Netflix's), at most once per
   round trip: a drop of an attempt sent before the last decrease was caused
-  by the old limit and is not counted again.
+  by the old limit and is not counted again. At the floor (``min_limit``) a
+  drop pauses the endpoint instead: for the server's Retry-After, else for a
+  backoff that doubles from 0.25 s to 8 s while the sheds go on (a server
+  behind a plain 503 would otherwise see one probe per waiting call).
+* **A server queue** (``x-queue-depth`` > 0 on a success): no growth, and slow
+  start ends: the server's batch is full, more calls here would only wait there.
 * **Restart** (``engine_restart``/``warming``/``draining`` sheds): the engine
   is not serving, and its Retry-After says for how long. The endpoint is
   **paused** that long: no slot is granted, the queue holds (a call whose
@@ -54,10 +58,12 @@ and asyncio tasks, ordered by priority and bounded by each caller's deadline.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import heapq
 import itertools
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -103,6 +109,8 @@ _MIN_RATE_SAMPLES = 4
 _SWEEP_EVERY_S = 0.1
 #: A restart shed without a Retry-After pauses the endpoint this long.
 DEFAULT_RESTART_PAUSE_S = 1.0
+#: The first pause after a shed at the floor without a Retry-After (it doubles).
+FLOOR_BACKOFF_S = 0.25
 #: No pause is longer (a server's Retry-After is advice, not a sentence).
 MAX_RESTART_PAUSE_S = 60.0
 
@@ -266,8 +274,16 @@ class SlotWaiter:
         limit = self._limit
         try:
             if not limit._on_wake(self, event.set):
-                while not event.wait(limit._wait_slice(end.left())):
-                    if end.over() or limit._resume(self):
+                while True:
+                    pause = limit._pause_for(self)
+                    if pause > 0:
+                        # Nothing is granted during a pause: sleep through it on the
+                        # limiter's clock (a test's fake clock moves), then look again.
+                        limit.clock.sleep(pause)
+                    else:
+                        event.wait(end.left())
+                        event.clear()  # woken without a slot: a pause began
+                    if self._settled_or_over(end):
                         break
         except BaseException:  # KeyboardInterrupt in the wait
             limit._abandon(self)
@@ -278,28 +294,37 @@ class SlotWaiter:
         """Suspend the task until granted, refused, or ``timeout``; a cancelled task
         leaves the queue (and gives back a slot granted meanwhile)."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
+        current: list[asyncio.Future[None]] = [loop.create_future()]
         end = _End(timeout)
         limit = self._limit
 
-        def wake() -> None:
-            loop.call_soon_threadsafe(_set_result, future)
+        def wake() -> None:  # any thread
+            loop.call_soon_threadsafe(lambda: _set_result(current[0]))
 
         try:
             if not limit._on_wake(self, wake):
                 while True:
-                    try:
-                        await asyncio.wait_for(
-                            asyncio.shield(future), limit._wait_slice(end.left())
-                        )
+                    pause = limit._pause_for(self)
+                    if pause > 0:
+                        await limit.clock.asleep(pause)
+                    else:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(current[0]), end.left())
+                        current[0] = loop.create_future()
+                    if self._settled_or_over(end):
                         break
-                    except TimeoutError:
-                        if end.over() or limit._resume(self):
-                            break
         except BaseException:
             limit._abandon(self)
             raise
         return limit._finish_wait(self)
+
+    def _settled_or_over(self, end: _End) -> bool:
+        """After a wake-up: granted or refused, out of time, or granted just now (a
+        pause that ended with nobody to notice)."""
+        limit = self._limit
+        return (
+            self.done or end.over() or limit.clock.now() >= self.deadline_at or limit._resume(self)
+        )
 
 
 class _End:
@@ -347,6 +372,10 @@ class EndpointLimit:
         self._ttfts: deque[float] = deque(maxlen=_TTFT_SAMPLES)
         self._last_sweep = -math.inf
         self._paused_until = -math.inf
+        #: The pause after the last shed at the floor (doubles while they go on).
+        self._floor_backoff = 0.0
+        #: The limit when the last success came: what a collapse is recovered towards.
+        self._last_good = float(owner.initial_limit)
 
     @property
     def limit(self) -> int:
@@ -421,15 +450,22 @@ class EndpointLimit:
             self._in_flight -= 1
             now = self.clock.now()
             outcome = lease.outcome
+            paused_until = self._paused_until
             self._releases.append(now)  # every release frees a slot: the queue's pace
             if outcome is LimitOutcome.SUCCESS:
+                self._floor_backoff = 0.0
                 self._grow(lease)
             elif outcome is LimitOutcome.DROPPED:
-                self._decrease(lease, self._limit * self._owner.backoff_ratio)
+                if self._limit <= self._owner.min_limit:
+                    self._shed_at_floor(now, lease.load)
+                else:
+                    self._decrease(lease, self._limit * self._owner.backoff_ratio)
             elif outcome is LimitOutcome.RESTARTING:
                 self._restart(now, lease.load)
             wakes = self._grant_waiters()
             wakes += self._sweep(now)
+            if self._paused_until > paused_until:  # a pause began: waiters sleep through it
+                wakes += [w._wake for _, w in self._queue if not w.done and w._wake]
         _call_all(wakes)
 
     def state(self) -> LimitState:
@@ -454,14 +490,18 @@ class EndpointLimit:
     def _grow(self, lease: Lease) -> None:
         owner = self._owner
         slow = lease.ttft is not None and self._slow_first_token(lease.ttft)
+        self._last_good = max(self._limit, float(self._owner.min_limit))
         if lease.in_flight_at_start * 2 < self._limit:
             return  # the limit was not in use: a success says nothing about a higher one
         load = lease.load
         if load is not None:
             if load.kv_cache_usage is not None and load.kv_cache_usage >= HOT_KV_CACHE:
                 return
-            if load.queue_depth and self._limit < self._ssthresh:
-                self._ssthresh = self._limit  # the server queues: its batch is full
+            if load.queue_depth:
+                # The server queues: its batch is full, and more calls in flight here
+                # would only wait there (where the deadline cannot see them).
+                self._ssthresh = min(self._ssthresh, self._limit)
+                return
         if slow:
             self._ssthresh = min(self._ssthresh, self._limit)
             return
@@ -504,6 +544,22 @@ class EndpointLimit:
         self._limit = floor
         self._epoch += 1
         self._decreases += 1
+
+    def _shed_at_floor(self, now: float, load: ServerLoad | None) -> None:
+        """A shed with the limit at its floor: the server refuses even one call (it is
+        full of others' work, or down behind a plain 503). Lowering is no longer an
+        answer; waiting is: the endpoint pauses for the server's Retry-After, else
+        for a backoff that doubles while the sheds go on (0.25 s to 8 s, jittered),
+        so the queue is not emptied one refused probe at a time. When calls get in
+        again, the limit slow-starts towards half of what it was before the sheds."""
+        retry_after = load.retry_after if load is not None else None
+        if retry_after is not None:
+            pause = min(retry_after, MAX_RESTART_PAUSE_S)
+        else:
+            self._floor_backoff = min(max(self._floor_backoff * 2, FLOOR_BACKOFF_S), 8.0)
+            pause = self._floor_backoff * (0.5 + self._owner.rng.random() / 2)
+        self._paused_until = max(self._paused_until, now + pause)
+        self._ssthresh = max(self._ssthresh, self._last_good / 2.0, self._owner.min_limit + 1.0)
 
     def _pause_left(self, now: float) -> float:
         return max(self._paused_until - now, 0.0)
@@ -590,15 +646,15 @@ class EndpointLimit:
             waiter._wake = wake
             return False
 
-    def _wait_slice(self, left: float | None) -> float | None:
-        """How long a waiter sleeps before it looks again: until its own end, or until
-        a pause ends (nobody releases a slot during a pause to wake it)."""
+    def _pause_for(self, waiter: SlotWaiter) -> float:
+        """Seconds a waiter sleeps through the endpoint's pause (0: not paused), up to
+        just after its end and never past the waiter's deadline."""
         with self._lock:
-            pause = self._pause_left(self.clock.now())
+            now = self.clock.now()
+            pause = self._pause_left(now)
         if pause <= 0:
-            return left
-        pause += 0.001  # wake just after the pause, not just before it
-        return pause if left is None else min(left, pause)
+            return 0.0
+        return max(min(pause + 0.001, waiter.deadline_at - now), 0.0)
 
     def _resume(self, waiter: SlotWaiter) -> bool:
         """A waiter's sleep ran out: grant whoever may go now that a pause is over.
@@ -689,6 +745,7 @@ class ConcurrencyLimiter:
         self.backoff_ratio = float(backoff_ratio)
         self.max_waiting = max_waiting
         self.clock = clock or Clock()
+        self.rng = random.Random()
         #: Requeues of shed attempts are paid from this (Finagle's requeue budget);
         #: a shed it refuses is an ordinary retry, from the retry budget (10 %), so a
         #: server that sheds everything sees at most 1.15 attempts per call.

@@ -236,6 +236,10 @@ class LogicalCall:
     ) -> None:
         """The call is over (result, final error, or the caller left); only the first
         report counts. A cancellation is the caller's choice, not the call's failure."""
+        if error is not None and self._lease is not None:
+            # A stream that failed after its first chunk (cut by a crash, timed out):
+            # its success at the first chunk must not raise the limit.
+            self._lease.mark(LimitOutcome.IGNORED)
         self.release_slot()
         if self._ended or self._trace is None:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 
 import pytest
@@ -127,6 +128,54 @@ def test_a_thread_sleeping_through_a_pause_wakes_when_it_ends() -> None:
     assert isinstance(waiter, SlotWaiter)
     granted = waiter.wait(30)
     assert granted.queued_s >= 0.15
+    granted.release()
+
+
+def test_sheds_at_the_floor_pause_the_endpoint_for_a_doubling_backoff() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=1, min_limit=1).endpoint(E)
+    pauses = []
+    for i in range(4):  # a plain 503 with no Retry-After, again and again
+        finish(take(limit, seq=i), LimitOutcome.DROPPED)
+        pauses.append(limit.state().paused_for)
+        clock.advance(pauses[-1])
+    assert 0.125 <= pauses[0] <= 0.25
+    assert all(later >= earlier for earlier, later in itertools.pairwise(pauses))
+    assert pauses[-1] <= 2.0  # 0.25, 0.5, 1, 2 (jittered down to half)
+    finish(take(limit, seq=10), LimitOutcome.DROPPED, retry_after=3.0)
+    assert limit.state().paused_for == pytest.approx(3.0)  # the server's advice, if any
+    clock.advance(3.0)
+    finish(take(limit, seq=11), LimitOutcome.SUCCESS)  # back: the backoff starts over
+    finish(take(limit, seq=12), LimitOutcome.DROPPED)
+    assert limit.state().paused_for <= 0.25
+
+
+def test_after_sheds_at_the_floor_the_limit_slow_starts_to_half_of_what_it_was() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=16).endpoint(E)
+    for i in range(40):  # one shed per round trip: 16 -> ... -> 1, then pauses
+        finish(take(limit, seq=i), LimitOutcome.DROPPED)
+        clock.advance(limit.state().paused_for)
+    assert limit.state().limit == 1
+    seq = 100
+    while limit.state().slow_start:
+        leases = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
+        seq += len(leases)
+        for lease in leases:
+            finish(lease, LimitOutcome.SUCCESS)
+    assert 8 <= limit.state().limit <= 10  # slow start up to 16 / 2, not stuck at 1
+
+
+async def test_a_pause_that_begins_while_a_task_waits_is_slept_through() -> None:
+    limit = ConcurrencyLimiter(initial_limit=1, max_limit=1).endpoint(E)  # real time
+    holder = take(limit)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    task = asyncio.create_task(waiter.wait_async(None))
+    await asyncio.sleep(0.01)  # blocked on its wake-up, no pause yet
+    finish(holder, LimitOutcome.RESTARTING, retry_after=0.2)  # the slot comes back paused
+    granted = await asyncio.wait_for(task, 30)
+    assert granted.queued_s >= 0.15  # granted when the pause ended, nobody released
     granted.release()
 
 

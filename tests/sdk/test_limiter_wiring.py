@@ -213,3 +213,17 @@ async def test_an_endpoint_whose_breaker_opened_ramps_back_from_the_bottom(
     route.respond(200, json=chat_json())
     await api.run(client.chat.completions.create(messages=MESSAGES))  # the probe
     assert limiter.state()[0].limit == 2  # one step at a time
+
+
+async def test_a_stream_cut_after_its_first_chunk_does_not_raise_the_limit(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    cut = sse(chunk("a"), chunk("b"), done=False)  # a crash cut it: no [DONE]
+    mock.post("/chat/completions").mock(side_effect=lambda request: event_stream(cut))
+    limiter = ConcurrencyLimiter(initial_limit=2, clock=api.clock)
+    client = api.client(concurrency=limiter)
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    with pytest.raises(stormguard.StreamInterruptedError):
+        await api.collect(stream)
+    state = limiter.state()[0]
+    assert (state.limit, state.in_flight) == (2, 0)  # a whole success would have made it 3
