@@ -1,8 +1,10 @@
 """The drill end to end with a tiny workload: it completes and reports every field.
 
+Every scenario once (the avalanche, the burst, the rebound), each at the ``--tiny`` size.
 Figures are not asserted: they depend on the machine (docs/benchmarks.md has a full
-run's). Three pairings at a time keep the test short; the real drill runs them one
-after another.
+run's); only facts that hold however slow the machine is (admission keeps the engine
+from any OOM; the rebound's crash is made and counted). Several pairings at a time keep
+the tests short; the real drill runs them one after another.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytestmark = pytest.mark.e2e
 
 TOP_LEVEL = {
+    "scenario",
     "mode",
     "seed",
     "engine",
@@ -28,6 +32,7 @@ TOP_LEVEL = {
     "logical_requests_per_pairing",
     "calibration",
     "machine",
+    "source",
     "wall_time_s",
     "pairings",
 }
@@ -65,47 +70,137 @@ PER_PAIRING = {
     "client_stats",
     "timeseries",
 }
+# The burst's and the rebound's figures (the avalanche's burst window has no meaning there).
+BACKLOG_PAIRING = (
+    PER_PAIRING
+    - {
+        "incident_retry_amplification_server",
+        "long_success_rate",
+        "burst_goodput_tps",
+        "burst_goodput_ratio",
+        "burst_demand_tps",
+        "recovery_s",
+    }
+) | {
+    "drain_s",
+    "ideal_drain_s",
+    "p99_over_drain",
+    "p99_over_ideal_drain",
+    "crash_sent_s",
+    "back_s",
+    "goodput_after_restart_tps",
+    "goodput_after_restart_ratio",
+    "extra_crashes",
+    "targets",
+    "missed",
+}
 SERIES = {"attempts_per_s", "successes_per_s", "queue_depth", "kv_cache_usage", "restarts"}
 PLOTS = {f"{name}.png" for name in SERIES}
+ALL_CLIENTS = {
+    "openai",
+    "openai+tenacity",
+    "stormguard",
+    "openai+sg-httpx",
+    "litellm",
+    "litellm-router",
+}
+
+
+def run_drill(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "stormguard_server.drill", "--tiny", "--seed", "7"]
+    done = subprocess.run(
+        [*command, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def check_document(out: Path, scenario: str, per_pairing: set[str]) -> dict[str, Any]:
+    """The JSON, table and plots every run writes; returns the JSON document."""
+    document: dict[str, Any] = json.loads((out / "drill.json").read_text())
+    assert document.keys() >= TOP_LEVEL
+    assert document["scenario"] == scenario
+    assert {"capacity_tps", "calls", "window_s", "concurrency"} <= document["calibration"].keys()
+    assert document["calibration"]["capacity_tps"] > 0
+    assert {"nproc", "cpu_model", "python"} <= document["machine"].keys()
+    assert "stormguard_version" in document["source"]
+    for pairing in document["pairings"]:
+        assert pairing.keys() >= per_pairing, per_pairing - pairing.keys()
+        assert pairing["timeseries"].keys() >= SERIES
+        assert pairing["logical_requests"] == document["logical_requests_per_pairing"]
+    assert {p.name for p in out.glob("*.png")} >= PLOTS
+    assert (out / "table.md").read_text().startswith(f"**scenario {scenario}:")
+    return document
 
 
 @pytest.mark.timeout(90)
 def test_drill_quick_tiny_completes_with_every_field(tmp_path: Path) -> None:
     out = tmp_path / "drill"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "stormguard_server.drill",
-            "--quick",
-            "--tiny",
-            "--concurrency",
-            "3",
-            "--seed",
-            "7",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=80,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_drill(out, "--quick", "--concurrency", "3", timeout=80)
 
-    document = json.loads((out / "drill.json").read_text())
-    assert document.keys() >= TOP_LEVEL
-    assert {"capacity_tps", "calls", "window_s", "concurrency"} <= document["calibration"].keys()
-    assert {"nproc", "cpu_model", "python"} <= document["machine"].keys()
+    document = check_document(out, "avalanche", PER_PAIRING)
+    assert document["targets"] is None
     pairs = {(p["client"], p["admission"]) for p in document["pairings"]}
     assert pairs == {
         (client, admission)
         for client in ("openai", "openai+tenacity", "stormguard")
         for admission in ("off", "on")
     }
-    for pairing in document["pairings"]:
-        assert pairing.keys() >= PER_PAIRING, PER_PAIRING - pairing.keys()
-        assert pairing["timeseries"].keys() >= SERIES
+    assert done.stdout.startswith("scenario avalanche:")  # the table, under its title
+    assert "openai+tenacity" in done.stdout
 
-    assert {p.name for p in out.glob("*.png")} >= PLOTS
-    assert "openai+tenacity" in done.stdout  # the table
+
+@pytest.mark.timeout(150)
+def test_drill_burst_tiny_runs_every_client_behind_admission(tmp_path: Path) -> None:
+    out = tmp_path / "burst"
+    done = run_drill(out, "--scenario", "burst", "--concurrency", "3", timeout=140)
+
+    document = check_document(out, "burst", BACKLOG_PAIRING)
+    # Admission off is not run in the burst, and says why; LiteLLM runs where it can be
+    # imported, and is skipped with the reason where it cannot.
+    assert "admission off" in document["skipped"]
+    clients = {p["client"] for p in document["pairings"]}
+    assert clients | (document["skipped"].keys() & ALL_CLIENTS) == ALL_CLIENTS
+    assert {"openai", "openai+tenacity", "stormguard", "openai+sg-httpx"} <= clients
+    assert {p["admission"] for p in document["pairings"]} == {"on"}
+    assert document["targets"]["min_goodput_ratio"] == 0.9
+    for pairing in document["pairings"]:
+        assert (pairing["oom_count"], pairing["crash_count"]) == (0, 0)  # admission holds
+        assert pairing["crash_sent_s"] is None
+        assert pairing["targets"].keys() == {"success", "attempts/call", "goodput/cap", "p99/drain"}
+        assert set(pairing["missed"]) <= pairing["targets"].keys()
+        assert pairing["server_attempts"] >= 1
+        if pairing["client"] in {"litellm", "litellm-router"}:
+            assert pairing["client_attempts"] is None  # counted at the server only
+    for client in ("stormguard", "openai+sg-httpx"):
+        (pairing,) = (p for p in document["pairings"] if p["client"] == client)
+        assert pairing["timeseries"]["client_limit"]  # the limiter's state, sampled
+    assert done.stdout.startswith("scenario burst:")
+    assert "2nd crash" not in done.stdout  # no crash in the burst, no column for it
+
+
+@pytest.mark.timeout(150)
+def test_drill_rebound_tiny_crashes_the_engine_once_per_pairing(tmp_path: Path) -> None:
+    out = tmp_path / "rebound"
+    args = ("--scenario", "rebound", "--clients", "openai,stormguard", "--concurrency", "2")
+    done = run_drill(out, *args, timeout=140)
+
+    document = check_document(out, "rebound", BACKLOG_PAIRING)
+    pairs = {(p["client"], p["admission"]) for p in document["pairings"]}
+    assert pairs == {(c, a) for c in ("openai", "stormguard") for a in ("off", "on")}
+    assert "--slow-start-s" in document["engine_args"]
+    assert document["engine_args"][document["engine_args"].index("--slow-start-s") + 1] == "0"
+    assert document["workload"]["crash_at_s"] == 1.0
+    for pairing in document["pairings"]:
+        assert pairing["crash_sent_s"] is not None  # the drill's own crash, made
+        assert pairing["crash_count"] >= 1  # and counted by the engine
+        assert pairing["extra_crashes"] == pairing["crash_count"] - 1
+        assert "no 2nd crash" in pairing["targets"]
+        if pairing["admission"] == "on":
+            assert pairing["oom_count"] == 0  # admission: what comes back cannot OOM it
+    assert done.stdout.startswith("scenario rebound:")
+    assert "2nd crash" in done.stdout

@@ -3,7 +3,11 @@
 Every client (openai-python with its default retries, openai-python inside a
 tenacity retry, stormguard) meets every server (admission off, admission on)
 under the same seeded workload: steady Poisson load of short prompts, a burst
-of very long prompts, then steady load again. ``stormguard-drill --help``.
+of very long prompts, then steady load again. Two more scenarios
+(``--scenario``): ``burst``, 300 short calls at once against a server that sheds,
+and ``rebound``, an engine crash while a backlog of calls waits, then what comes
+back after the cold start; both also with openai-python on stormguard's httpx
+transport and with LiteLLM. ``stormguard-drill --help``.
 
 It lives inside an installed package (not only in bench/) so that the
 ``stormguard-drill`` console script works from any install with the ``bench``

@@ -3,6 +3,11 @@
 What users do when a call finally fails: wait a moment, then call once more. So a
 logical request (one business request, the denominator of retry amplification)
 can be several client calls, each of them several HTTP attempts.
+
+Where the patience has a deadline (the burst and the rebound: 60 s), the caller gives
+up on the logical request that long after issuing it, whatever the client is doing
+then (a call still waiting, retrying or streaming is cancelled): a success is always
+one within the deadline.
 """
 
 from __future__ import annotations
@@ -39,9 +44,16 @@ class LogicalResult:
         return None if self.first_token_s is None else self.first_token_s - self.start_s
 
 
-async def _one_call(client: DrillClient, arrival: Arrival) -> CallOutcome:
+DEADLINE = "deadline"  # the error of a logical request that the caller gave up on
+
+
+async def _one_call(client: DrillClient, arrival: Arrival, left_s: float | None) -> CallOutcome:
     try:
-        return await client.call(arrival)
+        if left_s is None:
+            return await client.call(arrival)
+        return await asyncio.wait_for(client.call(arrival), timeout=left_s)
+    except asyncio.TimeoutError:  # the caller's deadline (a client's own is its exception)
+        return CallOutcome(ok=False, error=DEADLINE)
     except Exception as exc:  # anything a client lets escape is a failed call to the app
         return CallOutcome(ok=False, error=type(exc).__name__)
 
@@ -51,14 +63,18 @@ async def run_logical(
 ) -> LogicalResult:
     """Issue ``arrival`` through ``client`` as the application would."""
     start = time.monotonic()
+    deadline = None if patience.deadline_s is None else start + patience.deadline_s
     outcome = CallOutcome(ok=False, error="not started")
     calls = 0
     for app_try in range(1 + patience.app_retries):
         if app_try:
+            if deadline is not None and time.monotonic() + patience.app_retry_pause_s >= deadline:
+                break
             await asyncio.sleep(patience.app_retry_pause_s)
         calls += 1
-        outcome = await _one_call(client, arrival)
-        if outcome.ok:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        outcome = await _one_call(client, arrival, left)
+        if outcome.ok or outcome.error == DEADLINE:
             break
     end = time.monotonic()
     first = outcome.first_token_at if outcome.ok else None

@@ -1,4 +1,10 @@
-"""``stormguard-drill``: calibrate, run every pairing, print the table, write JSON and plots."""
+"""``stormguard-drill``: calibrate, run every pairing, print the table, write JSON and plots.
+
+``--scenario`` picks what is replayed (config.py): the OOM avalanche (the default), the
+burst against a server that sheds, or the rebound after a cold start. Each has its own
+engine flags, schedule, patience, default clients and server modes; the calibration,
+the replay, the sampler and the summary are the same code for all three.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +22,22 @@ from typing import Any
 
 from tqdm import tqdm
 
-from stormguard_server.drill.clients import CLIENT_NAMES, ClientName
+from stormguard_server.drill.clients import (
+    AVALANCHE_CLIENTS,
+    CLIENT_NAMES,
+    ClientName,
+    unavailable,
+)
 from stormguard_server.drill.config import (
+    BURST_SKIP_OFF_REASON,
     COLD_START_S,
-    ENGINE_ARGS,
     ENGINES,
+    SCENARIOS,
+    BacklogWorkload,
     DrillConfig,
-    Engine,
     Mode,
+    Scenario,
+    engine_args,
     preset,
 )
 from stormguard_server.drill.plots import plot_all
@@ -31,10 +45,11 @@ from stormguard_server.drill.report import (
     load_average,
     machine,
     markdown_table,
+    source,
     table,
     write_json,
 )
-from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all
+from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all, warm_up
 from stormguard_server.drill.runner import calibrate as run_calibration
 from stormguard_server.drill.servers import EngineSpec, ServerFleet
 from stormguard_server.drill.summary import summarize
@@ -46,10 +61,17 @@ from stormguard_server.vllm.launch import check_environment
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stormguard-drill",
-        description="The OOM avalanche on the reference server: every client "
-        "(openai, openai+tenacity, stormguard) x every server (admission off, on) under "
-        "the same seeded workload. Traffic goes to 127.0.0.1 only.",
+        description="Incidents replayed on the reference server: every client x every "
+        "server mode (admission off, on) under the same seeded workload, each pairing on a "
+        "fresh server. Scenarios: avalanche (the OOM avalanche: openai, openai+tenacity, "
+        "stormguard), burst (300 calls at once against a server that sheds; admission on "
+        "only) and rebound (the engine crashes while a backlog waits; no second crash may "
+        "follow), the last two with every client, openai on stormguard's httpx transport "
+        "and LiteLLM included. Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument(
+        "--scenario", default="avalanche", choices=SCENARIOS, help="what the drill replays"
     )
     parser.add_argument("--quick", action="store_true", help="short run (under 2 minutes)")
     parser.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # the e2e test
@@ -71,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="pairings run at once, each on its own server; 1 keeps them from competing for CPU",
     )
     parser.add_argument(
-        "--clients", default=",".join(CLIENT_NAMES), help="comma-separated subset of clients"
+        "--clients",
+        default=None,
+        help="comma-separated subset of clients, of: "
+        + ", ".join(CLIENT_NAMES)
+        + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, all in the others)",
     )
     parser.add_argument(
         "--admission", default="off,on", help="comma-separated subset of server modes"
@@ -79,34 +105,59 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _pairings(args: argparse.Namespace) -> list[tuple[ClientName, Admission]]:
-    clients = [c for c in CLIENT_NAMES if c in args.clients.split(",")]
+def default_clients(scenario: Scenario) -> tuple[ClientName, ...]:
+    return AVALANCHE_CLIENTS if scenario == "avalanche" else CLIENT_NAMES
+
+
+def _pairings(
+    args: argparse.Namespace, skipped: dict[str, str]
+) -> list[tuple[ClientName, Admission]]:
+    """The pairings asked for; what cannot run is left out, said on stderr and noted in
+    ``skipped`` (name -> reason)."""
+    scenario: Scenario = args.scenario
+    if args.clients is None:
+        clients = list(default_clients(scenario))
+    else:
+        asked = [c.strip() for c in args.clients.split(",") if c.strip()]
+        unknown = sorted(set(asked) - set(CLIENT_NAMES))
+        if unknown:
+            raise SystemExit(f"unknown clients {unknown}: choose from {', '.join(CLIENT_NAMES)}")
+        clients = [c for c in CLIENT_NAMES if c in asked]
     admissions = [a for a in ADMISSIONS if a in args.admission.split(",")]
     if args.engine == "vllm" and "off" in admissions:
-        print(SKIP_OFF_REASON, file=sys.stderr)
+        skipped["admission off"] = SKIP_OFF_REASON
         admissions.remove("off")
+    if scenario == "burst" and "off" in admissions:
+        skipped["admission off"] = BURST_SKIP_OFF_REASON
+        admissions.remove("off")
+    for name, reason in unavailable(clients).items():
+        skipped[name] = reason
+        clients.remove(name)
+    for reason in dict.fromkeys(skipped.values()):
+        print(f"skipped: {reason}", file=sys.stderr)
     if not clients or not admissions:
         raise SystemExit("no pairing selected: check --clients and --admission")
     return [(c, a) for a in admissions for c in clients]
 
 
 async def drill(
-    config: DrillConfig, out: Path, pairings: list[tuple[ClientName, Admission]]
+    config: DrillConfig,
+    out: Path,
+    pairings: list[tuple[ClientName, Admission]],
+    skipped: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole drill; returns the JSON document."""
+    skipped = skipped or {}
     if config.engine != "vllm":
-        return await _drill(config, out, pairings, EngineSpec(args=ENGINE_ARGS))
+        spec = EngineSpec(args=engine_args(config.engine, config.scenario))
+        return await _drill(config, out, pairings, spec, skipped)
     # Without vLLM (the default .venv), say how to get it before building anything.
     check_environment()
     # The tiny model lives as long as the run: built offline once, shared by every server.
     with tempfile.TemporaryDirectory(prefix="stormguard-drill-model-") as tmp:
         print("building the tiny model ...", file=sys.stderr)
         model = await asyncio.to_thread(build_model, Path(tmp) / "tiny-llama")
-        return await _drill(config, out, pairings, engine_spec(model))
-
-
-def _skipped(engine: Engine) -> dict[str, str]:
-    return {"admission off": SKIP_OFF_REASON} if engine == "vllm" else {}
+        return await _drill(config, out, pairings, engine_spec(model), skipped)
 
 
 async def _drill(
@@ -114,31 +165,40 @@ async def _drill(
     out: Path,
     pairings: list[tuple[ClientName, Admission]],
     spec: EngineSpec,
+    skipped: dict[str, str],
 ) -> dict[str, Any]:
     schedule = build_schedule(config.workload, config.seed)
     started = time.monotonic()
     host = machine()
+    code = source()
     async with ServerFleet(out / "logs", spec) as fleet:
         print(f"calibrating for {config.calibration_s:.0f} s ...", file=sys.stderr)
         calibration = await run_calibration(fleet, config)
         print(f"capacity: {calibration.capacity_tps:.0f} completion tokens/s", file=sys.stderr)
+        if config.engine == "sim":  # a vLLM server takes ~20 s to start: not for this
+            await warm_up(fleet, config, [client for client, _ in pairings])
         with tqdm(total=len(schedule) * len(pairings), unit="req", file=sys.stderr) as bar:
             runs = await run_all(fleet, config, schedule, pairings, bar.update)
-    summaries = [summarize(run, config.workload, calibration.capacity_tps) for run in runs]
+    summaries = [
+        summarize(run, config.workload, calibration.capacity_tps, config.targets) for run in runs
+    ]
     return {
+        "scenario": config.scenario,
         "mode": config.mode,
         "seed": config.seed,
         "engine": config.engine,
         "engine_args": list(spec.args),
         # The sim's restart time; vLLM does not restart in the drill.
         "cold_start_s": COLD_START_S if config.engine == "sim" else None,
-        "skipped": _skipped(config.engine),
+        "skipped": skipped,
         "concurrency": config.concurrency,
         "workload": asdict(config.workload),
         "patience": asdict(config.patience),
+        "targets": None if config.targets is None else asdict(config.targets),
         "logical_requests_per_pairing": len(schedule),
         "calibration": asdict(calibration),
         "machine": {**host, "load_average_at_end": load_average()},
+        "source": code,
         "wall_time_s": round(time.monotonic() - started, 1),
         "pairings": summaries,
     }
@@ -154,23 +214,64 @@ def main(argv: Sequence[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     mode: Mode = "tiny" if args.tiny else "quick" if args.quick else "full"
-    config = preset(mode, seed=args.seed, concurrency=max(1, args.concurrency), engine=args.engine)
-    out: Path = args.out or Path("bench/results") / f"drill-{mode}"
+    scenario: Scenario = args.scenario
+    if scenario != "avalanche" and args.engine != "sim":
+        raise SystemExit(f"--scenario {scenario} runs on the sim engine only")
+    config = preset(
+        mode,
+        seed=args.seed,
+        concurrency=max(1, args.concurrency),
+        engine=args.engine,
+        scenario=scenario,
+    )
+    name = f"drill-{mode}" if scenario == "avalanche" else f"drill-{scenario}-{mode}"
+    out: Path = args.out or Path("bench/results") / name
+    skipped: dict[str, str] = {}
+    pairings = _pairings(args, skipped)
     try:
-        document = asyncio.run(drill(config, out, _pairings(args)))
+        document = asyncio.run(drill(config, out, pairings, skipped))
     except KeyboardInterrupt:
         print("interrupted: every server was stopped", file=sys.stderr)
         raise SystemExit(130) from None
     write_json(out / "drill.json", document)
-    workload = config.workload
-    plots = plot_all(document["pairings"], (workload.burst_start_s, workload.burst_end_s), out)
-    (out / "table.md").write_text(markdown_table(document["pairings"]) + "\n")
-    print(table(document["pairings"]))
+    span, label = _shaded(config)
+    plots = plot_all(document["pairings"], span, out, label)
+    (out / "table.md").write_text(markdown_table(document["pairings"], scenario) + "\n")
+    print(table(document["pairings"], scenario))
     print(
         f"\ncapacity {document['calibration']['capacity_tps']:.0f} tok/s; "
         f"wall time {document['wall_time_s']} s"
     )
+    if config.targets is not None:
+        print(f"targets: {_targets_line(config)}")
     print(f"JSON: {out / 'drill.json'}; plots: {', '.join(p.name for p in plots)}")
+
+
+def _shaded(config: DrillConfig) -> tuple[tuple[float, float] | None, str]:
+    """The plots' grey window: the avalanche's burst, the rebound's crash and cold start."""
+    workload = config.workload
+    if not isinstance(workload, BacklogWorkload):
+        return (workload.burst_start_s, workload.burst_end_s), "burst of long prompts"
+    if workload.crash_at_s is not None:
+        crash = workload.crash_at_s
+        return (crash, crash + COLD_START_S), "engine crashed, cold start"
+    return None, ""
+
+
+def _targets_line(config: DrillConfig) -> str:
+    targets = config.targets
+    assert targets is not None
+    parts = [
+        f"success >= {targets.min_success:.0%}",
+        f"attempts/call <= {targets.max_attempts_per_call}",
+    ]
+    if targets.min_goodput_ratio is not None:
+        parts.append(f"goodput >= {targets.min_goodput_ratio:.0%} of capacity")
+    if targets.max_p99_over_drain is not None:
+        parts.append(f"p99 <= {targets.max_p99_over_drain} x drain")
+    if targets.max_extra_crashes is not None:
+        parts.append(f"crashes beyond the drill's own <= {targets.max_extra_crashes}")
+    return "; ".join(parts) + " (for stormguard; every row is checked)"
 
 
 if __name__ == "__main__":

@@ -1,8 +1,18 @@
 """The drill's knobs: the engine every server runs, the workload, the callers' patience.
 
-One engine for every pairing (only ``--admission`` differs), sized so that a few
-long prompts overflow its KV cache. The presets change how long the drill runs,
-never the engine or the prompt shapes, so quick and full runs are comparable.
+Three scenarios (``--scenario``), each with its own engine, workload and patience:
+
+- ``avalanche`` (the default): the OOM avalanche. One engine for every pairing (only
+  ``--admission`` differs), sized so that a few long prompts overflow its KV cache.
+- ``burst``: 300 short calls at once against a server that sheds (the engine of
+  bench/bench_burst.py), admission on only: see ``BURST_ENGINE_ARGS``.
+- ``rebound``: the engine is crashed (admin endpoint) while a backlog of several
+  hundred calls waits; what comes back after the cold start must not crash it again.
+  See ``REBOUND_ENGINE_ARGS`` and ``REBOUND_SHAPE`` for why they are sized as they are.
+
+The presets change how long the drill runs (and, for the new scenarios, how many calls
+the backlog has), never the engine or the prompt shapes, so quick and full runs are
+comparable.
 
 Two engines: the simulator (``sim``, the default) and real vLLM (``vllm``, the
 CPU build on the tiny local model of docs/vllm.md). The tiny model's context is
@@ -19,6 +29,9 @@ from typing import Literal
 Mode = Literal["full", "quick", "tiny"]
 Engine = Literal["sim", "vllm"]
 ENGINES: tuple[Engine, ...] = ("sim", "vllm")
+Scenario = Literal["avalanche", "burst", "rebound"]
+SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound")
+Kind = Literal["short", "medium", "long"]
 
 # Engine flags passed to every `python -m stormguard_server`. The KV cache holds
 # 8192 tokens: two long prompts fit, three do not. Steps are slower than the
@@ -106,25 +119,78 @@ class Workload:
 
 
 @dataclass(frozen=True, slots=True)
+class Wave:
+    """``count`` requests of one shape, evenly spread over [start_s, end_s) (all at
+    ``start_s`` when the window is empty): a fixed count, never left to chance."""
+
+    count: int
+    start_s: float
+    end_s: float
+    shape: PromptShape
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogWorkload:
+    """The burst and the rebound: waves of calls, and for the rebound an engine crash
+    (``POST /admin/crash``) at ``crash_at_s``. Times are seconds from the start of a
+    pairing."""
+
+    waves: tuple[Wave, ...]
+    grace_s: float  # after the last arrival, how long unfinished calls may still run
+    crash_at_s: float | None = None
+    tokens_per_word: float = 1.0
+
+    @property
+    def duration_s(self) -> float:
+        """When the last call arrives."""
+        return max(max(w.start_s, w.end_s) for w in self.waves)
+
+    @property
+    def calls(self) -> int:
+        return sum(w.count for w in self.waves)
+
+
+AnyWorkload = Workload | BacklogWorkload
+
+
+@dataclass(frozen=True, slots=True)
 class Patience:
     """How the application behind every client behaves (the same for all clients)."""
 
     timeout_s: float = 10.0  # the caller's timeout, given to the client
     app_retry_pause_s: float = 1.0  # after a final failure the app waits, then calls once more
     app_retries: int = 1
+    # The caller's deadline: it gives up on a logical request this long after issuing
+    # it, app retries included (None: only the client's own timeout bounds a call).
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Targets:
+    """What the default stormguard client should reach in a backlog scenario (every
+    pairing is checked against them; the ``missed`` column names the misses)."""
+
+    min_success: float = 0.99
+    max_attempts_per_call: float = 1.15
+    min_goodput_ratio: float | None = None  # goodput / calibrated capacity
+    max_p99_over_drain: float | None = None  # p99 latency / the backlog's drain time
+    max_extra_crashes: int | None = None  # crashes beyond the drill's own (admin) crash
 
 
 @dataclass(frozen=True, slots=True)
 class DrillConfig:
     mode: Mode
     seed: int
-    workload: Workload
+    workload: AnyWorkload
     calibration_s: float
     calibration_concurrency: int = 32  # = --max-num-seqs: a full batch of admissible work
     patience: Patience = field(default_factory=Patience)
     sample_hz: float = 4.0
     engine: Engine = "sim"
     concurrency: int = 1  # pairings run at once (1: one after another, no CPU contention)
+    scenario: Scenario = "avalanche"
+    targets: Targets | None = None
 
 
 _WORKLOADS: dict[Mode, Workload] = {
@@ -156,11 +222,145 @@ _WORKLOADS: dict[Mode, Workload] = {
 }
 _CALIBRATION_S: dict[Mode, float] = {"full": 12.0, "quick": 5.0, "tiny": 1.5}
 
+# -- burst: a burst against a server that sheds -----------------------------------------
+
+# bench/bench_burst.py's server (the baseline of docs/benchmarks.md): a KV cache of
+# 256 x 16 = 4096 tokens (budget 0.9 x 4096 = 3686), at most 16 sequences running and
+# 8 waiting for admission; the rest of the server's defaults (4 ms steps, OOM mode on:
+# admission keeps it from ever happening). A call costs its prompt + max_tokens in whole
+# blocks, ~80-150 tokens, so the budget admits ~32 of the 300 (the engine runs 16 of
+# them, the others wait inside it), 8 more wait in the admission queue, the rest are
+# shed at once with a Retry-After: a server that sheds ~85 % of a burst it drains in ~6 s.
+# Admission off makes no sense here: the scenario is a server that sheds, and without
+# admission nothing is shed (the engine's FIFO queues all 300 and simply drains them).
+BURST_ENGINE_ARGS: tuple[str, ...] = (
+    "--num-kv-blocks",
+    "256",
+    "--max-num-seqs",
+    "16",
+    "--max-queue-requests",
+    "8",
+)
+BURST_SKIP_OFF_REASON = (
+    "admission-off pairings skipped in the burst: the scenario is a server that sheds, and"
+    " without admission nothing is shed (the engine's queue takes all 300 calls)"
+)
+# Short chat calls with max_tokens 32, as bench_burst's (the sim's natural output
+# length, 32-96 tokens, then stops nearly every one at 32).
+BURST_SHAPE = PromptShape(min_prompt_tokens=30, max_prompt_tokens=90, max_tokens=32)
+_BURST_CALLS: dict[Mode, int] = {"full": 300, "quick": 150, "tiny": 40}
+_BURST_CALIBRATION_S: dict[Mode, float] = {"full": 8.0, "quick": 5.0, "tiny": 1.5}
+# 60 s for each call (the caller's deadline, also the client's timeout); no app-level
+# second call, as in bench_burst: the client alone decides what a shed becomes.
+BACKLOG_DEADLINE_S = 60.0
+BURST_PATIENCE = Patience(timeout_s=BACKLOG_DEADLINE_S, app_retries=0, deadline_s=60.0)
+BURST_TARGETS = Targets(min_goodput_ratio=0.90, max_p99_over_drain=1.2)
+
+# -- rebound: a cold start, then the backlog's rebound ----------------------------------
+
+# The avalanche's engine (8192 KV tokens, 32 sequences, 8 ms steps, --restart-s 3) with
+# the server's own slow start off: the client's ramp must hold even when the server
+# does no slow start of its own. The admin endpoint is on (the drill crashes the engine).
+REBOUND_ENGINE_ARGS: tuple[str, ...] = (
+    *ENGINE_ARGS[: ENGINE_ARGS.index("--slow-start-s")],
+    "--slow-start-s",
+    "0",
+)
+# Why this prompt shape: prompts of 240-320 words (253-333 server tokens with the
+# chat template) and max_tokens 64 hold up to 253-397 tokens of KV each, ~330 on
+# average while they run, so the 8192-token cache holds ~24 of them at once, while the
+# engine starts up to --max-num-seqs 32 of them (as vLLM does, it trusts its memory
+# profile: OOM mode). With admission off, then, a client that sends its whole backlog
+# when the engine is back fills the batch to 32 and OOMs it again (32 x ~330 > 8192),
+# and one that comes back at about the concurrency it had before the crash (~18) does
+# not: the cache holds more than that and than stormguard's initial limit (20), fewer
+# than a full batch. It tests the ramp, not only where it starts: a limit that grows
+# by one per round trip while nothing is shed passes ~24 some ten round trips after
+# its slow start ends, before a backlog of this size has drained.
+# Behind admission a call costs its prompt + max_tokens in whole blocks (320-400), the
+# budget (0.9 x 8192) admits ~20 at once, and nothing can OOM.
+REBOUND_SHAPE = PromptShape(min_prompt_tokens=240, max_prompt_tokens=320, max_tokens=64)
+# (steady calls over [0, crash), backlog over [crash, 2 s)): a steady load that the
+# engine holds until the drill crashes it at 1 s (~18 running, KV ~0.7), then the
+# backlog: the calls that keep arriving during the first second of the 3 s cold start,
+# to wait through it (sent by an impatient client, refused while the engine is down).
+# The steady calls are few because they must not OOM the admission-off engine before
+# its crash, whatever the client: all 20 fit the cache even at their longest at once
+# (20 x 25 blocks <= 512), so the only crash before the rebound is the drill's own;
+# and the replay releases the backlog only once the crash is sent (runner.py).
+_REBOUND_WAVES: dict[Mode, tuple[int, int]] = {
+    "full": (20, 330),
+    "quick": (12, 188),
+    "tiny": (4, 36),
+}
+REBOUND_CRASH_AT_S = 1.0
+REBOUND_BACKLOG_END_S = 2.0
+_REBOUND_CALIBRATION_S: dict[Mode, float] = {"full": 8.0, "quick": 5.0, "tiny": 1.5}
+# The same 60 s deadline; one app-level second call (as in the avalanche, after 1 s),
+# because the crash cuts the ~18 streams running at 1 s: no client resumes a
+# half-streamed answer, the application asks again (without it ~5 % of the calls would
+# fail by construction, and the 99 % target could not be met).
+REBOUND_PATIENCE = Patience(timeout_s=BACKLOG_DEADLINE_S, app_retries=1, deadline_s=60.0)
+REBOUND_TARGETS = Targets(max_extra_crashes=0)
+
+
+def _backlog_grace(patience: Patience) -> float:
+    # The app gives up at its deadline; 2 s more for the last answers to come in.
+    return (patience.deadline_s or patience.timeout_s) + 2.0
+
+
+def _burst_workload(mode: Mode) -> BacklogWorkload:
+    wave = Wave(_BURST_CALLS[mode], 0.0, 0.0, BURST_SHAPE, "short")
+    return BacklogWorkload(waves=(wave,), grace_s=_backlog_grace(BURST_PATIENCE))
+
+
+def _rebound_workload(mode: Mode) -> BacklogWorkload:
+    steady, backlog = _REBOUND_WAVES[mode]
+    crash, end = REBOUND_CRASH_AT_S, REBOUND_BACKLOG_END_S
+    waves = (
+        Wave(steady, 0.0, crash, REBOUND_SHAPE, "medium"),
+        Wave(backlog, crash, end, REBOUND_SHAPE, "medium"),
+    )
+    return BacklogWorkload(waves=waves, grace_s=_backlog_grace(REBOUND_PATIENCE), crash_at_s=crash)
+
 
 def preset(
-    mode: Mode, *, seed: int = 0, concurrency: int = 1, engine: Engine = "sim"
+    mode: Mode,
+    *,
+    seed: int = 0,
+    concurrency: int = 1,
+    engine: Engine = "sim",
+    scenario: Scenario = "avalanche",
 ) -> DrillConfig:
-    """The configuration of one mode on one engine."""
+    """The configuration of one mode of one scenario on one engine."""
+    if scenario == "burst":
+        return DrillConfig(
+            mode=mode,
+            seed=seed,
+            workload=_burst_workload(mode),
+            calibration_s=_BURST_CALIBRATION_S[mode],
+            # As many callers as admission holds without shedding (its budget takes ~32
+            # of these calls, the queue 8 more): the 16-sequence batch never empties
+            # while a caller turns around, so the figure is the engine's, saturated.
+            calibration_concurrency=32,
+            patience=BURST_PATIENCE,
+            engine=engine,
+            concurrency=concurrency,
+            scenario=scenario,
+            targets=BURST_TARGETS,
+        )
+    if scenario == "rebound":
+        return DrillConfig(
+            mode=mode,
+            seed=seed,
+            workload=_rebound_workload(mode),
+            calibration_s=_REBOUND_CALIBRATION_S[mode],
+            patience=REBOUND_PATIENCE,
+            engine=engine,
+            concurrency=concurrency,
+            scenario=scenario,
+            targets=REBOUND_TARGETS,
+        )
     workload = _WORKLOADS[mode]
     if engine == "vllm":
         workload = replace(
@@ -172,6 +372,8 @@ def preset(
     return replace(config, concurrency=concurrency, engine=engine)
 
 
-def engine_args(engine: Engine) -> tuple[str, ...]:
+def engine_args(engine: Engine, scenario: Scenario = "avalanche") -> tuple[str, ...]:
     """The engine flags of every server (vLLM's --model comes from the run's tiny model)."""
-    return VLLM_ENGINE_ARGS if engine == "vllm" else ENGINE_ARGS
+    if engine == "vllm":
+        return VLLM_ENGINE_ARGS
+    return {"burst": BURST_ENGINE_ARGS, "rebound": REBOUND_ENGINE_ARGS}.get(scenario, ENGINE_ARGS)

@@ -25,8 +25,17 @@ PLOTS = (
     ("kv_cache_usage", "KV-cache usage (0..1)", "kv_cache_usage.png"),
     ("restarts", "engine restarts (cumulative)", "restarts.png"),
 )
+# Only where a pairing has the series (stormguard's clients: their concurrency limit).
+OPTIONAL_PLOTS = (("client_limit", "client concurrency limit", "client_limit.png"),)
 _STYLE = {"off": "--", "on": "-"}
-_COLORS = {"openai": "tab:red", "openai+tenacity": "tab:orange", "stormguard": "tab:blue"}
+_COLORS = {
+    "openai": "tab:red",
+    "openai+tenacity": "tab:orange",
+    "stormguard": "tab:blue",
+    "openai+sg-httpx": "tab:cyan",
+    "litellm": "tab:green",
+    "litellm-router": "tab:olive",
+}
 
 
 def _shrink(path: Path) -> None:
@@ -37,16 +46,24 @@ def _shrink(path: Path) -> None:
 
 
 def plot_all(
-    pairings: Sequence[dict[str, Any]], burst: tuple[float, float], out_dir: Path
+    pairings: Sequence[dict[str, Any]],
+    burst: tuple[float, float] | None,
+    out_dir: Path,
+    span_label: str = "burst of long prompts",
 ) -> list[Path]:
-    """Write every plot to ``out_dir``; returns the paths."""
+    """Write every plot to ``out_dir``; returns the paths. ``burst``: the window shaded
+    grey (None: none), named ``span_label`` in the legend."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for key, label, filename in PLOTS:
+    optional = [
+        plot for plot in OPTIONAL_PLOTS if any(p["timeseries"].get(plot[0]) for p in pairings)
+    ]
+    for key, label, filename in (*PLOTS, *optional):
         fig, ax = plt.subplots(figsize=(8, 3.6), dpi=80)
-        ax.axvspan(*burst, color="0.85", label="burst of long prompts")
+        if burst is not None:
+            ax.axvspan(*burst, color="0.85", label=span_label)
         for p in pairings:
-            points = p["timeseries"][key]
+            points = p["timeseries"].get(key)
             if not points:
                 continue
             xs, ys = zip(*points, strict=True)

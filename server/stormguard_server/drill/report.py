@@ -1,10 +1,16 @@
-"""The drill's outputs that are text: the table on stdout and the JSON file."""
+"""The drill's outputs that are text: the table on stdout and the JSON file.
+
+Each scenario has its columns (the avalanche's burst window and recovery; the
+backlog's drain, crashes and missed targets), and every table starts with a line that
+names the scenario, as the JSON's ``scenario`` does.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +40,43 @@ _COLUMNS = (
     ("recovery s", "recovery_s", "{:.1f}"),
     ("gone tok", "gone_client_tokens", "{}"),
 )
+# The burst's and the rebound's: "drain s" is when the last call ended, "/cap" the
+# goodput over the drain against the calibrated capacity, "p99/ideal" the p99 over the
+# drain at capacity, "2nd crash" the crashes beyond the drill's own, "back s" when the
+# engine was ready again, "cpu s" the drill process's CPU time (the client's cost),
+# "missed" the targets a pairing missed.
+_BACKLOG_COLUMNS = (
+    ("client", "client", "{}"),
+    ("adm", "admission", "{}"),
+    ("logical", "logical_requests", "{}"),
+    ("attempts", "attempts", "{}"),
+    ("amp srv", "retry_amplification_server", "{:.2f}"),
+    ("amp cli", "retry_amplification_client", "{:.2f}"),
+    ("success", "success_rate", "{:.1%}"),
+    ("goodput", "goodput_tps", "{:.0f}"),
+    ("/cap", "goodput_ratio", "{:.0%}"),
+    ("p50 s", "latency_p50_s", "{:.2f}"),
+    ("p99 s", "latency_p99_s", "{:.2f}"),
+    ("drain s", "drain_s", "{:.2f}"),
+    ("p99/drain", "p99_over_drain", "{:.2f}"),
+    ("p99/ideal", "p99_over_ideal_drain", "{:.2f}"),
+    ("ttft99", "ttft_p99_s", "{:.2f}"),
+    ("oom", "oom_count", "{}"),
+    ("crashes", "crash_count", "{}"),
+    ("2nd crash", "extra_crashes", "{}"),
+    ("back s", "back_s", "{:.2f}"),
+    ("cpu s", "client_cpu_s", "{:.1f}"),
+    ("failed as", "errors", "errors"),
+    ("missed", "missed", "list"),
+)
+_COLUMNS_OF = {"avalanche": _COLUMNS, "burst": _BACKLOG_COLUMNS, "rebound": _BACKLOG_COLUMNS}
+# Columns of a scenario that say nothing about it: the burst has no crash.
+_HIDDEN = {"burst": {"crash_count", "extra_crashes", "back_s"}}
+SCENARIO_TITLES = {
+    "avalanche": "the OOM avalanche (a burst of long prompts overflows the KV cache)",
+    "burst": "a burst against a server that sheds (all calls at t = 0)",
+    "rebound": "a cold start, then the backlog's rebound (engine crashed at ~1 s)",
+}
 
 
 NOT_AVAILABLE = "\u2013"  # an en dash, as docs/benchmarks.md writes "not available"
@@ -41,27 +84,46 @@ NOT_AVAILABLE = "\u2013"  # an en dash, as docs/benchmarks.md writes "not availa
 
 def _cell(value: Any, fmt: str) -> str:
     """NOT_AVAILABLE for a figure not measured or not available on the engine, never 0."""
-    return NOT_AVAILABLE if value is None else fmt.format(value)
+    if value is None:
+        return NOT_AVAILABLE
+    if fmt == "list":
+        return ",".join(value) if value else "none"
+    if fmt == "errors":  # {"APIStatusError": 12, "deadline": 3} -> "12 APIStatusError, 3 deadline"
+        return ", ".join(f"{n} {name}" for name, n in value.items()) if value else "-"
+    return fmt.format(value)
 
 
-def table(pairings: Sequence[dict[str, Any]]) -> str:
-    """A fixed-width table, one row per pairing."""
-    rows = [[title for title, _, _ in _COLUMNS]]
-    rows += [[_cell(p[key], fmt) for _, key, fmt in _COLUMNS] for p in pairings]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+def _columns(scenario: str) -> tuple[tuple[str, str, str], ...]:
+    hidden = _HIDDEN.get(scenario, set())
+    return tuple(c for c in _COLUMNS_OF.get(scenario, _COLUMNS) if c[1] not in hidden)
+
+
+def title(scenario: str) -> str:
+    """The line that names the scenario above every table."""
+    return f"scenario {scenario}: {SCENARIO_TITLES.get(scenario, scenario)}"
+
+
+def table(pairings: Sequence[dict[str, Any]], scenario: str = "avalanche") -> str:
+    """A fixed-width table, one row per pairing, under the scenario's title."""
+    columns = _columns(scenario)
+    rows = [[name for name, _, _ in columns]]
+    rows += [[_cell(p.get(key), fmt) for _, key, fmt in columns] for p in pairings]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return "\n".join([title(scenario), *lines])
 
 
-def markdown_table(pairings: Sequence[dict[str, Any]]) -> str:
-    """The same table in Markdown (for docs/benchmarks.md)."""
-    head = "| " + " | ".join(title for title, _, _ in _COLUMNS) + " |"
-    rule = "|" + "---|" * len(_COLUMNS)
+def markdown_table(pairings: Sequence[dict[str, Any]], scenario: str = "avalanche") -> str:
+    """The same table in Markdown (for docs/benchmarks.md), the scenario named above it."""
+    columns = _columns(scenario)
+    head = "| " + " | ".join(name for name, _, _ in columns) + " |"
+    rule = "|" + "---|" * len(columns)
     body = [
-        "| " + " | ".join(_cell(p[key], fmt) for _, key, fmt in _COLUMNS) + " |" for p in pairings
+        "| " + " | ".join(_cell(p.get(key), fmt) for _, key, fmt in columns) + " |"
+        for p in pairings
     ]
-    return "\n".join([head, rule, *body])
+    return "\n".join([f"**{title(scenario)}**", "", head, rule, *body])
 
 
 def load_average() -> list[float] | None:
@@ -70,6 +132,34 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
+
+
+def source() -> dict[str, Any]:
+    """Which code ran: stormguard's version and, in a git checkout, the commit and the
+    files changed in the work tree (the drill imports the SDK from wherever it is
+    installed: an editable install runs the work tree as it was when the drill started)."""
+    import stormguard
+
+    state: dict[str, Any] = {"stormguard_version": stormguard.__version__}
+    root = str(Path(stormguard.__file__).resolve().parents[2])
+    try:
+        commit = _git(root, "rev-parse", "--short", "HEAD").strip()
+        changed = _git(root, "status", "--porcelain", "--", "sdk", "server").splitlines()
+    except (OSError, subprocess.SubprocessError):  # not a checkout, or no git
+        return state
+    return {**state, "git_commit": commit, "changed_files": [line[3:] for line in changed]}
+
+
+def _git(root: str, *args: str) -> str:
+    # Our own fixed git command lines, no shell.
+    done = subprocess.run(  # noqa: S603
+        ["git", "-C", root, *args],  # noqa: S607
+        capture_output=True,
+        text=True,
+        timeout=5,
+        check=True,
+    )
+    return done.stdout
 
 
 def machine() -> dict[str, Any]:

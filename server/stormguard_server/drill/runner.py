@@ -4,6 +4,13 @@ A pairing fires every arrival of the schedule at its time (open loop: arrivals d
 not wait for earlier calls, as users do not), samples the server's metrics while it
 runs, then waits at most ``grace_s`` after the last arrival before giving up on
 calls still running (they count as failures). Client and server are always closed.
+
+The scenarios differ only in what they hand this one replay: the schedule, the
+server's flags (the fleet's), the patience, and for the rebound a mid-run action,
+the engine crash (``POST /admin/crash`` at ``crash_at_s``, on a server started with
+its admin endpoint). An action is part of the replay: the calls due at or after its
+time are released once it is done, so however slow the machine, no call of the
+backlog reaches the engine before the crash it is meant to wait through.
 """
 
 from __future__ import annotations
@@ -11,21 +18,25 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import httpx
+
 from stormguard_server.drill.app import LogicalResult, run_logical, unfinished
 from stormguard_server.drill.clients import ClientName, StormguardClient, make_client
-from stormguard_server.drill.config import DrillConfig
+from stormguard_server.drill.config import BacklogWorkload, DrillConfig
 from stormguard_server.drill.sampler import MetricsSampler, Parse, parse_sim
-from stormguard_server.drill.servers import ServerFleet
+from stormguard_server.drill.servers import ServerFleet, ServerProcess
 from stormguard_server.drill.vllm import parse_vllm
-from stormguard_server.drill.workload import Arrival, build_schedule
+from stormguard_server.drill.workload import Arrival, calibration_pool
 
 Admission = Literal["off", "on"]
 ADMISSIONS: tuple[Admission, ...] = ("off", "on")
 Tick = Callable[[int], None]  # progress: n logical requests finished
+# A mid-run action on the pairing's server: (server, t0, events to record into).
+Action = Callable[[ServerProcess, float, dict[str, float]], Awaitable[None]]
 
 
 @dataclass
@@ -36,11 +47,16 @@ class PairingRun:
     admission: Admission
     engine: str
     results: list[LogicalResult]
-    client_attempts: int
+    client_attempts: int | None  # None: the client counts none (LiteLLM)
     samples: list[tuple[float, dict[str, float]]]
     final_metrics: dict[str, float]
     max_in_flight: int
     client_stats: dict[str, float] = field(default_factory=dict)
+    # Mid-run actions, seconds from the start: {"crash_sent_s": ...} in the rebound.
+    events: dict[str, float] = field(default_factory=dict)
+    # CPU seconds of the drill's process while the pairing ran: the client's cost (the
+    # sampler's too; with --concurrency > 1, every pairing running meanwhile).
+    client_cpu_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -65,16 +81,21 @@ def _parser(config: DrillConfig) -> Parse:
     return parse_vllm if config.engine == "vllm" else parse_sim
 
 
-async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
-    """Closed loop of ``calibration_concurrency`` callers of short prompts behind admission
-    (so nothing is shed or crashes); capacity = completion tokens finished per second after
-    the first second of warm-up."""
-    server = await fleet.start("calibration", *_server_args(config, "on"))
-    client = StormguardClient(server.base_url, config.patience.timeout_s)
-    rng = random.Random(config.seed + 1)
+def _crash_at(config: DrillConfig) -> float | None:
     workload = config.workload
-    # Draw prompts from the same short shape the drill uses.
-    pool = [a for a in build_schedule(workload, rng.randrange(1 << 30)) if a.kind == "short"]
+    return workload.crash_at_s if isinstance(workload, BacklogWorkload) else None
+
+
+async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
+    """Closed loop of ``calibration_concurrency`` callers of the scenario's prompts behind
+    admission (so nothing is shed or crashes); capacity = completion tokens finished per
+    second after the first second of warm-up. The client does no pacing of its own (the
+    closed loop is the pacing): the figure is the server's."""
+    server = await fleet.start("calibration", *_server_args(config, "on"))
+    client = StormguardClient(server.base_url, config.patience.timeout_s, paced=False)
+    rng = random.Random(config.seed + 1)
+    # Draw prompts from the same shapes the drill uses, with another seed.
+    pool = calibration_pool(config.workload, rng.randrange(1 << 30))
     t0 = time.monotonic()
     warmup, end = t0 + min(1.0, config.calibration_s / 3), t0 + config.calibration_s
     tokens, calls = 0, 0
@@ -99,6 +120,24 @@ async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
     return Calibration(tokens / window, calls, window, config.calibration_concurrency)
 
 
+async def warm_up(fleet: ServerFleet, config: DrillConfig, clients: list[ClientName]) -> None:
+    """One call of each client on a throwaway server before any pairing: what a client
+    does once per process (LiteLLM's lazy imports: ~0.4 s of CPU on its first call, with
+    the event loop blocked) must not land inside a pairing's clock, where it would delay
+    the schedule and the rebound's crash."""
+    server = await fleet.start("warm-up", *_server_args(config, "on"))
+    arrival = calibration_pool(config.workload, config.seed + 2)[0]
+    try:
+        for name in dict.fromkeys(clients):
+            client = make_client(name, server.base_url, config.patience.timeout_s)
+            try:
+                await client.call(arrival)
+            finally:
+                await client.aclose()
+    finally:
+        fleet.stop(server)
+
+
 async def run_pairing(
     fleet: ServerFleet,
     config: DrillConfig,
@@ -108,15 +147,28 @@ async def run_pairing(
     tick: Tick,
 ) -> PairingRun:
     """One pairing on its own fresh server."""
-    server = await fleet.start(
-        f"{client_name}-admission-{admission}".replace("+", "-"), *_server_args(config, admission)
-    )
-    client = make_client(client_name, server.base_url, config.patience.timeout_s)
-    t0 = time.monotonic()
+    crash_at = _crash_at(config)
+    name = f"{client_name}-admission-{admission}".replace("+", "-")
+    server = await fleet.start(name, *_server_args(config, admission), admin=crash_at is not None)
+    try:
+        client = make_client(client_name, server.base_url, config.patience.timeout_s)
+    except BaseException:
+        fleet.stop(server)
+        raise
+    t0, cpu0 = time.monotonic(), time.process_time()
     sampler = MetricsSampler(
-        server.root, t0, config.sample_hz, parse=_parser(config), client_attempts=client.attempts
+        server.root,
+        t0,
+        config.sample_hz,
+        parse=_parser(config),
+        client_attempts=client.attempts,
+        client_gauges=client.gauges,
     )
     sampler_task = asyncio.create_task(sampler.run())
+    events: dict[str, float] = {}
+    actions: list[tuple[float, Action]] = []
+    if crash_at is not None:
+        actions.append((crash_at, _crash))
     tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
     in_flight = max_in_flight = 0
 
@@ -130,18 +182,27 @@ async def run_pairing(
             in_flight -= 1
             tick(1)
 
+    async def act_until(at_s: float) -> None:
+        """Do the actions due by ``at_s``, each at its time (a crash that cannot be made
+        fails the pairing)."""
+        while actions and actions[0][0] <= at_s:
+            when, action = actions.pop(0)
+            await _sleep_until(t0 + when)
+            await action(server, t0, events)
+
     try:
         for arrival in schedule:
-            delay = t0 + arrival.at_s - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            await act_until(arrival.at_s)
+            await _sleep_until(t0 + arrival.at_s)
             tasks[asyncio.create_task(logical(arrival))] = arrival
+        await act_until(float("inf"))
         deadline = t0 + config.workload.duration_s + config.workload.grace_s
         _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
         stopped = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
         results = [
             unfinished(tasks[task], tasks[task].at_s, stopped) if task in pending else task.result()
             for task in tasks
@@ -149,16 +210,6 @@ async def run_pairing(
         sampler_task.cancel()
         await asyncio.gather(sampler_task, return_exceptions=True)
         final = await sampler.final()
-        stats: dict[str, float] = {}
-        if isinstance(client, StormguardClient):
-            snapshot = client.stats()
-            stats = {
-                "logical_calls": snapshot.logical_calls,
-                "attempts": snapshot.attempts,
-                "retries": snapshot.retries,
-                "retries_refused_by_budget": snapshot.retries_refused_by_budget,
-                "retry_amplification": snapshot.retry_amplification,
-            }
         return PairingRun(
             client=client_name,
             admission=admission,
@@ -168,7 +219,9 @@ async def run_pairing(
             samples=sampler.samples,
             final_metrics=final,
             max_in_flight=max_in_flight,
-            client_stats=stats,
+            client_stats=client.stats(),
+            events=events,
+            client_cpu_s=round(cpu, 2),
         )
     finally:
         for task in tasks:
@@ -178,6 +231,22 @@ async def run_pairing(
         await asyncio.gather(sampler_task, return_exceptions=True)
         await client.aclose()
         fleet.stop(server)
+
+
+async def _sleep_until(when: float) -> None:
+    delay = when - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _crash(server: ServerProcess, t0: float, events: dict[str, float]) -> None:
+    """Crash the engine now, as an OOM would: every running and queued request fails,
+    then the cold start. The engine takes the crash at its next step, before it schedules
+    anything that arrives after this returns. When it was sent goes into ``events``."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        events["crash_sent_s"] = round(time.monotonic() - t0, 3)
+        response = await http.post(server.admin_url("/admin/crash"))
+        response.raise_for_status()
 
 
 async def run_all(

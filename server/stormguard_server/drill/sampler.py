@@ -7,7 +7,8 @@ Each engine has its parser (``Parse``): the sim server exports the drill's
 ``stormguard_*`` series itself; for vLLM, ``drill.vllm`` maps vLLM's own gauges and
 the admission layer's load headers onto the same names. Every sample also holds
 the client's own attempt count (``CLIENT_ATTEMPTS``), which is the only attempt
-count there is where the server exports none.
+count there is where the server exports none (a client that counts none, LiteLLM,
+leaves it out), and the client's own gauges (stormguard: its concurrency limit).
 """
 
 from __future__ import annotations
@@ -83,20 +84,23 @@ class MetricsSampler:
     t0: float
     hz: float
     parse: Parse = parse_sim
-    client_attempts: Callable[[], int] | None = None
+    client_attempts: Callable[[], int | None] | None = None
+    client_gauges: Callable[[], dict[str, float]] | None = None
     samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
 
     async def scrape(self, http: httpx.AsyncClient) -> dict[str, float] | None:
         # The client's count is read when the scrape starts, the time a sample is filed
         # under: a busy vLLM can take seconds to answer /metrics, and a count read after
         # the answer would put attempts seconds too early.
-        attempts = None if self.client_attempts is None else float(self.client_attempts())
+        attempts = None if self.client_attempts is None else self.client_attempts()
+        client = {} if self.client_gauges is None else self.client_gauges()
         with contextlib.suppress(httpx.HTTPError):
             response = await http.get(f"{self.root}/metrics")
             if response.status_code == 200:
                 values = self.parse(response)
                 if attempts is not None:
-                    values[CLIENT_ATTEMPTS] = attempts
+                    values[CLIENT_ATTEMPTS] = float(attempts)
+                values.update(client)
                 return values
         return None
 

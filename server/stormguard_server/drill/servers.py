@@ -61,10 +61,16 @@ class ServerProcess:
     process: subprocess.Popen[bytes]
     log_path: Path
     spec: EngineSpec
+    admin_port: int | None = None  # the sim's admin endpoint (``--admin-port``), if on
 
     @property
     def root(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def admin_url(self, path: str) -> str:
+        if self.admin_port is None:
+            raise RuntimeError(f"server {self.name} was started without its admin endpoint")
+        return f"http://127.0.0.1:{self.admin_port}{path}"
 
     @property
     def base_url(self) -> str:
@@ -101,11 +107,18 @@ class ServerFleet:
         self._servers: list[ServerProcess] = []
         atexit.register(self.stop_all)
 
-    async def start(self, name: str, *args: str) -> ServerProcess:
-        """Start a server with the drill's engine flags plus ``args``; return it ready."""
+    async def start(self, name: str, *args: str, admin: bool = False) -> ServerProcess:
+        """Start a server with the drill's engine flags plus ``args``; return it ready.
+        ``admin``: with the admin endpoint (faults, ``POST /admin/crash``) on another
+        free loopback port."""
         port = free_port()
+        admin_port = free_port() if admin else None
+        while admin_port == port:  # both ports were free, then closed again: not the same one
+            admin_port = free_port()
         command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
         command += [*self._spec.args, *args, "--log-level", "warning"]
+        if admin_port is not None:
+            command += ["--admin-port", str(admin_port)]
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self._log_dir / f"{name}.log"
         # Popen returns at once (no wait); the command is our own interpreter and flags.
@@ -119,7 +132,12 @@ class ServerFleet:
                 start_new_session=self._spec.own_session,
             )
         server = ServerProcess(
-            name=name, port=port, process=process, log_path=log_path, spec=self._spec
+            name=name,
+            port=port,
+            process=process,
+            log_path=log_path,
+            spec=self._spec,
+            admin_port=admin_port,
         )
         self._servers.append(server)
         try:

@@ -16,6 +16,29 @@ Definitions (docs/benchmarks.md repeats them):
   ending in each 1 s bin is >= 95% for 5 bins in a row (a bin where nothing ends is
   not a success); ``None`` when that never happens before the load stops.
 
+The burst and the rebound (a ``BacklogWorkload``) have figures of their own instead of
+the avalanche's burst-window ones:
+
+- drain = seconds from the pairing's start (the first arrival) until the last logical
+  request ended, successful or not; goodput = the successes' completion tokens / drain,
+  and ``/cap`` that over the calibrated capacity;
+- ideal drain = the successes' completion tokens at the calibrated capacity: the
+  shortest drain the engine allows (p99 / ideal drain shows how far the slowest calls
+  are from it; p99 / drain, the target's ratio, is at most 1 when every call arrives at
+  t = 0);
+- the rebound: ``back_s``, when the engine was ready again after the drill's crash (the
+  first sample of ``stormguard_engine_ready`` = 1 after a 0: an engine that is back for
+  less than a sampling period, 0.25 s, before the next OOM is not seen back until
+  later), goodput from then to the drain, and ``extra_crashes`` = crashes beyond the
+  drill's own (any OOM of what came back; ``stormguard_engine_crashes_total`` counts
+  both);
+- targets: each one's bound, the measured value and whether it was met; ``missed``
+  lists the names of those that were not.
+
+Every scenario also reports ``client_cpu_s``, the CPU seconds of the drill's process
+while the pairing ran: what the client cost on a machine whose two cores it shares
+with the server (with ``--concurrency`` > 1 it mixes the pairings running at once).
+
 A figure the engine does not export (on vLLM: OOMs, restarts, loops, gone-client
 tokens, server-side attempts) is ``None``, not 0: 0 would claim it was measured.
 Where the server counts no attempts, amplification over the incident window and
@@ -31,7 +54,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from stormguard_server.drill.app import LogicalResult
-from stormguard_server.drill.config import Workload
+from stormguard_server.drill.clients import CLIENT_LIMIT
+from stormguard_server.drill.config import AnyWorkload, BacklogWorkload, Targets, Workload
 from stormguard_server.drill.runner import PairingRun
 from stormguard_server.drill.sampler import CLIENT_ATTEMPTS, SIM_ONLY_SERIES
 from stormguard_server.drill.vllm import ADMITTED, WARMUP_REQUESTS
@@ -113,6 +137,9 @@ def _attempts_series(run: PairingRun) -> str:
     return _SERVER_ATTEMPTS if exported(run, _SERVER_ATTEMPTS) else CLIENT_ATTEMPTS
 
 
+_READY = "stormguard_engine_ready"
+
+
 def _count(run: PairingRun, name: str) -> int | None:
     """A counter's final value; None where the engine does not export it."""
     return int(run.final_metrics.get(name, 0.0)) if exported(run, name) else None
@@ -149,6 +176,8 @@ def timeseries(run: PairingRun) -> dict[str, list[list[float]]]:
         "queue_depth": [[t, v.get("stormguard_queue_depth", 0.0)] for t, v in samples],
         "kv_cache_usage": [[t, v.get("stormguard_kv_cache_usage_ratio", 0.0)] for t, v in samples],
         "restarts": restart_series if exported(run, restarts) else [],
+        # The client's own concurrency limit (stormguard's clients only).
+        "client_limit": [[t, v[CLIENT_LIMIT]] for t, v in samples if CLIENT_LIMIT in v],
     }
 
 
@@ -156,29 +185,40 @@ def _round(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[str, Any]:
+def summarize(
+    run: PairingRun, workload: AnyWorkload, capacity_tps: float, targets: Targets | None = None
+) -> dict[str, Any]:
     """Every figure of one pairing (the JSON entry; the table shows a subset)."""
+    if isinstance(workload, BacklogWorkload):
+        return _summarize_backlog(run, workload, capacity_tps, targets or Targets())
+    return _summarize_avalanche(run, workload, capacity_tps)
+
+
+def _attempts(run: PairingRun) -> tuple[int | None, int | None]:
+    """(server's attempts or None, the best count there is: the server's, else the
+    client's, None where neither counts)."""
+    server_attempts = _count(run, _SERVER_ATTEMPTS)
+    return server_attempts, server_attempts if server_attempts is not None else run.client_attempts
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return numerator / denominator
+
+
+def _common(run: PairingRun) -> dict[str, Any]:
+    """The figures every scenario has."""
     results = run.results
     logical = len(results)
     ok = [r for r in results if r.ok]
     final = run.final_metrics
-    server_attempts = _count(run, _SERVER_ATTEMPTS)
-    attempts = server_attempts if server_attempts is not None else run.client_attempts
-    load_window = workload.duration_s
-    burst_window = workload.burst_end_s - workload.burst_start_s
-    goodput = streamed_tokens(results, 0.0, load_window) / load_window
-    burst_goodput = (
-        streamed_tokens(results, workload.burst_start_s, workload.burst_end_s) / burst_window
-    )
-    in_burst = [r for r in ok if workload.burst_start_s <= r.start_s < workload.burst_end_s]
-    burst_demand = sum(r.completion_tokens for r in in_burst) / burst_window
+    server_attempts, attempts = _attempts(run)
     by_attempt = {
         key.split("attempt=")[1].rstrip("}"): value
         for key, value in final.items()
         if key.startswith("stormguard_attempts_total{")
     }
-    errors = Counter(r.error or "?" for r in results if not r.ok)
-    long_results = [r for r in results if r.kind == "long"]
     return {
         "client": run.client,
         "admission": run.admission,
@@ -189,21 +229,10 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "attempts_source": "server" if server_attempts is not None else "client",
         "admitted_requests": int(final[ADMITTED]) - WARMUP_REQUESTS if ADMITTED in final else None,
         "server_attempts_by_number": by_attempt if server_attempts is not None else None,
-        "retry_amplification_server": _round(
-            server_attempts / logical if logical and server_attempts is not None else None
-        ),
-        "retry_amplification_client": _round(run.client_attempts / logical if logical else None),
-        "incident_retry_amplification_server": _round(incident_amplification(run, workload)),
+        "retry_amplification_server": _round(_ratio(server_attempts, logical)),
+        "retry_amplification_client": _round(_ratio(run.client_attempts, logical)),
         "app_calls": sum(r.app_calls for r in results),
         "success_rate": _round(len(ok) / logical if logical else None, 4),
-        "long_success_rate": _round(
-            sum(r.ok for r in long_results) / len(long_results) if long_results else None, 4
-        ),
-        "goodput_tps": _round(goodput, 1),
-        "goodput_ratio": _round(goodput / capacity_tps if capacity_tps else None),
-        "burst_goodput_tps": _round(burst_goodput, 1),
-        "burst_goodput_ratio": _round(burst_goodput / capacity_tps if capacity_tps else None),
-        "burst_demand_tps": _round(burst_demand, 1),
         "latency_p50_s": _round(percentile([r.latency_s for r in ok], 50)),
         "latency_p99_s": _round(percentile([r.latency_s for r in ok], 99)),
         "ttft_p50_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
@@ -212,11 +241,115 @@ def summarize(run: PairingRun, workload: Workload, capacity_tps: float) -> dict[
         "restart_count": _count(run, "stormguard_engine_restarts_total"),
         "crash_count": _count(run, "stormguard_engine_crashes_total"),
         "oom_restart_loop_count": _count(run, "stormguard_engine_oom_restart_loops_total"),
-        "recovery_s": _round(recovery_s(results, workload), 2),
         "gone_client_tokens": _count(run, "stormguard_gone_client_tokens_total"),
         "engine_output_tokens": _count(run, "stormguard_engine_output_tokens_total"),
         "max_in_flight": run.max_in_flight,
-        "errors": dict(errors.most_common()),
+        "client_cpu_s": run.client_cpu_s,
+        "errors": dict(Counter(r.error or "?" for r in results if not r.ok).most_common()),
         "client_stats": run.client_stats,
         "timeseries": timeseries(run),
+    }
+
+
+def back_at(samples: list[tuple[float, dict[str, float]]], after: float) -> float | None:
+    """When the engine was ready again after ``after``: the first sample reading ready
+    that follows one reading not ready (None: it never went down, or never came back)."""
+    down = False
+    for t, values in samples:
+        if t < after or _READY not in values:
+            continue
+        if values[_READY] < 1.0:
+            down = True
+        elif down:
+            return t
+    return None
+
+
+def _summarize_backlog(
+    run: PairingRun, workload: BacklogWorkload, capacity_tps: float, targets: Targets
+) -> dict[str, Any]:
+    results = run.results
+    common = _common(run)
+    ok = [r for r in results if r.ok]
+    tokens = sum(r.completion_tokens for r in ok)
+    drain = max((r.end_s for r in results), default=0.0)
+    goodput = tokens / drain if drain > 0 else None
+    ideal = tokens / capacity_tps if capacity_tps else None
+    p99 = common["latency_p99_s"]
+    crash_sent = run.events.get("crash_sent_s")
+    crashes = common["crash_count"]
+    extra_crashes = None
+    if crashes is not None:
+        extra_crashes = max(0, crashes - (1 if crash_sent is not None else 0))
+    back = None if crash_sent is None else back_at(run.samples, crash_sent)
+    after_restart = None
+    if back is not None and drain > back:
+        after_restart = streamed_tokens(results, back, drain) / (drain - back)
+    figures: dict[str, Any] = {
+        **common,
+        "drain_s": _round(drain),
+        "goodput_tps": _round(goodput, 1),
+        "goodput_ratio": _round(_ratio(goodput, capacity_tps)),
+        "ideal_drain_s": _round(ideal),
+        "p99_over_drain": _round(_ratio(p99, drain)),
+        "p99_over_ideal_drain": _round(_ratio(p99, ideal)),
+        "crash_sent_s": crash_sent,
+        "back_s": _round(back, 2),
+        "goodput_after_restart_tps": _round(after_restart, 1),
+        "goodput_after_restart_ratio": _round(_ratio(after_restart, capacity_tps)),
+        "extra_crashes": extra_crashes,
+    }
+    checks = check_targets(figures, targets)
+    return {**figures, "targets": checks, "missed": [k for k, c in checks.items() if not c["met"]]}
+
+
+def check_targets(figures: dict[str, Any], targets: Targets) -> dict[str, dict[str, Any]]:
+    """Each target of the scenario: its bound, the measured figure, and whether it was
+    met (a figure that could not be measured does not meet its target)."""
+    bounds: list[tuple[str, str, float | int | None, bool]] = [
+        # (target name, figure, bound, True: the figure must be at least the bound)
+        ("success", "success_rate", targets.min_success, True),
+        ("attempts/call", "retry_amplification_server", targets.max_attempts_per_call, False),
+        ("goodput/cap", "goodput_ratio", targets.min_goodput_ratio, True),
+        ("p99/drain", "p99_over_drain", targets.max_p99_over_drain, False),
+        ("no 2nd crash", "extra_crashes", targets.max_extra_crashes, False),
+    ]
+    checks: dict[str, dict[str, Any]] = {}
+    for name, key, bound, at_least in bounds:
+        if bound is None:
+            continue
+        value = figures.get(key)
+        if key == "retry_amplification_server" and value is None:
+            value = figures.get("retry_amplification_client")  # vLLM: the client's count
+        met = value is not None and (value >= bound if at_least else value <= bound)
+        checks[name] = {"figure": key, "bound": bound, "measured": value, "met": met}
+    return checks
+
+
+def _summarize_avalanche(
+    run: PairingRun, workload: Workload, capacity_tps: float
+) -> dict[str, Any]:
+    results = run.results
+    ok = [r for r in results if r.ok]
+    load_window = workload.duration_s
+    burst_window = workload.burst_end_s - workload.burst_start_s
+    goodput = streamed_tokens(results, 0.0, load_window) / load_window
+    burst_goodput = (
+        streamed_tokens(results, workload.burst_start_s, workload.burst_end_s) / burst_window
+    )
+    in_burst = [r for r in ok if workload.burst_start_s <= r.start_s < workload.burst_end_s]
+    burst_demand = sum(r.completion_tokens for r in in_burst) / burst_window
+    long_results = [r for r in results if r.kind == "long"]
+    return {
+        **_common(run),
+        "incident_retry_amplification_server": _round(incident_amplification(run, workload)),
+        "long_success_rate": _round(
+            sum(r.ok for r in long_results) / len(long_results) if long_results else None, 4
+        ),
+        "goodput_tps": _round(goodput, 1),
+        "goodput_ratio": _round(goodput / capacity_tps if capacity_tps else None),
+        "burst_goodput_tps": _round(burst_goodput, 1),
+        "burst_goodput_ratio": _round(burst_goodput / capacity_tps if capacity_tps else None),
+        "burst_demand_tps": _round(burst_demand, 1),
+        "recovery_s": _round(recovery_s(results, workload), 2),
     }

@@ -1,8 +1,11 @@
 """The seeded schedule of requests: every pairing replays exactly the same one.
 
-Short prompts arrive as a Poisson process the whole time; a fixed number of long
+One builder per kind of workload, both behind ``build_schedule``. The avalanche:
+short prompts arrive as a Poisson process the whole time; a fixed number of long
 prompts arrive evenly spread over the burst window (a fixed count, so that a short
-window does not leave the burst to chance). Prompt lengths are drawn per
+window does not leave the burst to chance). The burst and the rebound
+(``BacklogWorkload``): waves of a fixed count each, evenly spread over their window
+(all at its start when the window is empty). Prompt lengths are drawn per
 request; the text is built from one-token words of the sim tokenizer, so a prompt of
 n words costs about n tokens at the server. Tokenizers that split those words
 (vLLM's tiny model: ~2.1 tokens a word) get ``tokens / tokens_per_word`` words, so
@@ -13,11 +16,17 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Literal
 
-from stormguard_server.drill.config import PromptShape, Workload
+from stormguard_server.drill.config import (
+    AnyWorkload,
+    BacklogWorkload,
+    Kind,
+    PromptShape,
+    Wave,
+    Workload,
+)
 
-Kind = Literal["short", "long"]
+__all__ = ["Arrival", "Kind", "build_schedule", "calibration_pool"]
 
 # One token each for the sim tokenizer (words of up to 8 characters, space included).
 _WORDS = (
@@ -62,8 +71,46 @@ def _prompt(rng: random.Random, shape: PromptShape, index: int, tokens_per_word:
     return f"request {index}: {body}"
 
 
-def build_schedule(workload: Workload, seed: int) -> list[Arrival]:
+def build_schedule(workload: AnyWorkload, seed: int) -> list[Arrival]:
     """Every arrival of one pairing, sorted by time."""
+    if isinstance(workload, BacklogWorkload):
+        return _backlog_schedule(workload, seed)
+    return _avalanche_schedule(workload, seed)
+
+
+def calibration_pool(workload: AnyWorkload, seed: int) -> list[Arrival]:
+    """Prompts for the calibration, drawn (with another seed) from the shapes that the
+    scenario's steady work has: the avalanche's short prompts, every backlog call."""
+    pool = build_schedule(workload, seed)
+    if isinstance(workload, Workload):
+        pool = [a for a in pool if a.kind == "short"]
+    return pool
+
+
+def _wave_times(wave: Wave) -> list[float]:
+    window = wave.end_s - wave.start_s
+    return [wave.start_s + window * i / wave.count for i in range(wave.count)]
+
+
+def _backlog_schedule(workload: BacklogWorkload, seed: int) -> list[Arrival]:
+    rng = random.Random(seed)
+    timed = sorted(
+        ((t, n, wave) for n, wave in enumerate(workload.waves) for t in _wave_times(wave)),
+        key=lambda item: (item[0], item[1]),
+    )
+    return [
+        Arrival(
+            index=index,
+            at_s=at,
+            kind=wave.kind,
+            prompt=_prompt(rng, wave.shape, index, workload.tokens_per_word),
+            max_tokens=wave.shape.max_tokens,
+        )
+        for index, (at, _, wave) in enumerate(timed)
+    ]
+
+
+def _avalanche_schedule(workload: Workload, seed: int) -> list[Arrival]:
     rng = random.Random(seed)
     timed: list[tuple[float, Kind]] = [
         (t, "short") for t in _poisson_times(rng, workload.short_rate, 0.0, workload.duration_s)
