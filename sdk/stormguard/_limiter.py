@@ -38,6 +38,11 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
   start of its own.
 * **Hot KV cache** (``x-kv-cache-usage`` ≥ 0.9, or ORCA's): no growth, so a
   server near preemption is not pushed over.
+* **Where it went down**: past 0.9 x the limit at which the server last went
+  down (a restart, an opened breaker), growth is 8 times slower (CUBIC's
+  plateau near its last loss): a server that gives no load signal at all (a
+  bare engine that crashes when its KV cache overflows) is not walked back into
+  the same crash by the backlog.
 * **Slow first token** (a stream's time to first token over twice the fastest
   of the last 64, plus 50 ms): no growth, and slow start ends. Time to first
   token is queueing plus prefill, not output length, so unlike the whole
@@ -98,6 +103,10 @@ HOT_KV_CACHE = 0.9
 SLOW_TTFT_FACTOR = 2.0
 SLOW_TTFT_SLACK_S = 0.05
 _TTFT_SAMPLES = 64
+#: Growth slows this many times once the limit is past this share of the limit at
+#: which the server last went down.
+CRASH_PLATEAU = 0.9
+PLATEAU_SLOWDOWN = 8.0
 #: Samples needed before the fastest recent first token is a baseline.
 _MIN_TTFT_SAMPLES = 8
 #: How far back the rate at which slots free up is measured.
@@ -376,6 +385,8 @@ class EndpointLimit:
         self._floor_backoff = 0.0
         #: The limit when the last success came: what a collapse is recovered towards.
         self._last_good = float(owner.initial_limit)
+        #: The limit when the server last went down (restart, breaker opened).
+        self._crashed_at = math.inf
 
     @property
     def limit(self) -> int:
@@ -507,6 +518,10 @@ class EndpointLimit:
             return
         if self._limit < self._ssthresh:
             self._limit += 1.0
+        elif self._limit >= CRASH_PLATEAU * self._crashed_at:
+            # Near the limit at which the server last went down: creep (CUBIC's
+            # plateau near its last loss), so the backlog does not crash it again.
+            self._limit += 1.0 / (PLATEAU_SLOWDOWN * self._limit)
         else:
             self._limit += 1.0 / self._limit
         self._limit = min(self._limit, float(owner.max_limit))
@@ -538,6 +553,8 @@ class EndpointLimit:
     def _fall_to_floor(self) -> None:
         self._ttfts.clear()  # a restarted server's first tokens are judged on their own
         floor = float(self._owner.min_limit)
+        if self._limit > floor:
+            self._crashed_at = self._limit
         if self._limit <= floor:
             return
         self._ssthresh = max(self._limit / 2.0, floor + 1.0)

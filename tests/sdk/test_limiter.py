@@ -179,6 +179,40 @@ async def test_a_pause_that_begins_while_a_task_waits_is_slept_through() -> None
     granted.release()
 
 
+def test_growth_creeps_near_the_limit_at_which_the_server_went_down() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    finish(leases[0], LimitOutcome.RESTARTING, retry_after=1.0)  # it went down at 20
+    for lease in leases[1:]:
+        lease.release()
+    clock.advance(1.0)
+    seq = 100
+
+    def round_() -> None:
+        nonlocal seq
+        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
+        seq += len(batch)
+        for lease in batch:
+            finish(lease, LimitOutcome.SUCCESS)
+
+    rounds = 0
+    while limit.state().limit < 17:  # slow start to 10, then about + 1 per round trip
+        round_()
+        rounds += 1
+        assert rounds < 40
+    normal = 0
+    while limit.state().limit < 18:
+        round_()
+        normal += 1
+    creeping = 0
+    while limit.state().limit < 19:  # past 0.9 x 20: eight times slower
+        round_()
+        creeping += 1
+        assert creeping < 40
+    assert normal <= 2 and creeping >= 5
+
+
 def test_a_hot_kv_cache_holds_the_limit_and_a_server_queue_ends_slow_start() -> None:
     limit = limiter(initial_limit=2).endpoint(E)
     a, b = take(limit, seq=0), take(limit, seq=1)
