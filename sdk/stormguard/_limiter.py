@@ -577,6 +577,8 @@ class EndpointLimit:
             pause = self._floor_backoff * (0.5 + self._owner.rng.random() / 2)
         self._paused_until = max(self._paused_until, now + pause)
         self._ssthresh = max(self._ssthresh, self._last_good / 2.0, self._owner.min_limit + 1.0)
+        # Refusing even one call is going down, as a restart is: remember where.
+        self._crashed_at = self._last_good
 
     def _pause_left(self, now: float) -> float:
         return max(self._paused_until - now, 0.0)
