@@ -30,7 +30,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import openai
 import tenacity
@@ -42,14 +42,7 @@ from stormguard_server.drill.workload import Arrival
 ClientName = Literal[
     "openai", "openai+tenacity", "stormguard", "openai+sg-httpx", "litellm", "litellm-router"
 ]
-CLIENT_NAMES: tuple[ClientName, ...] = (
-    "openai",
-    "openai+tenacity",
-    "stormguard",
-    "openai+sg-httpx",
-    "litellm",
-    "litellm-router",
-)
+CLIENT_NAMES: tuple[ClientName, ...] = get_args(ClientName)
 AVALANCHE_CLIENTS: tuple[ClientName, ...] = CLIENT_NAMES[:3]
 LITELLM_CLIENTS: frozenset[ClientName] = frozenset({"litellm", "litellm-router"})
 MODEL = "stormguard-sim"
@@ -264,18 +257,15 @@ class StormguardClient:
     name: ClientName = "stormguard"
 
     def __init__(self, base_url: str, timeout_s: float, *, paced: bool = True) -> None:
-        if paced:  # the default client, its default limiter included
-            self._client = stormguard.AsyncClient(
-                base_url=base_url, api_key=_API_KEY, model=MODEL, timeout=timeout_s
-            )
-        else:  # no concurrency limit: the calibration's closed loop paces itself
-            self._client = stormguard.AsyncClient(
-                base_url=base_url,
-                api_key=_API_KEY,
-                model=MODEL,
-                timeout=timeout_s,
-                concurrency=None,
-            )
+        # Paced: a limiter of its own, as the default client has; not paced: none (the
+        # calibration's closed loop paces itself).
+        self._client = stormguard.AsyncClient(
+            base_url=base_url,
+            api_key=_API_KEY,
+            model=MODEL,
+            timeout=timeout_s,
+            concurrency=stormguard.ConcurrencyLimiter() if paced else None,
+        )
 
     def attempts(self) -> int | None:
         return self._client.stats().attempts
