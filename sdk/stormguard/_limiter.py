@@ -22,10 +22,15 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
   about one call in four at a steady capacity).
 * **Drop**: limit * ``backoff_ratio`` (0.9, Netflix's), at most once per
   round trip: a drop of an attempt sent before the last decrease was caused
-  by the old limit and is not counted again. At the floor (``min_limit``) a
-  drop pauses the endpoint instead: for the server's Retry-After, else for a
-  backoff that doubles from 0.25 s to 8 s while the sheds go on (a server
-  behind a plain 503 would otherwise see one probe per waiting call).
+  by the old limit and is not counted again. Drops in a row, with no success
+  between them, bring the limit down to what is still in flight (TCP's "pipe"
+  in loss recovery): the server holds no more than that. A stream the server
+  cuts mid-way is a drop too (a crash cuts them all). At the floor
+  (``min_limit``) a drop pauses the endpoint instead: for the server's
+  Retry-After, else for a backoff that doubles from 0.25 s to 8 s while the
+  sheds go on (a server behind a plain 503 would otherwise see one probe per
+  waiting call). So a crash, or a server that refuses everything, costs one
+  window of attempts and a few probes, not a window per 10 % step down.
 * **A server queue** (``x-queue-depth`` > 0 on a success): no growth, and slow
   start ends: the server's batch is full, more calls here would only wait there.
 * **Restart** (``engine_restart``/``warming``/``draining`` sheds): the engine
@@ -77,7 +82,12 @@ from dataclasses import dataclass
 
 from ._budget import RetryBudget
 from ._clock import Clock
-from ._exceptions import APIStatusError, LocalQueueFullError, QueueTimeoutError
+from ._exceptions import (
+    APIStatusError,
+    LocalQueueFullError,
+    QueueTimeoutError,
+    StreamInterruptedError,
+)
 from .protocol import ServerLoad, ShedReason
 
 __all__ = [
@@ -89,6 +99,7 @@ __all__ = [
     "SlotWaiter",
     "is_shed",
     "limit_outcome",
+    "stream_cut_outcome",
 ]
 
 DEFAULT_INITIAL_LIMIT = 20
@@ -114,6 +125,7 @@ _RATE_WINDOW_S = 10.0
 _RATE_SAMPLES = 512
 #: Releases needed before the rate is trusted to fail a waiter early.
 _MIN_RATE_SAMPLES = 4
+_HOLD_SAMPLES = 64
 #: The hopeless-waiter sweep runs at most this often.
 _SWEEP_EVERY_S = 0.1
 #: A restart shed without a Retry-After pauses the endpoint this long.
@@ -167,6 +179,19 @@ def limit_outcome(error: BaseException | None) -> LimitOutcome:
     return LimitOutcome.IGNORED
 
 
+def stream_cut_outcome(error: BaseException) -> LimitOutcome:
+    """What a stream that failed after its first chunk tells the limit. Cut by the
+    server (the connection, or a 5xx event): a drop, since the server lost work it
+    had taken, and an engine that runs out of memory cuts every stream it has at
+    once; the limit must be down before the backlog refills it. Anything else (the
+    caller's deadline, a malformed chunk) says nothing about load."""
+    if isinstance(error, StreamInterruptedError) or (
+        isinstance(error, APIStatusError) and error.status_code >= 500
+    ):
+        return LimitOutcome.DROPPED
+    return LimitOutcome.IGNORED
+
+
 @dataclass(frozen=True, slots=True)
 class LimitState:
     """One endpoint's limit right now."""
@@ -190,6 +215,7 @@ class Lease:
     __slots__ = (
         "_limit",
         "epoch",
+        "granted_at",
         "in_flight_at_start",
         "load",
         "outcome",
@@ -198,9 +224,12 @@ class Lease:
         "ttft",
     )
 
-    def __init__(self, limit: EndpointLimit, epoch: int, in_flight: int, queued_s: float) -> None:
+    def __init__(
+        self, limit: EndpointLimit, epoch: int, in_flight: int, queued_s: float, granted_at: float
+    ) -> None:
         self._limit = limit
         self.epoch = epoch
+        self.granted_at = granted_at
         self.in_flight_at_start = in_flight
         #: Seconds the call waited in the local queue for this slot.
         self.queued_s = queued_s
@@ -378,11 +407,16 @@ class EndpointLimit:
         self._decreases = 0
         self._refused = 0
         self._releases: deque[float] = deque(maxlen=_RATE_SAMPLES)
+        #: How long recent successes held their slot (Little's law: limit / hold = rate).
+        self._holds: deque[float] = deque(maxlen=_HOLD_SAMPLES)
+        self._granted_sum = 0.0  # of the grant times of the attempts in flight
         self._ttfts: deque[float] = deque(maxlen=_TTFT_SAMPLES)
         self._last_sweep = -math.inf
         self._paused_until = -math.inf
         #: The pause after the last shed at the floor (doubles while they go on).
         self._floor_backoff = 0.0
+        #: Drops since the last success.
+        self._drops_in_a_row = 0
         #: The limit when the last success came: what a collapse is recovered towards.
         self._last_good = float(owner.initial_limit)
         #: The limit when the server last went down (restart, breaker opened).
@@ -459,18 +493,18 @@ class EndpointLimit:
         """An attempt gave its slot back: adapt the limit, wake whoever may go now."""
         with self._lock:
             self._in_flight -= 1
+            self._granted_sum = self._granted_sum - lease.granted_at if self._in_flight else 0.0
             now = self.clock.now()
             outcome = lease.outcome
             paused_until = self._paused_until
             self._releases.append(now)  # every release frees a slot: the queue's pace
             if outcome is LimitOutcome.SUCCESS:
+                self._holds.append(now - lease.granted_at)
                 self._floor_backoff = 0.0
+                self._drops_in_a_row = 0
                 self._grow(lease)
             elif outcome is LimitOutcome.DROPPED:
-                if self._limit <= self._owner.min_limit:
-                    self._shed_at_floor(now, lease.load)
-                else:
-                    self._decrease(lease, self._limit * self._owner.backoff_ratio)
+                self._dropped(lease, now)
             elif outcome is LimitOutcome.RESTARTING:
                 self._restart(now, lease.load)
             wakes = self._grant_waiters()
@@ -496,7 +530,9 @@ class EndpointLimit:
 
     def _grant(self, queued_s: float) -> Lease:
         self._in_flight += 1
-        return Lease(self, self._epoch, self._in_flight, queued_s)
+        now = self.clock.now()
+        self._granted_sum += now
+        return Lease(self, self._epoch, self._in_flight, queued_s, now)
 
     def _grow(self, lease: Lease) -> None:
         owner = self._owner
@@ -532,6 +568,28 @@ class EndpointLimit:
         samples.append(ttft)
         return fastest is not None and ttft > SLOW_TTFT_FACTOR * fastest + SLOW_TTFT_SLACK_S
 
+    def _dropped(self, lease: Lease, now: float) -> None:
+        """A shed. Amid successes, the limit was a little too high: cut it once per
+        round trip. Drops in a row, with no success between them, say more: the
+        server holds no more than what is still in flight (the "pipe" of TCP's
+        loss recovery, RFC 6675), so the limit comes down to that at once rather
+        than by 10 % per round trip of refused attempts. A run that empties the
+        window (every stream cut by a crash, every call refused by a server down
+        behind a plain 503) reaches the floor, and the floor's pause."""
+        in_a_row = self._drops_in_a_row
+        self._drops_in_a_row += 1
+        floor = float(self._owner.min_limit)
+        if self._limit <= floor:
+            self._shed_at_floor(now, lease)
+        elif not in_a_row:
+            self._decrease(lease, self._limit * self._owner.backoff_ratio)
+        elif self._in_flight < self._limit:
+            self._limit = max(float(self._in_flight), floor)
+            self._ssthresh = self._limit
+            self._epoch += 1
+            if not self._in_flight:
+                self._shed_at_floor(now, lease)
+
     def _decrease(self, lease: Lease, to: float) -> bool:
         if lease.epoch != self._epoch:
             return False  # sent under a limit already decreased: one decrease per round trip
@@ -562,13 +620,19 @@ class EndpointLimit:
         self._epoch += 1
         self._decreases += 1
 
-    def _shed_at_floor(self, now: float, load: ServerLoad | None) -> None:
+    def _shed_at_floor(self, now: float, lease: Lease) -> None:
         """A shed with the limit at its floor: the server refuses even one call (it is
         full of others' work, or down behind a plain 503). Lowering is no longer an
         answer; waiting is: the endpoint pauses for the server's Retry-After, else
         for a backoff that doubles while the sheds go on (0.25 s to 8 s, jittered),
         so the queue is not emptied one refused probe at a time. When calls get in
-        again, the limit slow-starts towards half of what it was before the sheds."""
+        again, the limit slow-starts towards half of what it was before the sheds.
+        The rest of a run that brought the limit here changes nothing: only an
+        attempt sent at the floor (a probe) doubles the backoff."""
+        if lease.epoch != self._epoch and self._pause_left(now) > 0:
+            return
+        self._epoch += 1
+        load = lease.load
         retry_after = load.retry_after if load is not None else None
         if retry_after is not None:
             pause = min(retry_after, MAX_RESTART_PAUSE_S)
@@ -583,23 +647,43 @@ class EndpointLimit:
     def _pause_left(self, now: float) -> float:
         return max(self._paused_until - now, 0.0)
 
-    def _wait_estimate(self, ahead: int) -> float | None:
-        """Seconds until ``ahead + 1`` slots free up: any pause, then the measured
-        release rate (None: no pause, and too few releases to know the rate)."""
-        now = self.clock.now()
-        pause = self._pause_left(now)
-        releases = self._releases
-        while releases and now - releases[0] > _RATE_WINDOW_S:
-            releases.popleft()
+    def _wait_estimate(
+        self, ahead: int, pace: tuple[float, float | None] | None = None
+    ) -> float | None:
+        """Seconds until ``ahead + 1`` slots free up (None: too little measured to
+        know): any pause, else by the rate at which slots free up (``_pace``)."""
+        pause, rate = self._pace() if pace is None else pace
         if pause > 0:
             # After a restart one probe goes first: the rate of the old server says
             # nothing about the new one, so only the pause is certain.
             return pause
+        return None if rate is None else (ahead + 1) / rate
+
+    def _pace(self) -> tuple[float, float | None]:
+        """The pause left, and the rate at which slots free up: the faster of the
+        measured one (releases over the last 10 s) and the one the limit gives by
+        Little's law (the limit, or the one slow start heads for, over the time a
+        slot is held). The measured rate lags a rising limit: after a restart the
+        limit doubles per round trip, and the releases of its first, small rounds
+        would fail a backlog that has the time to wait. The time a slot is held is
+        the mean of recent successes, or the mean age of the attempts in flight if
+        that is longer: a server that stopped answering is not assumed to go on."""
+        now = self.clock.now()
+        releases = self._releases
+        while releases and now - releases[0] > _RATE_WINDOW_S:
+            releases.popleft()
         if len(releases) < _MIN_RATE_SAMPLES:
-            return None
-        span = max(now - releases[0], 1e-3)
-        rate = len(releases) / span
-        return (ahead + 1) / rate
+            return self._pause_left(now), None
+        rate = len(releases) / max(now - releases[0], 1e-3)
+        if self._holds:
+            hold = sum(self._holds) / len(self._holds)
+            if self._in_flight:
+                hold = max(hold, now - self._granted_sum / self._in_flight)
+            target = self._limit
+            if self._limit < self._ssthresh < math.inf:
+                target = self._ssthresh
+            rate = max(rate, target / max(hold, 1e-3))
+        return self._pause_left(now), rate
 
     def _grant_waiters(self) -> list[Callable[[], None]]:
         wakes: list[Callable[[], None]] = []
@@ -621,10 +705,11 @@ class EndpointLimit:
         self._last_sweep = now
         wakes: list[Callable[[], None]] = []
         ahead = 0
+        pace = self._pace()
         for _, waiter in sorted(self._queue, key=lambda item: item[0]):
             if waiter.done:
                 continue
-            estimate = self._wait_estimate(ahead)
+            estimate = self._wait_estimate(ahead, pace)
             if estimate is None:
                 break
             if now + estimate > waiter.deadline_at:

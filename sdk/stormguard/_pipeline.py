@@ -60,7 +60,7 @@ from ._exceptions import (
 )
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
-from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome
+from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
 from ._models import APIResult, CallInfo, Record
 from ._responses import (
     error_from_response,
@@ -239,7 +239,7 @@ class LogicalCall:
         if error is not None and self._lease is not None:
             # A stream that failed after its first chunk (cut by a crash, timed out):
             # its success at the first chunk must not raise the limit.
-            self._lease.mark(LimitOutcome.IGNORED)
+            self._lease.mark(stream_cut_outcome(error), self._lease.load)
         self.release_slot()
         if self._ended or self._trace is None:
             return

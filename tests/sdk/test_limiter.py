@@ -54,16 +54,65 @@ def test_an_idle_limit_does_not_grow() -> None:
 def test_a_drop_cuts_the_limit_once_per_round_trip_then_growth_is_linear() -> None:
     limit = limiter(initial_limit=20).endpoint(E)
     leases = [take(limit, seq=i) for i in range(20)]
-    for lease in leases[:5]:  # five sheds of attempts sent under the same limit
-        finish(lease, LimitOutcome.DROPPED)
+    for shed, served in zip(leases[:5], leases[5:10], strict=True):
+        finish(shed, LimitOutcome.DROPPED)  # sheds of attempts sent under the same limit,
+        finish(served, LimitOutcome.SUCCESS)  # amid successes: the server is just full
     state = limit.state()
     assert (state.limit, state.decreases, state.slow_start) == (18, 1, False)
-    for lease in leases[5:]:  # 15 successes, each sent with 20 in flight: + 1/limit each
+    for lease in leases[10:]:  # 10 more successes, each sent with 20 in flight: + 1/limit
         finish(lease, LimitOutcome.SUCCESS)
     assert limit.state().limit == 18  # 18 + 15/18 < 19: one slot per round trip, not 15
     again = [take(limit, seq=100 + i) for i in range(18)]
     finish(again[0], LimitOutcome.DROPPED)  # sent after the cut: a new signal
     assert (limit.state().limit, limit.state().decreases) == (16, 2)
+
+
+def test_drops_in_a_row_bring_the_limit_down_to_what_is_still_in_flight() -> None:
+    limit = limiter(initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    for lease in leases[:5]:  # five sheds back to back: the server holds the other 15
+        finish(lease, LimitOutcome.DROPPED)
+    state = limit.state()
+    assert (state.limit, state.in_flight, state.paused_for) == (15, 15, 0.0)
+    for lease in leases[5:]:
+        finish(lease, LimitOutcome.SUCCESS)  # a success ends the run
+    assert limit.state().limit == 15  # 15 + 15/15, taken in slow start's stead
+    finish(take(limit, seq=50), LimitOutcome.DROPPED)  # a drop after a success, alone:
+    assert limit.state().limit == 14  # 10 % off, not down to the 0 now in flight
+
+
+def test_a_run_of_drops_that_empties_the_window_pauses_at_the_floor() -> None:
+    """A crash cuts every stream in flight: one window of lost attempts, then the
+    floor's pause and its probes, not a window of refused attempts per 10 % step."""
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    for lease in leases[-3:]:
+        finish(lease, LimitOutcome.SUCCESS)  # served at a limit of 20 (slow start: now 23)
+    refilled = [take(limit, seq=100 + i) for i in range(6)]
+    sent = 26
+    for lease in leases[:-3] + refilled:  # the engine dies: every attempt is lost
+        finish(lease, LimitOutcome.DROPPED)
+        while limit.has_room():  # whatever the limit lets out meanwhile is refused too
+            sent += 1
+            finish(take(limit, seq=200 + sent), LimitOutcome.DROPPED)
+    state = limit.state()
+    assert sent == 26  # nothing more went out while the run lasted
+    assert state.limit == 1 and 0.125 <= state.paused_for <= 0.25
+    pauses = []
+    for i in range(3):  # each probe after a pause is refused too: the pause doubles
+        clock.advance(limit.state().paused_for)
+        finish(take(limit, seq=300 + i), LimitOutcome.DROPPED)
+        pauses.append(limit.state().paused_for)
+    assert pauses[-1] > 0.5
+    clock.advance(pauses[-1])
+    seq = 400
+    while limit.state().slow_start:  # back: slow start towards half the limit it had
+        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
+        seq += len(batch)
+        for lease in batch:
+            finish(lease, LimitOutcome.SUCCESS)
+    assert 11 <= limit.state().limit <= 13
 
 
 def test_a_restart_drops_to_the_minimum_and_slow_starts_to_half_the_old_limit() -> None:
@@ -241,7 +290,8 @@ def test_a_slow_first_token_holds_the_limit_and_ends_slow_start() -> None:
 
 
 def test_the_limit_stays_within_its_bounds() -> None:
-    limit = limiter(initial_limit=2, min_limit=2, max_limit=3).endpoint(E)
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=2, min_limit=2, max_limit=3).endpoint(E)
     for round_ in range(5):
         leases = [take(limit, seq=10 * round_ + i) for i in range(limit.state().limit)]
         for lease in leases:
@@ -249,6 +299,7 @@ def test_the_limit_stays_within_its_bounds() -> None:
     assert limit.state().limit == 3
     for round_ in range(5):
         finish(take(limit, seq=100 + round_), LimitOutcome.DROPPED)
+        clock.advance(limit.state().paused_for)
     assert limit.state().limit == 2
 
 
@@ -366,6 +417,35 @@ def test_a_waiter_whose_deadline_becomes_hopeless_is_failed_without_waiting_for_
             assert exc.queued_s == pytest.approx(2.5)
             results.append("refused")
     assert results[0] == "Lease" and results[-1] == "refused"
+
+
+def test_a_backlog_waiting_out_a_restart_is_not_failed_by_the_first_small_rounds() -> None:
+    """After a restart the limit slow-starts from 1: the releases of its first rounds
+    are few, but the limit it heads for frees slots far faster, and the backlog has
+    the time to wait for it."""
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=16, max_limit=16).endpoint(E)
+    for round_ in range(3):  # 16 calls a second, each holding its slot for 1 s
+        batch = [take(limit, seq=100 * round_ + i) for i in range(16)]
+        clock.advance(1.0)
+        for lease in batch:
+            finish(lease, LimitOutcome.SUCCESS)
+    crashed = take(limit, seq=999)
+    finish(crashed, LimitOutcome.RESTARTING, retry_after=12.0)  # down longer than the window
+    waiters = [limit.acquire(1, 1000 + i, deadline_at=clock.now() + 60.0) for i in range(300)]
+    clock.advance(12.0)
+    served, rounds = 0, 0
+    while served < 300:
+        limit.poll()
+        leases = [w.wait(0) for w in waiters if isinstance(w, SlotWaiter) and w.done]
+        waiters = [w for w in waiters if not (isinstance(w, SlotWaiter) and w.done)]
+        assert leases, f"{limit.state()} after {served} served"
+        clock.advance(1.0)
+        for lease in leases:
+            finish(lease, LimitOutcome.SUCCESS)
+        served += len(leases)
+        rounds += 1
+    assert limit.state().refused == 0 and rounds < 48  # all in time: 1, 2, 4, 8, then ~16 a round
 
 
 def test_a_wait_that_reaches_its_timeout_leaves_the_queue() -> None:

@@ -215,15 +215,31 @@ async def test_an_endpoint_whose_breaker_opened_ramps_back_from_the_bottom(
     assert limiter.state()[0].limit == 2  # one step at a time
 
 
-async def test_a_stream_cut_after_its_first_chunk_does_not_raise_the_limit(
+async def test_a_stream_the_server_cuts_after_its_first_chunk_is_a_drop(
     api: Api, mock: respx.MockRouter
 ) -> None:
     cut = sse(chunk("a"), chunk("b"), done=False)  # a crash cut it: no [DONE]
     mock.post("/chat/completions").mock(side_effect=lambda request: event_stream(cut))
-    limiter = ConcurrencyLimiter(initial_limit=2, clock=api.clock)
+    limiter = ConcurrencyLimiter(initial_limit=4, clock=api.clock)
     client = api.client(concurrency=limiter)
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
     with pytest.raises(stormguard.StreamInterruptedError):
         await api.collect(stream)
     state = limiter.state()[0]
-    assert (state.limit, state.in_flight) == (2, 0)  # a whole success would have made it 3
+    # Its success at the first chunk does not count (that would make it 5): the server
+    # lost work it had taken, as an engine out of memory does, and the limit comes down.
+    assert (state.limit, state.in_flight, state.decreases) == (3, 0, 1)
+
+
+async def test_a_stream_the_caller_closes_early_leaves_the_limit_alone(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=lambda request: event_stream(sse(chunk("a"), chunk("b")))
+    )
+    limiter = ConcurrencyLimiter(initial_limit=4, clock=api.clock)
+    client = api.client(concurrency=limiter)
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    await api.run(stream.close() if api.mode == "sync" else stream.aclose())
+    state = limiter.state()[0]
+    assert (state.limit, state.in_flight, state.decreases) == (4, 0, 0)
