@@ -459,7 +459,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     configure_logging(args.log_level, args.log_format)
-    asyncio.run(serve(config_from_args(args)))
+    # uvicorn stops gracefully on Ctrl-C, then raises the signal again once the
+    # servers are down: that is the end of the run, not an error to print.
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config_from_args(args)))
 
 
 if __name__ == "__main__":
