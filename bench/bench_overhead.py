@@ -22,17 +22,14 @@ import cProfile
 import io
 import pstats
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 
 import httpx
 import openai
 
 import stormguard
-from stormguard_server.drill.servers import free_port
+from zero_server import running as zero_server_running
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 BODY = {"model": "zero", "messages": MESSAGES, "max_tokens": 16}
@@ -42,18 +39,8 @@ KEY = "bench"
 @contextlib.contextmanager
 def zero_server() -> Iterator[str]:
     """Start bench/zero_server.py; yield its /v1 base URL; stop it."""
-    port = free_port()
-    script = Path(__file__).with_name("zero_server.py")
-    process = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port)], stdout=subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None
-        process.stdout.readline()  # "ready on ..."
-        yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=5)
+    with zero_server_running() as root:
+        yield f"{root}/v1"
 
 
 def sync_callers(base_url: str) -> dict[str, Callable[[], object]]:

@@ -1,10 +1,17 @@
 """A zero-latency OpenAI-compatible stub: a fixed chat completion, as fast as asyncio can.
 
-    python bench/zero_server.py --port 8123
+    python bench/zero_server.py --port 8123 [--status 500 | --status 503 | --close]
 
 Raw asyncio (no framework), HTTP/1.1 keep-alive, so the server adds as little as
 possible to what bench_overhead.py measures: the clients' own time per call. Any
-POST gets the same completion; any other request gets a 404. Loopback only.
+POST gets the same completion; ``GET /count`` the number of POSTs so far (as
+``{"posts": n}``); any other request a 404. Loopback only.
+
+For bench_outage.py it can also be a server in a full outage: ``--status N``
+answers every POST with N and an OpenAI-style error body, and nothing else (no
+Retry-After, no load headers: an engine failing every call, a proxy with no
+healthy upstream); ``--close`` reads each POST and closes the connection
+without an answer (a process that dies on every request).
 """
 
 from __future__ import annotations
@@ -13,6 +20,11 @@ import argparse
 import asyncio
 import contextlib
 import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 _COMPLETION = json.dumps(
     {
@@ -36,28 +48,79 @@ _OK = (
     + _COMPLETION
 )
 _NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+_REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
-async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+def _json(status: int, body: bytes) -> bytes:
+    reason = _REASONS.get(status, "OK" if status == 200 else "Error")
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _error(status: int) -> bytes:
+    message = f"the stub answers every call with {status}"
+    return _json(status, json.dumps({"error": {"message": message, "code": status}}).encode())
+
+
+class Stub:
+    """One answer for every POST (or a closed connection), and a count of them."""
+
+    def __init__(self, status: int, close: bool) -> None:
+        self.answer = _OK if status == 200 else _error(status)
+        self.close = close
+        self.posts = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                if length:
+                    await reader.readexactly(length)
+                if head.startswith(b"POST"):
+                    self.posts += 1
+                    if self.close:
+                        return
+                    writer.write(self.answer)
+                elif head.startswith(b"GET /count "):
+                    writer.write(_json(200, json.dumps({"posts": self.posts}).encode()))
+                else:
+                    writer.write(_NOT_FOUND)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@contextlib.contextmanager
+def running(*flags: str) -> Iterator[str]:
+    """Start this stub in its own process with ``flags`` on a free loopback port;
+    yield its root URL (``http://127.0.0.1:PORT``); stop it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__)), "--port", str(port), *flags],
+        stdout=subprocess.PIPE,
+    )
     try:
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            if length:
-                await reader.readexactly(length)
-            writer.write(_OK if head.startswith(b"POST") else _NOT_FOUND)
-            await writer.drain()
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass
+        assert process.stdout is not None
+        process.stdout.readline()  # "ready on ..."
+        yield f"http://127.0.0.1:{port}"
     finally:
-        writer.close()
+        process.terminate()
+        process.wait(timeout=5)
 
 
-async def main(port: int) -> None:
-    server = await asyncio.start_server(_serve, "127.0.0.1", port, backlog=1024)
+async def main(port: int, status: int, close: bool) -> None:
+    stub = Stub(status, close)
+    server = await asyncio.start_server(stub.serve, "127.0.0.1", port, backlog=1024)
     print(f"ready on 127.0.0.1:{port}", flush=True)
     async with server:
         await server.serve_forever()
@@ -66,5 +129,8 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8123)
+    parser.add_argument("--status", type=int, default=200, help="answer every POST with this")
+    parser.add_argument("--close", action="store_true", help="close every POST unanswered")
+    args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main(parser.parse_args().port))
+        asyncio.run(main(args.port, args.status, args.close))
