@@ -508,8 +508,11 @@ class EndpointLimit:
             elif outcome is LimitOutcome.RESTARTING:
                 self._restart(now, lease.load)
             wakes = self._grant_waiters()
-            wakes += self._sweep(now)
-            if self._paused_until > paused_until:  # a pause began: waiters sleep through it
+            paused = self._paused_until > paused_until
+            # A pause that begins is news to every waiter: who cannot outlast it fails
+            # now, the others sleep through it.
+            wakes += self._sweep(now, force=paused)
+            if paused:
                 wakes += [w._wake for _, w in self._queue if not w.done and w._wake]
         _call_all(wakes)
 
@@ -698,9 +701,9 @@ class EndpointLimit:
             wakes.append(waiter._resolve(self._grant(now - waiter.enqueued_at), None))
         return wakes
 
-    def _sweep(self, now: float) -> list[Callable[[], None]]:
+    def _sweep(self, now: float, *, force: bool = False) -> list[Callable[[], None]]:
         """Fail, at once, the waiters whose deadline the queue ahead cannot let them meet."""
-        if now - self._last_sweep < _SWEEP_EVERY_S or not self._waiting:
+        if not self._waiting or (now - self._last_sweep < _SWEEP_EVERY_S and not force):
             return []
         self._last_sweep = now
         wakes: list[Callable[[], None]] = []

@@ -448,6 +448,21 @@ def test_a_backlog_waiting_out_a_restart_is_not_failed_by_the_first_small_rounds
     assert limit.state().refused == 0 and rounds < 48  # all in time: 1, 2, 4, 8, then ~16 a round
 
 
+def test_a_waiter_that_cannot_outlast_a_pause_that_begins_fails_at_once() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=1, max_limit=1).endpoint(E)
+    probe = take(limit)
+    waiter = limit.acquire(1, 1, deadline_at=clock.now() + 2.0)
+    assert isinstance(waiter, SlotWaiter)
+    limit.poll()  # a sweep just ran: the next one is not due for a while
+    clock.advance(0.01)
+    finish(probe, LimitOutcome.DROPPED, retry_after=5.0)  # refused at the floor: 5 s pause
+    assert waiter.done  # 2 s left, 5 s to wait: told now, not at its deadline
+    with pytest.raises(QueueTimeoutError) as info:
+        waiter.wait(0)
+    assert info.value.estimated_wait_s == pytest.approx(5.0)
+
+
 def test_a_wait_that_reaches_its_timeout_leaves_the_queue() -> None:
     limit = limiter(initial_limit=1).endpoint(E)
     holder = take(limit, seq=0)
