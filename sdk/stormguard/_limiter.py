@@ -614,11 +614,13 @@ class EndpointLimit:
     def _fall_to_floor(self) -> None:
         self._ttfts.clear()  # a restarted server's first tokens are judged on their own
         floor = float(self._owner.min_limit)
-        if self._limit > floor:
-            self._crashed_at = self._limit
         if self._limit <= floor:
             return
-        self._ssthresh = max(self._limit / 2.0, floor + 1.0)
+        # Where it went down: the limit of the last success, not what a run of sheds
+        # (the streams the crash cut) had already brought it down to.
+        peak = max(self._limit, self._last_good)
+        self._crashed_at = peak
+        self._ssthresh = max(peak / 2.0, floor + 1.0)
         self._limit = floor
         self._epoch += 1
         self._decreases += 1

@@ -4,16 +4,24 @@ Hand-written because the decoder must do three things the common SSE helpers
 (httpx-sse, openai-python's decoder) leave to the caller: bound the memory of
 one event (a server that never sends a newline must not grow a buffer without
 end), tell a clean end of stream from one cut off in the middle of an event,
-and handle CR, LF and CRLF line ends split across network chunks.
+and handle CR, LF and CRLF line ends split across network chunks. It runs in
+time linear in the bytes fed, however they are cut (a megabyte of blank lines
+is one pass, not a search per line), and strips a UTF-8 byte order mark at the
+start of the stream, as the spec says.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "EventTooLargeError", "SSEDecoder", "ServerSentEvent"]
 
 DEFAULT_MAX_EVENT_BYTES = 8 * 1024 * 1024
+_BOM = b"\xef\xbb\xbf"
+_BLANK_RUN = re.compile(b"\n{3,}")
+#: A chunk is decoded this much at a time (a decompressed chunk can be huge).
+_PIECE_BYTES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,12 +46,22 @@ class SSEDecoder:
     ['a\\nb', '[DONE]']
     """
 
-    __slots__ = ("_buffer", "_data", "_event", "_id", "_max_bytes", "_pending_bytes", "_skip_lf")
+    __slots__ = (
+        "_at_start",
+        "_buffer",
+        "_data",
+        "_event",
+        "_id",
+        "_max_bytes",
+        "_pending_bytes",
+        "_skip_lf",
+    )
 
     def __init__(self, *, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max_bytes = max_event_bytes
         self._buffer = bytearray()
         self._skip_lf = False  # the last chunk ended in CR: a leading LF belongs to it
+        self._at_start = True  # nothing seen past where a byte order mark could be
         self._data: list[str] = []
         self._event: str | None = None
         self._id: str | None = None
@@ -57,45 +75,52 @@ class SSEDecoder:
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """Decode ``chunk`` and return the events it completed, in order."""
         events: list[ServerSentEvent] = []
-        if not chunk:
-            return events
-        if self._skip_lf and chunk[:1] == b"\n":
-            chunk = chunk[1:]
-        self._skip_lf = False
-        buffer = self._buffer
-        buffer += chunk
-        start = 0
-        length = len(buffer)
-        while start < length:
-            cr = buffer.find(b"\r", start)
-            lf = buffer.find(b"\n", start)
-            if cr == -1 and lf == -1:
-                break
-            if cr == -1 or (lf != -1 and lf < cr):
-                end, nxt = lf, lf + 1
-            elif cr + 1 < length:
-                end, nxt = cr, cr + 2 if buffer[cr + 1] == 0x0A else cr + 1
-            else:  # CR at the very end: an LF may follow in the next chunk
-                end, nxt = cr, cr + 1
-                self._skip_lf = True
-            event = self._line(bytes(buffer[start:end]))
-            if event is not None:
-                events.append(event)
-            start = nxt
-        del buffer[:start]
-        if len(buffer) + self._pending_bytes > self._max_bytes:
-            raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
+        if self._at_start:  # strip a byte order mark, even one that arrives a byte at a time
+            head = bytes(self._buffer) + chunk
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                self._buffer[:] = head
+                return events
+            self._buffer.clear()
+            chunk = head[len(_BOM) :] if head.startswith(_BOM) else head
+            self._at_start = False
+        for at in range(0, len(chunk), _PIECE_BYTES):  # bounded work and memory per step
+            self._feed_piece(chunk[at : at + _PIECE_BYTES], events)
         return events
 
-    def _line(self, raw: bytes) -> ServerSentEvent | None:
-        if not raw:
-            return self._dispatch()
+    def _feed_piece(self, piece: bytes, events: list[ServerSentEvent]) -> None:
+        if self._skip_lf and piece[:1] == b"\n":
+            piece = piece[1:]
+        self._skip_lf = False
+        buffer = self._buffer
+        if b"\n" not in piece and b"\r" not in piece:
+            buffer += piece  # still inside a line: only the new bytes were looked at
+            if len(buffer) + self._pending_bytes > self._max_bytes:
+                raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
+            return
+        self._skip_lf = piece.endswith(b"\r")  # an LF may follow in the next chunk
+        # CR, LF and CRLF all end a line: make them one LF, and a run of blank lines
+        # one blank line (the second and later dispatch nothing), all in C.
+        text = (bytes(buffer) + piece).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = _BLANK_RUN.sub(b"\n\n", text).split(b"\n")
+        buffer[:] = lines.pop()  # what follows the last line end: a line still arriving
+        for line in lines:
+            if line:
+                self._line(line)
+            elif self._data:
+                events.append(self._dispatch())
+            else:
+                self._event = None  # a blank line without data dispatches nothing
+                self._pending_bytes = 0
+        if len(buffer) + self._pending_bytes > self._max_bytes:
+            raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
+
+    def _line(self, raw: bytes) -> None:
         self._pending_bytes += len(raw)
         if self._pending_bytes > self._max_bytes:
             raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
         line = raw.decode("utf-8", errors="replace")
         if line.startswith(":"):
-            return None  # comment (keep-alive)
+            return  # comment (keep-alive)
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
@@ -106,11 +131,8 @@ class SSEDecoder:
         elif name == "id" and "\0" not in value:
             self._id = value
         # "retry" and unknown fields are ignored, as the spec says.
-        return None
 
-    def _dispatch(self) -> ServerSentEvent | None:
+    def _dispatch(self) -> ServerSentEvent:
         data, event, id_ = self._data, self._event, self._id
         self._data, self._event, self._pending_bytes = [], None, 0
-        if not data:
-            return None
         return ServerSentEvent(data="\n".join(data), event=event, id=id_)

@@ -159,6 +159,27 @@ def test_a_restart_pauses_the_endpoint_for_its_retry_after_then_one_probe_goes()
     assert limit.state().limit == 2
 
 
+def test_a_restart_amid_the_cut_streams_recovers_towards_the_limit_before_the_crash() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    finish(leases[-1], LimitOutcome.SUCCESS)  # served at 20
+    for lease in leases[:12]:  # the crash cuts streams: the limit follows them down...
+        finish(lease, LimitOutcome.DROPPED)
+    assert limit.state().limit == 7
+    finish(leases[12], LimitOutcome.RESTARTING, retry_after=1.0)  # ...then the restart sheds
+    for lease in leases[13:19]:
+        lease.release()
+    clock.advance(1.0)
+    seq = 100
+    while limit.state().slow_start:
+        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
+        seq += len(batch)
+        for lease in batch:
+            finish(lease, LimitOutcome.SUCCESS)
+    assert 10 <= limit.state().limit <= 12  # half of 20, not of the 7 the cuts had left
+
+
 async def test_a_waiter_sleeping_through_a_pause_wakes_when_it_ends() -> None:
     limit = ConcurrencyLimiter(initial_limit=4).endpoint(E)  # real time
     lease = take(limit)

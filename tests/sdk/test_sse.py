@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -83,3 +85,68 @@ def test_many_lines_of_one_event_cannot_grow_past_the_limit() -> None:
     with pytest.raises(EventTooLargeError):
         for _ in range(100):
             decoder.feed(b"data: " + b"y" * 50 + b"\n")
+
+
+def reference_events(stream: bytes) -> list[tuple[str, str | None, str | None]]:
+    """The spec's algorithm, written plainly: the whole stream at once, one line at a
+    time (slow, and obviously right)."""
+    if stream.startswith(b"\xef\xbb\xbf"):
+        stream = stream[3:]
+    *lines, _unterminated = re.split(rb"\r\n|\r|\n", stream)
+    events, data, event, last_id = [], [], None, None
+    for raw in lines:
+        line = raw.decode("utf-8", errors="replace")
+        if not line:
+            if data:
+                events.append(("\n".join(data), event, last_id))
+            data, event = [], None
+            continue
+        if line.startswith(":"):
+            continue
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            data.append(value)
+        elif name == "event":
+            event = value
+        elif name == "id" and "\0" not in value:
+            last_id = value
+    return events
+
+
+SSE_PIECES = st.sampled_from(
+    [b"data", b"event", b"id", b":", b": ", b" ", b"x", b"\xc3", b"\0", b"\r", b"\n", b"\r\n"]
+)
+
+
+@given(
+    st.booleans(),
+    st.lists(SSE_PIECES, max_size=60),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=8),
+)
+def test_the_decoder_agrees_with_the_spec_however_the_stream_is_cut(
+    bom: bool, pieces: list[bytes], cuts: list[int]
+) -> None:
+    stream = (b"\xef\xbb\xbf" if bom else b"") + b"".join(pieces)
+    points = sorted({c for c in cuts if c <= len(stream)})
+    decoder = SSEDecoder()
+    got = []
+    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
+        got.extend((e.data, e.event, e.id) for e in decoder.feed(stream[a:b]))
+    assert got == reference_events(stream)
+
+
+def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_event() -> None:
+    decoder = SSEDecoder()
+    events = [*decoder.feed(b"\xef\xbb"), *decoder.feed(b"\xbfdata: first\n\ndata: x\n\n")]
+    assert [e.data for e in events] == ["first", "x"]
+    assert [e.data for e in SSEDecoder().feed(b"data: \xef\xbb\xbfkept\n\n")] == ["\ufeffkept"]
+
+
+def test_a_flood_of_blank_lines_is_one_pass() -> None:
+    """A megabyte of newlines (or a gzip bomb of them) must not cost a search per line:
+    linear time is shown in bench (docs/benchmarks.md); here, the events stay right."""
+    decoder = SSEDecoder()
+    events = decoder.feed(b"data: a\n" + b"\n" * 1_000_000 + b"data: b\r\n\r\n")
+    assert [e.data for e in events] == ["a", "b"] and not decoder.has_partial_event
