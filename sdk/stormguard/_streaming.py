@@ -58,7 +58,6 @@ class _StreamState(Generic[T]):
         self.finish_reasons: list[str] = []
         self.raw_prefix: list[bytes] = []
         self.first_model: str | None = None
-        self._raw_tail = b""
         self.response_id: str | None = None
         self.delivered = 0
         self.info = CallInfo(
@@ -210,15 +209,45 @@ class _StreamState(Generic[T]):
         self.call.ended(response=self.summary())
 
     def passing_through(self, raw: bytes) -> None:
-        """Transport mode: raw bytes go to the caller, who decodes them; the call ends
-        at ``[DONE]`` (openai-python closes the response there, before its end)."""
-        if b"[DONE]" in self._raw_tail + raw:
-            self.passed_through()
-        self._raw_tail = raw[-8:]
+        """Transport mode: raw bytes go to the caller, who decodes them. They are
+        decoded here too, only to learn how the stream ends: at ``[DONE]`` (which
+        openai-python closes the response at, before its end), or with an error
+        event (a crash's 503, a 500): the call fails, and the concurrency limit
+        hears that the server lost the stream."""
+        if self.done:
+            return
+        try:
+            events = self.decoder.feed(raw)
+        except EventTooLargeError:
+            events = []  # the caller's decoder has its own limit; this one stops looking
+            self.done = True
+        for event in events:
+            data = event.data.strip()
+            if data == "[DONE]":
+                self.done = True
+                self.call.ended(response=self.summary())
+                return
+            if event.event == "error" or '"error"' in data:
+                payload = parse_json_object(data.encode())
+                if payload is not None and (event.event == "error" or "error" in payload):
+                    self.done = True
+                    self.call.ended(self._error_event(payload), response=self.summary())
+                    return
 
-    def passed_through(self) -> None:
-        """Transport mode: the caller read the raw body to its end."""
-        self.call.ended(response=self.summary())
+    def passed_through(self, cut: Exception | None = None) -> None:
+        """Transport mode: the caller read the raw body to its end, or the connection
+        failed under it (``cut``); an end without ``[DONE]`` is a cut stream too."""
+        if self.done and cut is None:
+            self.call.ended(self.failure, response=self.summary())
+            return
+        self.done = True
+        how = f" ({type(cut).__name__})" if cut is not None else " before [DONE]"
+        error = StreamInterruptedError(
+            f"The stream was cut off{how}",
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
+        self.call.ended(error, response=self.summary())
 
     def closed_early(self) -> None:
         """The caller closed the stream (or left it): the call ends, as cancelled, if it

@@ -26,7 +26,6 @@ Retry-After, fallback models. What comes back is plain httpx:
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -162,9 +161,16 @@ class _ReplayStream(httpx.SyncByteStream):
 
     def __iter__(self) -> Iterator[bytes]:
         state = self._stream._state
-        for chunk in itertools.chain(state.raw_prefix, self._stream._bytes):
-            state.passing_through(chunk)
-            yield chunk
+        if state.done:  # the whole stream came while it was starting
+            state.passed_through()
+        yield from state.raw_prefix  # decoded already, while the stream was starting
+        try:
+            for chunk in self._stream._bytes:
+                state.passing_through(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            state.passed_through(cut=exc)
+            raise
         state.passed_through()
 
     def close(self) -> None:
@@ -177,12 +183,17 @@ class _AsyncReplayStream(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         state = self._stream._state
-        for chunk in state.raw_prefix:
-            state.passing_through(chunk)
+        if state.done:  # the whole stream came while it was starting
+            state.passed_through()
+        for chunk in state.raw_prefix:  # decoded already, while the stream was starting
             yield chunk
-        async for chunk in self._stream._bytes:
-            state.passing_through(chunk)
-            yield chunk
+        try:
+            async for chunk in self._stream._bytes:
+                state.passing_through(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            state.passed_through(cut=exc)
+            raise
         state.passed_through()
 
     async def aclose(self) -> None:

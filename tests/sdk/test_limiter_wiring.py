@@ -243,3 +243,43 @@ async def test_a_stream_the_caller_closes_early_leaves_the_limit_alone(
     await api.run(stream.close() if api.mode == "sync" else stream.aclose())
     state = limiter.state()[0]
     assert (state.limit, state.in_flight, state.decreases) == (4, 0, 0)
+
+
+class _Chunks(httpx.SyncByteStream):
+    """A body that arrives chunk by chunk, and may be cut after the last."""
+
+    def __init__(self, *chunks: bytes, cut: bool = False) -> None:
+        self._chunks, self._cut = chunks, cut
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        yield from self._chunks
+        if self._cut:
+            raise httpx.ReadError("connection reset by peer")
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _Chunks(sse(chunk("a"), done=False), sse('{"error": {"message": "crashed", "code": 503}}')),
+        _Chunks(sse(chunk("a"), done=False), sse(chunk("b"), done=False), cut=True),
+        _Chunks(sse(chunk("a"), '{"error": {"message": "crashed", "code": 503}}')),
+    ],
+    ids=["error event later", "connection cut", "error in the first chunk"],
+)
+def test_openai_on_the_transport_a_stream_the_server_cuts_is_a_drop(body: _Chunks) -> None:
+    openai = pytest.importorskip("openai")
+    limiter = ConcurrencyLimiter(initial_limit=4)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+
+    http = stormguard.httpx_client(
+        base_url="http://llm.test/v1",
+        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        concurrency=limiter,
+    )
+    oai = openai.OpenAI(base_url="http://llm.test/v1", api_key="k", http_client=http, max_retries=0)
+    with pytest.raises((openai.APIError, httpx.TransportError)):
+        list(oai.chat.completions.create(model="m", messages=MESSAGES, stream=True))
+    state = limiter.state()[0]
+    assert (state.limit, state.in_flight, state.decreases) == (3, 0, 1)
