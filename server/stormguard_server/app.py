@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -26,6 +26,7 @@ from stormguard_server.engine import Engine
 from stormguard_server.errors import error_response
 from stormguard_server.faults import FaultState
 from stormguard_server.generation import serve_generation, size_call
+from stormguard_server.json_response import JSONResponse
 from stormguard_server.metrics import ServerMetrics
 from stormguard_server.middleware import (
     BodyLimitMiddleware,
@@ -92,6 +93,7 @@ def create_app(
                 await asyncio.to_thread(state.tracing.flush)
 
     app = FastAPI(
+        default_response_class=JSONResponse,
         title="stormguard reference server",
         version=__version__,
         description="OpenAI-compatible API over a simulated continuous-batching engine, "

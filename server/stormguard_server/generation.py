@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from stormguard.protocol import (
@@ -37,6 +37,7 @@ from stormguard_server.engine import (
     TokenDelta,
 )
 from stormguard_server.errors import error_body
+from stormguard_server.json_response import JSONResponse
 from stormguard_server.openai_format import Kind
 from stormguard_server.records import GoneStage, Outcome, RequestRecord
 from stormguard_server.refusals import engine_error_response, shed_response, too_long_response
