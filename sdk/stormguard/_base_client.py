@@ -390,7 +390,7 @@ class BaseClient:
         )
 
     def __repr__(self) -> str:
-        # Never the API key.
-        return (
-            f"{type(self).__name__}(base_url={self._core.base_url!r}, model={self._core.model!r})"
-        )
+        # Never the API key, nor a password in the URL (http://user:KEY@host).
+        url = httpx.URL(self._core.base_url)
+        shown = str(url.copy_with(userinfo=b"redacted")) if url.userinfo else str(url)
+        return f"{type(self).__name__}(base_url={shown!r}, model={self._core.model!r})"

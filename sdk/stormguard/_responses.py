@@ -89,7 +89,7 @@ def _error_message(payload: object, fallback: str) -> str:
             return error
         detail = payload.get("detail")
         if detail:
-            return detail if isinstance(detail, str) else json.dumps(detail)[:_MAX_QUOTED]
+            return detail if isinstance(detail, str) else json.dumps(detail)
     return fallback
 
 
@@ -106,7 +106,7 @@ def error_from_payload(
 ) -> APIStatusError:
     """An ``APIStatusError`` of the class for ``status_code``, from a decoded body."""
     message = _error_message(payload, fallback) or httpx.codes.get_reason_phrase(status_code)
-    message = _scrub(message[:_MAX_QUOTED], secret)
+    message = _scrub(message, secret)[:_MAX_QUOTED]  # scrub first: a key cut in half leaks half
     cls = status_error_class(status_code)
     return cls(
         f"Error code: {status_code} - {message}",
@@ -126,7 +126,9 @@ def error_from_response(
     payload: object = parse_json_object(body)
     fallback = ""
     if payload is None:
-        fallback = body[:_MAX_QUOTED].decode("utf-8", errors="replace").strip()
+        # Past the cut by a key's length: a key that starts before it is scrubbed whole.
+        quoted = body[: _MAX_QUOTED + len(secret or "")]
+        fallback = quoted.decode("utf-8", errors="replace").strip()
         payload = fallback or None
     return error_from_payload(
         response.status_code,

@@ -324,6 +324,30 @@ async def test_api_key_never_in_messages_or_reprs(api: Api, mock: respx.MockRout
     assert "[redacted]" in str(info.value)
 
 
+@pytest.mark.parametrize("at", [480, 495, 499], ids=lambda at: f"key at {at}")
+@pytest.mark.parametrize("as_json", [True, False], ids=["json message", "plain text body"])
+async def test_a_key_straddling_the_quote_limit_is_scrubbed_whole(
+    api: Api, mock: respx.MockRouter, at: int, as_json: bool
+) -> None:
+    """Server text quoted in an error is cut at 500 characters: scrubbing comes first,
+    so a key that the cut would split does not leak its first half."""
+    secret = "sk-test-secret-key-0123456789"
+    text = "x" * at + secret + "y" * 100
+    body = {"json": {"error": {"message": text}}} if as_json else {"text": text}
+    mock.post("/chat/completions").respond(401, **body)
+    client = api.client(api_key=secret, retry_policy=NO_RETRY)
+    with pytest.raises(stormguard.AuthenticationError) as info:
+        await api.run(client.chat.completions.create(messages=MESSAGES))
+    for shown in (str(info.value), repr(info.value), info.value.message):
+        assert secret[:4] not in shown, shown[-80:]
+
+
+def test_a_password_in_the_base_url_is_not_in_the_repr() -> None:
+    client = stormguard.Client(base_url="http://user:sk-url-secret@llm.test:8000/v1")
+    assert "sk-url-secret" not in repr(client) and "llm.test:8000" in repr(client)
+    client.close()
+
+
 async def test_api_key_from_environment(
     api: Api, mock: respx.MockRouter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
