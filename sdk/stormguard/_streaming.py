@@ -11,7 +11,7 @@ the server sees the disconnect and can stop generating.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 __all__ = ["AsyncStream", "Stream"]
 
 T = TypeVar("T", bound=Record)
+
+
+def _is_done(event: ServerSentEvent) -> bool:
+    return event.data.strip() == "[DONE]"
+
+
+def _names_error(event: ServerSentEvent, payload: Mapping[str, Any]) -> bool:
+    """An error sent inside a 200 stream: vLLM's shape, or an ``error`` event."""
+    return event.event == "error" or "error" in payload
 
 
 class _StreamState(Generic[T]):
@@ -129,7 +138,7 @@ class _StreamState(Generic[T]):
             raise self._raise(error)
 
     def _event(self, event: ServerSentEvent) -> APIError | None:
-        if event.data.strip() == "[DONE]":
+        if _is_done(event):
             self.done = True
             return None
         payload = parse_json_object(event.data.encode())
@@ -140,7 +149,7 @@ class _StreamState(Generic[T]):
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
             )
-        if event.event == "error" or "error" in payload:
+        if _names_error(event, payload):
             return self._error_event(payload)
         usage = payload.get("usage")
         if isinstance(usage, dict):
@@ -222,14 +231,13 @@ class _StreamState(Generic[T]):
             events = []  # the caller's decoder has its own limit; this one stops looking
             self.done = True
         for event in events:
-            data = event.data.strip()
-            if data == "[DONE]":
+            if _is_done(event):
                 self.done = True
                 self.call.ended(response=self.summary())
                 return
-            if event.event == "error" or '"error"' in data:
-                payload = parse_json_object(data.encode())
-                if payload is not None and (event.event == "error" or "error" in payload):
+            if event.event == "error" or '"error"' in event.data:  # others skip the parse
+                payload = parse_json_object(event.data.encode())
+                if payload is not None and _names_error(event, payload):
                     self.done = True
                     self.call.ended(self._error_event(payload), response=self.summary())
                     return

@@ -32,6 +32,22 @@ def finish(lease: Lease, outcome: LimitOutcome, **load: object) -> None:
     lease.release()
 
 
+_ROUND_SEQ = itertools.count(1_000_000)
+
+
+def full_round(limit: EndpointLimit) -> None:
+    """One round trip with the whole limit in use, every call a success."""
+    batch = [take(limit, seq=next(_ROUND_SEQ)) for _ in range(limit.state().limit)]
+    for lease in batch:
+        finish(lease, LimitOutcome.SUCCESS)
+
+
+def slow_start_back(limit: EndpointLimit) -> None:
+    """Full rounds of successes until slow start ends."""
+    while limit.state().slow_start:
+        full_round(limit)
+
+
 # -- AIMD -------------------------------------------------------------------------------
 
 
@@ -106,12 +122,7 @@ def test_a_run_of_drops_that_empties_the_window_pauses_at_the_floor() -> None:
         pauses.append(limit.state().paused_for)
     assert pauses[-1] > 0.5
     clock.advance(pauses[-1])
-    seq = 400
-    while limit.state().slow_start:  # back: slow start towards half the limit it had
-        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
-        seq += len(batch)
-        for lease in batch:
-            finish(lease, LimitOutcome.SUCCESS)
+    slow_start_back(limit)  # back: slow start towards half the limit it had
     assert 11 <= limit.state().limit <= 13
 
 
@@ -171,12 +182,7 @@ def test_a_restart_amid_the_cut_streams_recovers_towards_the_limit_before_the_cr
     for lease in leases[13:19]:
         lease.release()
     clock.advance(1.0)
-    seq = 100
-    while limit.state().slow_start:
-        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
-        seq += len(batch)
-        for lease in batch:
-            finish(lease, LimitOutcome.SUCCESS)
+    slow_start_back(limit)
     assert 10 <= limit.state().limit <= 12  # half of 20, not of the 7 the cuts had left
 
 
@@ -227,12 +233,7 @@ def test_after_sheds_at_the_floor_the_limit_slow_starts_to_half_of_what_it_was()
         finish(take(limit, seq=i), LimitOutcome.DROPPED)
         clock.advance(limit.state().paused_for)
     assert limit.state().limit == 1
-    seq = 100
-    while limit.state().slow_start:
-        leases = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
-        seq += len(leases)
-        for lease in leases:
-            finish(lease, LimitOutcome.SUCCESS)
+    slow_start_back(limit)
     assert 8 <= limit.state().limit <= 10  # slow start up to 16 / 2, not stuck at 1
 
 
@@ -257,27 +258,18 @@ def test_growth_creeps_near_the_limit_at_which_the_server_went_down() -> None:
     for lease in leases[1:]:
         lease.release()
     clock.advance(1.0)
-    seq = 100
-
-    def round_() -> None:
-        nonlocal seq
-        batch = [take(limit, seq=seq + i) for i in range(limit.state().limit)]
-        seq += len(batch)
-        for lease in batch:
-            finish(lease, LimitOutcome.SUCCESS)
-
     rounds = 0
     while limit.state().limit < 17:  # slow start to 10, then about + 1 per round trip
-        round_()
+        full_round(limit)
         rounds += 1
         assert rounds < 40
     normal = 0
     while limit.state().limit < 18:
-        round_()
+        full_round(limit)
         normal += 1
     creeping = 0
     while limit.state().limit < 19:  # past 0.9 x 20: eight times slower
-        round_()
+        full_round(limit)
         creeping += 1
         assert creeping < 40
     assert normal <= 2 and creeping >= 5

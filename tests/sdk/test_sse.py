@@ -144,7 +144,7 @@ def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_event() -> None
     assert [e.data for e in SSEDecoder().feed(b"data: \xef\xbb\xbfkept\n\n")] == ["\ufeffkept"]
 
 
-def test_a_flood_of_blank_lines_is_one_pass() -> None:
+def test_events_around_a_flood_of_blank_lines_come_out_right() -> None:
     """A megabyte of newlines (or a gzip bomb of them) must not cost a search per line:
     linear time is shown in bench (docs/benchmarks.md); here, the events stay right."""
     decoder = SSEDecoder()
