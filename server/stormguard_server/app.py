@@ -103,16 +103,19 @@ def create_app(
     app.state.stormguard = state
     _install_error_handlers(app)
     _install_routes(app)
+    # Each add_middleware wraps the ones before it: the last added sees a request first.
     app.add_middleware(BodyLimitMiddleware, max_bytes=state.config.max_body_bytes)
+    app.add_middleware(ErrorBoundaryMiddleware)
+    app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
+    if state.tracing is not None:  # the request span covers everything but the count
+        app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
+    # Outermost, so that every status a client gets is counted: the error boundary's
+    # 500 too, and the one Starlette sends for an error that escapes everything.
     app.add_middleware(
         ResponseCountMiddleware,
         count=lambda route, status: state.metrics.responses.labels(route, str(status)).inc(),
         routes=frozenset(r.path for r in app.routes if hasattr(r, "path")),
     )
-    app.add_middleware(ErrorBoundaryMiddleware)
-    app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
-    if state.tracing is not None:  # outermost: the request span covers everything
-        app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
     return app
 
 

@@ -31,7 +31,7 @@ class LoadHeadersMiddleware:
 
         async def send_with_load(message: Message) -> None:
             if message["type"] == "http.response.start":
-                extra = self.headers()
+                extra = self._headers_or_none()
                 if extra:
                     raw = list(message.get("headers", []))
                     present = {name.lower() for name, _ in raw}
@@ -43,6 +43,15 @@ class LoadHeadersMiddleware:
             await send(message)
 
         await self.app(scope, receive, send_with_load)
+
+    def _headers_or_none(self) -> dict[str, str]:
+        """The load headers; none (and a logged error) if reading the load fails: they
+        are advice, and a bug there must not cost the client its answer."""
+        try:
+            return self.headers()
+        except Exception:
+            logger.exception("load headers failed", extra={"event": "unhandled_error"})
+            return {}
 
 
 logger = logging.getLogger("stormguard_server.http")
@@ -79,7 +88,11 @@ class ErrorBoundaryMiddleware:
 
 
 class ResponseCountMiddleware:
-    """Counts responses by route and status; unknown paths share one label."""
+    """Counts responses by route and status; unknown paths share one label.
+
+    Meant to be the outermost middleware: an exception that escapes the app before
+    a response started is counted as the 500 that Starlette's ServerErrorMiddleware
+    (outside every user middleware) then sends."""
 
     def __init__(
         self, app: ASGIApp, count: Callable[[str, int], None], routes: frozenset[str]
@@ -94,13 +107,21 @@ class ResponseCountMiddleware:
             return
         path = scope.get("path", "")
         route = path if path in self.routes else "other"
+        started = False
 
         async def send_counted(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 self.count(route, int(message["status"]))
             await send(message)
 
-        await self.app(scope, receive, send_counted)
+        try:
+            await self.app(scope, receive, send_counted)
+        except Exception:
+            if not started:
+                self.count(route, 500)
+            raise
 
 
 class BodyLimitMiddleware:

@@ -182,6 +182,10 @@ async def test_a_bug_becomes_an_openai_500_with_load_headers(client: httpx.Async
     response = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
     error = assert_openai_error(response, 500)
     assert error["code"] == "internal_error" and "boom" not in error["message"]
+    # The error boundary's 500 is counted like any other answer.
+    registry = app.state.stormguard.metrics.registry
+    labels = {"route": COMPLETIONS, "status": "500"}
+    assert registry.get_sample_value("stormguard_responses_total", labels) == 1
 
 
 class Recorder:
