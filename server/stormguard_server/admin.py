@@ -1,29 +1,29 @@
 """The admin endpoint: switch faults of the sim engine while it runs.
 
 Off unless ``--admin-port`` is given; the CLI then serves this app on
-127.0.0.1 only (a second uvicorn server), and the app itself also refuses
-any client that is not on a loopback address, in case it is ever mounted
-elsewhere. Routes:
+127.0.0.1 only (a second uvicorn server). Before any route runs,
+``admin_guard`` refuses what a web page could send: a request needs a loopback
+client, Host and Origin, the bearer token, and JSON when it has a body.
+GETs only read. Routes:
 
 - ``GET  /admin/faults``            the faults in force
 - ``POST /admin/faults``            change ``error_rate``, ``added_latency_ms``, ``oom_crash``
 - ``POST /admin/stall``             freeze the engine loop for ``seconds``
-- ``POST /admin/crash``             crash the engine now (as an OOM would)
+- ``POST /admin/crash``             crash the engine now (as an OOM would); body ``{}``
 - ``GET  /admin/engine``            live engine load and lifetime counters
 """
 
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.types import ASGIApp, Receive, Scope, Send
 
+from stormguard_server.admin_guard import AdminGuardMiddleware, check_token
 from stormguard_server.errors import error_response
 from stormguard_server.faults import FaultState
 from stormguard_server.state import ServerState
@@ -43,38 +43,18 @@ class StallRequest(BaseModel):
     seconds: Annotated[float, Field(ge=0.0, le=3600.0)]
 
 
-def is_loopback(host: str | None) -> bool:
-    """True for 127.0.0.0/8 and ::1 (and IPv4-mapped loopback)."""
-    if not host:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+class CrashRequest(BaseModel):
+    """No fields: the body exists so that the POST is JSON, which a page cannot send
+    without a CORS preflight."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
-class LoopbackOnlyMiddleware:
-    """403 for any client whose address is not loopback."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            client = scope.get("client")
-            if not is_loopback(client[0] if client else None):
-                response = error_response(403, "the admin endpoint answers loopback clients only")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
-def create_admin_app(state: ServerState) -> FastAPI:
-    """The admin app over the same state as the main app."""
-    app = FastAPI(title="stormguard admin", docs_url=None, redoc_url=None)
+def create_admin_app(state: ServerState, *, token: str) -> FastAPI:
+    """The admin app over the same state as the main app, for holders of ``token``
+    (ValueError if it is too weak: see ``admin_guard.check_token``)."""
+    check_token(token)  # now, not at the first request (middleware is built lazily)
+    app = FastAPI(title="stormguard admin", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> Response:
@@ -112,7 +92,7 @@ def create_admin_app(state: ServerState) -> FastAPI:
         return dataclasses.asdict(current.snapshot())
 
     @app.post("/admin/crash")
-    async def crash() -> Any:
+    async def crash(body: CrashRequest) -> Any:
         current = faults()
         if isinstance(current, Response):
             return current
@@ -127,5 +107,5 @@ def create_admin_app(state: ServerState) -> FastAPI:
             "stats": dataclasses.asdict(state.engine.stats),
         }
 
-    app.add_middleware(LoopbackOnlyMiddleware)
+    app.add_middleware(AdminGuardMiddleware, token=token)
     return app

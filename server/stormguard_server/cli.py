@@ -2,7 +2,8 @@
 
 Every flag maps to one field of the config dataclasses (config.py); ``--help``
 explains each. The admin endpoint, when asked for, is a second uvicorn server
-bound to 127.0.0.1 only.
+bound to 127.0.0.1 only, behind a bearer token (``--admin-token``, else
+``$STORMGUARD_ADMIN_TOKEN``, else a random one logged once at start).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
 import sys
 from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING
@@ -19,6 +22,7 @@ import uvicorn
 
 from stormguard._version import __version__
 from stormguard_server.admin import create_admin_app
+from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
 from stormguard_server.logs import configure_logging
@@ -63,6 +67,13 @@ def _port(text: str) -> int:
     return value
 
 
+def _admin_token(text: str) -> str:
+    try:
+        return check_token(text)
+    except ValueError as exc:  # its message never quotes the token
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stormguard-server",
@@ -86,7 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--admin-port",
         type=_port,
         default=None,
-        help="serve the fault admin endpoint on 127.0.0.1:PORT (off when not given)",
+        help="serve the fault admin endpoint on 127.0.0.1:PORT (off when not given). Every "
+        "request needs 'Authorization: Bearer TOKEN', a Host and any Origin naming 127.0.0.1, "
+        "[::1] or localhost, and Content-Type: application/json unless it is a GET",
+    )
+    http.add_argument(
+        "--admin-token",
+        type=_admin_token,
+        default=None,
+        metavar="TOKEN",
+        help="the admin endpoint's bearer token, 16+ visible ASCII characters; "
+        f"${ADMIN_TOKEN_ENV} is better (argv shows in ps). Neither given: a random token, "
+        "logged once at start (event admin_token)",
     )
     http.add_argument("--access-log", action="store_true", help="log every request (noisy)")
     http.add_argument(
@@ -338,6 +360,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host,
         port=args.port,
         admin_port=args.admin_port,
+        admin_token=args.admin_token,
         max_body_bytes=args.max_body_bytes,
         access_log=args.access_log,
         log_level=args.log_level,
@@ -411,7 +434,7 @@ async def _serve(state: ServerState) -> None:
         return
     admin = _AdminServer(
         uvicorn.Config(
-            create_admin_app(state),
+            create_admin_app(state, token=config.admin_token or _new_admin_token()),
             host="127.0.0.1",  # never configurable: faults are not for the network
             port=config.admin_port,
             log_config=None,
@@ -425,6 +448,33 @@ async def _serve(state: ServerState) -> None:
     finally:
         admin.should_exit = True
         await admin_task
+
+
+def _new_admin_token() -> str:
+    """A random admin token, logged once: the only place it is ever written."""
+    token = secrets.token_urlsafe(32)
+    # At any --log-level: without this line nobody can use the endpoint.
+    logger.log(
+        max(logging.INFO, logger.getEffectiveLevel()),
+        f"admin token: {token}",
+        extra={"event": "admin_token", "admin_token": token},
+    )
+    return token
+
+
+def _admin_token_from_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``$STORMGUARD_ADMIN_TOKEN`` when ``--admin-token`` is not given (checked the same way;
+    ignored without ``--admin-port``, so a shell may keep it set for every run)."""
+    if args.admin_port is None:
+        if args.admin_token is not None:
+            parser.error("--admin-token needs --admin-port")
+        return
+    text = os.environ.get(ADMIN_TOKEN_ENV)
+    if args.admin_token is None and text is not None:
+        try:
+            args.admin_token = check_token(text)
+        except ValueError as exc:
+            parser.error(f"${ADMIN_TOKEN_ENV}: {exc}")
 
 
 # Engine flags that mean the same to the simulator and to vLLM: given explicitly
@@ -444,6 +494,7 @@ def _shared_engine_flags(args: argparse.Namespace, argv: Sequence[str] | None) -
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    _admin_token_from_env(parser, args)
     if args.engine == "vllm":
         from stormguard_server.vllm.launch import launch
 

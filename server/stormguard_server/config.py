@@ -92,6 +92,9 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     admin_port: int | None = None
+    # Bearer token of the admin endpoint (None: a random one, logged once at
+    # start). Out of repr, so that printing a config does not print it.
+    admin_token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 1_048_576
     # Further model names served by the same engine (listed in /v1/models).
     model_aliases: tuple[str, ...] = ()

@@ -12,9 +12,12 @@ from stormguard_server.json_response import JSONResponse
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
+    401: "invalid_request_error",  # as OpenAI's own 401 (invalid_api_key)
+    403: "invalid_request_error",
     404: "not_found_error",
     405: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     422: "invalid_request_error",
     429: "rate_limit_error",
     503: "service_unavailable",

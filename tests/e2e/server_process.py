@@ -7,8 +7,10 @@ Reusable by any e2e test (the SDK's too):
 
 ``server.base_url`` ends in ``/v1`` (what openai/stormguard clients take);
 ``server.metrics()`` parses /metrics; ``server.rss_bytes()`` reads the
-process's resident memory; ``server.admin_url(...)`` exists when the server
-was started with ``admin=True``.
+process's resident memory. A server started with ``admin=True`` has its admin
+endpoint on another free port, guarded by a token of the test's own (given in
+``$STORMGUARD_ADMIN_TOKEN``): ``server.admin_get(path)`` and
+``server.admin_post(path, body)`` send it (``admin_headers`` holds it).
 """
 
 from __future__ import annotations
@@ -16,18 +18,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import httpx
+
+from stormguard_server.admin_guard import ADMIN_TOKEN_ENV
 
 # Small, fast engine for tests: 2048-token KV cache, quick steps, 1 s cold restart.
 FAST_ENGINE_ARGS = (
@@ -64,6 +69,7 @@ class RunningServer:
     process: subprocess.Popen[bytes]
     log_path: Path
     admin_port: int | None = None
+    admin_token: str | None = field(default=None, repr=False)
 
     @property
     def root(self) -> str:
@@ -79,6 +85,23 @@ class RunningServer:
     def admin_url(self, path: str) -> str:
         assert self.admin_port is not None, "start the server with admin=True"
         return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        assert self.admin_token is not None, "start the server with admin=True"
+        return {"authorization": f"Bearer {self.admin_token}"}
+
+    def admin_get(self, path: str, timeout: float = 10.0) -> httpx.Response:
+        """An authorized GET of the admin endpoint."""
+        return httpx.get(self.admin_url(path), headers=self.admin_headers, timeout=timeout)
+
+    def admin_post(
+        self, path: str, body: Mapping[str, object] | None = None, timeout: float = 10.0
+    ) -> httpx.Response:
+        """An authorized JSON POST to the admin endpoint (``{}`` when no body is given)."""
+        return httpx.post(
+            self.admin_url(path), json=body or {}, headers=self.admin_headers, timeout=timeout
+        )
 
     def metrics(self) -> dict[str, float]:
         """Every sample of /metrics as ``{'name{labels}': value}``."""
@@ -144,6 +167,7 @@ def run_server(*args: str, admin: bool = False, fast: bool = True) -> Iterator[R
     """Start the server with ``args`` (after the fast test sizes), yield it ready, stop it."""
     port = free_port()
     admin_port = free_port() if admin else None
+    admin_token = secrets.token_urlsafe(32) if admin else None
     command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
     if fast:
         command += FAST_ENGINE_ARGS
@@ -152,14 +176,19 @@ def run_server(*args: str, admin: bool = False, fast: bool = True) -> Iterator[R
     command += list(args)
     with tempfile.NamedTemporaryFile(prefix="stormguard-server-", suffix=".log", delete=False) as f:
         log_path = Path(f.name)
+    env = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    if admin_token is not None:
+        env[ADMIN_TOKEN_ENV] = admin_token  # not in argv, as scripts should
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-    server = RunningServer(port=port, process=process, log_path=log_path, admin_port=admin_port)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = RunningServer(
+        port=port,
+        process=process,
+        log_path=log_path,
+        admin_port=admin_port,
+        admin_token=admin_token,
+    )
     try:
         server.wait_ready()
         yield server

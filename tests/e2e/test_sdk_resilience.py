@@ -38,7 +38,7 @@ def requests_seen(server: RunningServer) -> int:
 
 
 def crash(server: RunningServer) -> None:
-    httpx.post(server.admin_url("/admin/crash"), timeout=5).raise_for_status()
+    server.admin_post("/admin/crash", timeout=5).raise_for_status()
     deadline = time.monotonic() + 5
     while httpx.get(server.url("/ready"), timeout=5).status_code == 200:
         assert time.monotonic() < deadline, "the engine did not go down"
@@ -47,9 +47,7 @@ def crash(server: RunningServer) -> None:
 
 def broken(server: RunningServer, error_rate: float) -> None:
     """Make the engine fail that share of requests with 500s (crash-like failures)."""
-    httpx.post(
-        server.admin_url("/admin/faults"), json={"error_rate": error_rate}, timeout=5
-    ).raise_for_status()
+    server.admin_post("/admin/faults", {"error_rate": error_rate}, timeout=5).raise_for_status()
 
 
 def test_restarting_instance_is_paused_and_traffic_flows_to_the_healthy_one(

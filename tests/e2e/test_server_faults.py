@@ -114,27 +114,25 @@ def test_restart_loop_is_counted(stormguard_server_factory: Start) -> None:
 def test_admin_endpoint_faults(stormguard_server_factory: Start) -> None:
     server = stormguard_server_factory("--restart-s", "1", admin=True)
     client = openai.OpenAI(base_url=server.base_url, api_key="t", max_retries=0, timeout=10)
-    faults = httpx.get(server.admin_url("/admin/faults")).json()
+    faults = server.admin_get("/admin/faults").json()
     assert faults["error_rate"] == 0 and faults["oom_crash"] is True
 
     # Random errors: rate 1 -> every request fails with a 500.
-    assert (
-        httpx.post(server.admin_url("/admin/faults"), json={"error_rate": 1.0}).status_code == 200
-    )
+    assert server.admin_post("/admin/faults", {"error_rate": 1.0}).status_code == 200
     with pytest.raises(openai.InternalServerError) as injected:
         client.completions.create(model="stormguard-sim", prompt="x", max_tokens=1)
     assert injected.value.status_code == 500
-    httpx.post(server.admin_url("/admin/faults"), json={"error_rate": 0.0})
+    server.admin_post("/admin/faults", {"error_rate": 0.0}).raise_for_status()
 
     # Added latency.
-    httpx.post(server.admin_url("/admin/faults"), json={"added_latency_ms": 300})
+    server.admin_post("/admin/faults", {"added_latency_ms": 300}).raise_for_status()
     started = time.monotonic()
     client.completions.create(model="stormguard-sim", prompt="x", max_tokens=1)
     assert time.monotonic() - started >= 0.3
-    httpx.post(server.admin_url("/admin/faults"), json={"added_latency_ms": 0})
+    server.admin_post("/admin/faults", {"added_latency_ms": 0}).raise_for_status()
 
     # Stall: nothing completes until the stall ends.
-    httpx.post(server.admin_url("/admin/stall"), json={"seconds": 0.5})
+    server.admin_post("/admin/stall", {"seconds": 0.5}).raise_for_status()
     started = time.monotonic()
     client.completions.create(model="stormguard-sim", prompt="x", max_tokens=1)
     assert time.monotonic() - started >= 0.4
@@ -150,7 +148,7 @@ def test_admin_endpoint_faults(stormguard_server_factory: Start) -> None:
         for _ in stream:
             delivered += 1
             if delivered == 5:
-                assert httpx.post(server.admin_url("/admin/crash")).status_code == 200
+                assert server.admin_post("/admin/crash").status_code == 200
     assert 5 <= delivered < 1500
     assert "crashed" in str(broken.value)
     # /ready false with the restart reason and an honest Retry-After, then ready.
@@ -168,9 +166,9 @@ def test_admin_endpoint_faults(stormguard_server_factory: Start) -> None:
     assert refused.headers["x-load-shed"] in {"engine_restart", "warming"}
     assert float(refused.headers["retry-after-ms"]) <= 1200
     server.wait_ready(timeout=5)
-    engine = httpx.get(server.admin_url("/admin/engine")).json()
+    engine = server.admin_get("/admin/engine").json()
     assert engine["stats"]["crashes"] == 1 and engine["stats"]["ooms"] == 0
     assert engine["stats"]["restarts"] == 1
 
     # Bad admin input is a 400, not a crash.
-    assert httpx.post(server.admin_url("/admin/faults"), json={"error_rate": 7}).status_code == 400
+    assert server.admin_post("/admin/faults", {"error_rate": 7}).status_code == 400

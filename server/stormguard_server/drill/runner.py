@@ -245,7 +245,9 @@ async def _crash(server: ServerProcess, t0: float, events: dict[str, float]) -> 
     anything that arrives after this returns. When it was sent goes into ``events``."""
     async with httpx.AsyncClient(timeout=10.0) as http:
         events["crash_sent_s"] = round(time.monotonic() - t0, 3)
-        response = await http.post(server.admin_url("/admin/crash"))
+        response = await http.post(
+            server.admin_url("/admin/crash"), json={}, headers=server.admin_headers
+        )
         response.raise_for_status()
 
 

@@ -17,17 +17,20 @@ import asyncio
 import atexit
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import httpx
+
+from stormguard_server.admin_guard import ADMIN_TOKEN_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,7 @@ class ServerProcess:
     log_path: Path
     spec: EngineSpec
     admin_port: int | None = None  # the sim's admin endpoint (``--admin-port``), if on
+    admin_token: str | None = field(default=None, repr=False)  # its bearer token
 
     @property
     def root(self) -> str:
@@ -71,6 +75,13 @@ class ServerProcess:
         if self.admin_port is None:
             raise RuntimeError(f"server {self.name} was started without its admin endpoint")
         return f"http://127.0.0.1:{self.admin_port}{path}"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        """The admin endpoint's Authorization header (send JSON bodies: ``json={}``)."""
+        if self.admin_token is None:
+            raise RuntimeError(f"server {self.name} was started without its admin endpoint")
+        return {"authorization": f"Bearer {self.admin_token}"}
 
     @property
     def base_url(self) -> str:
@@ -110,11 +121,12 @@ class ServerFleet:
     async def start(self, name: str, *args: str, admin: bool = False) -> ServerProcess:
         """Start a server with the drill's engine flags plus ``args``; return it ready.
         ``admin``: with the admin endpoint (faults, ``POST /admin/crash``) on another
-        free loopback port."""
+        free loopback port, behind a token of our own (in the environment, not argv)."""
         port = free_port()
         admin_port = free_port() if admin else None
         while admin_port == port:  # both ports were free, then closed again: not the same one
             admin_port = free_port()
+        admin_token = secrets.token_urlsafe(32) if admin else None
         command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
         command += [*self._spec.args, *args, "--log-level", "warning"]
         if admin_port is not None:
@@ -128,7 +140,7 @@ class ServerFleet:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                env=_environment(admin_token),
                 start_new_session=self._spec.own_session,
             )
         server = ServerProcess(
@@ -138,6 +150,7 @@ class ServerFleet:
             log_path=log_path,
             spec=self._spec,
             admin_port=admin_port,
+            admin_token=admin_token,
         )
         self._servers.append(server)
         try:
@@ -166,6 +179,15 @@ class ServerFleet:
         tb: TracebackType | None,
     ) -> None:
         self.stop_all()
+
+
+def _environment(admin_token: str | None) -> dict[str, str]:
+    """Ours, unbuffered, with the admin token when there is one (and never an inherited one)."""
+    env = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    if admin_token is not None:
+        env[ADMIN_TOKEN_ENV] = admin_token
+    return env
 
 
 async def _wait_ready(server: ServerProcess) -> None:
