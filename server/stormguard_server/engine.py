@@ -4,8 +4,9 @@ Two engines sit behind it: the embedded simulator (``sim_engine.SimEngine``)
 and, later, real vLLM. Everything above this seam (routes, admission,
 headers, metrics) only sees these types, so the same admission layer can
 front either one. An engine streams ``TokenDelta`` for a ``GenerationRequest``,
-aborts on request (within one step), and reports its live load and lifetime
-counters (``EngineLoad``, ``EngineStats``) for headers, budget and metrics.
+aborts on request or when the request's deadline passes (within one step), and
+reports its live load and lifetime counters (``EngineLoad``, ``EngineStats``)
+for headers, budget and metrics.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ class GenerationRequest:
     max_tokens: int
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
+    # Seconds the caller still waits, from when ``generate`` is called (its
+    # x-request-deadline-ms less the time spent before); None: no deadline.
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,7 @@ class EngineStats:
     requests_started: int = 0
     requests_finished: int = 0
     requests_aborted: int = 0
+    requests_deadline_exceeded: int = 0
     requests_failed: int = 0
     prompt_tokens_computed: int = 0
     output_tokens: int = 0
@@ -98,6 +103,18 @@ class EngineCrashed(EngineError):
 
 class InjectedError(EngineError):
     """The random-error fault fired for this request."""
+
+
+class DeadlineExceeded(EngineError):
+    """The caller's deadline passed while the request was in the engine, which aborted
+    it at its next step (its KV blocks freed); ``output_tokens`` were generated."""
+
+    def __init__(self, output_tokens: int) -> None:
+        super().__init__(
+            f"the request's deadline passed after {output_tokens} output tokens: "
+            "the engine aborted it"
+        )
+        self.output_tokens = output_tokens
 
 
 class Engine(Protocol):
@@ -131,7 +148,8 @@ class Engine(Protocol):
     async def stop(self) -> None: ...
 
     def generate(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
-        """Stream the output; raises ``EngineError``. Closing the iterator aborts."""
+        """Stream the output; raises ``EngineError`` (``DeadlineExceeded`` once
+        ``request.timeout_s`` has passed). Closing the iterator aborts."""
         ...
 
     def abort(self, request_id: str) -> None:

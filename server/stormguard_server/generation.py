@@ -3,7 +3,9 @@
 The flow reads top to bottom: size the request and refuse what can never fit
 -> announce it to the observers -> wait for admission (shed, expired or
 disconnected requests stop here and never reach the engine) -> run it in the
-engine, racing the client's disconnect -> answer as JSON or as an SSE stream.
+engine, racing the client's disconnect, with what is left of its deadline (the
+engine aborts it when that passes: a 504, or an error event in the stream) ->
+answer as JSON or as an SSE stream.
 However it ends, ``_Flight.end`` runs exactly once: it releases the admission
 permit and hands the finished ``RequestRecord`` to the observers.
 """
@@ -30,9 +32,8 @@ from stormguard_server import openai_format, sse
 from stormguard_server.admission import Permit, ShedError
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
-    EngineCrashed,
+    DeadlineExceeded,
     EngineError,
-    EngineUnavailable,
     GenerationRequest,
     TokenDelta,
 )
@@ -40,7 +41,12 @@ from stormguard_server.errors import error_body
 from stormguard_server.json_response import JSONResponse
 from stormguard_server.openai_format import Kind
 from stormguard_server.records import GoneStage, Outcome, RequestRecord
-from stormguard_server.refusals import engine_error_response, shed_response, too_long_response
+from stormguard_server.refusals import (
+    engine_error_response,
+    engine_error_status,
+    shed_response,
+    too_long_response,
+)
 from stormguard_server.state import ServerState
 
 # Status for a request whose client has gone: never delivered, only logged and counted.
@@ -138,6 +144,17 @@ class _Flight:
     def request_id(self) -> str:
         return self.record.request_id
 
+    def time_left_s(self) -> float | None:
+        """Seconds until the caller's deadline (negative once passed); None without one."""
+        if self.call.deadline_ms is None:
+            return None
+        return self.call.deadline_ms / 1000.0 - (time.monotonic() - self.record.arrival)
+
+    def failed(self, error: EngineError) -> None:
+        """End the flight for an engine error."""
+        expired = isinstance(error, DeadlineExceeded)
+        self.end("deadline_exceeded" if expired else "engine_error", error=str(error))
+
     def took(self, delta: TokenDelta) -> None:
         """Note one delta from the engine."""
         record = self.record
@@ -209,6 +226,7 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
         max_tokens=call.max_tokens,
         stop=call.stop,
         ignore_eos=call.ignore_eos,
+        timeout_s=flight.time_left_s(),
     )
     deltas = state.engine.generate(engine_request)
     record.started = True
@@ -221,7 +239,7 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
         flight.end("client_gone", gone="running")
         return Response(status_code=_CLIENT_CLOSED)
     except EngineError as exc:
-        flight.end("engine_error", error=str(exc))
+        flight.failed(exc)
         return engine_error_response(state, exc)
     except BaseException as exc:
         flight.end("engine_error", error=repr(exc))
@@ -285,8 +303,8 @@ async def _stream_events(
                 flight.took(delta)
                 yield event([openai_format.delta_choice(call.kind, delta, first=False)])
     except EngineError as exc:
-        flight.end("engine_error", error=str(exc))
-        status = 503 if isinstance(exc, EngineUnavailable | EngineCrashed) else 500
+        flight.failed(exc)
+        status = engine_error_status(exc)
         error: dict[str, object] = {**error_body(str(exc), status=status)["error"]}
         error["code"] = status  # vLLM's shape: the HTTP status, as a number, is the code
         yield sse.event({"error": error})

@@ -39,6 +39,11 @@ _ENGINE_COUNTERS = (
     ("requests_started", "engine_requests", "Requests that reached the engine."),
     ("requests_finished", "engine_requests_finished", "Requests the engine completed."),
     ("requests_aborted", "engine_requests_aborted", "Requests aborted inside the engine."),
+    (
+        "requests_deadline_exceeded",
+        "engine_requests_deadline_exceeded",
+        "Requests the engine aborted because the caller's deadline passed.",
+    ),
     ("requests_failed", "engine_requests_failed", "Requests failed by an engine crash."),
     ("prompt_tokens_computed", "engine_prefill_tokens", "Prompt tokens prefilled (recompute too)."),
     ("output_tokens", "engine_output_tokens", "Tokens the engine generated."),

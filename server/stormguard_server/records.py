@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 from stormguard.protocol import Priority, ShedReason
 
-Outcome = Literal["ok", "shed", "client_gone", "engine_error"]
+Outcome = Literal["ok", "shed", "client_gone", "deadline_exceeded", "engine_error"]
 GoneStage = Literal["queued", "running"]
 
 

@@ -16,7 +16,12 @@ from stormguard.protocol import (
     format_retry_after,
 )
 from stormguard_server.admission import Shed
-from stormguard_server.engine import EngineCrashed, EngineError, EngineUnavailable
+from stormguard_server.engine import (
+    DeadlineExceeded,
+    EngineCrashed,
+    EngineError,
+    EngineUnavailable,
+)
 from stormguard_server.errors import error_response
 from stormguard_server.state import ServerState
 
@@ -36,14 +41,31 @@ def shed_response(state: ServerState, shed: Shed) -> Response:
     return error_response(shed.status_code, shed.message, code=code, headers=headers)
 
 
-def engine_error_response(state: ServerState, error: EngineError) -> Response:
-    """An engine failure: 503 while it restarts or warms up, 500 for an injected error."""
+def engine_error_status(error: EngineError) -> int:
+    """The status of an engine failure, as an HTTP answer or inside a stream: 503 while
+    it restarts or warms up, 504 when the caller's deadline passed while it ran, 500
+    for an injected error."""
     if isinstance(error, EngineUnavailable | EngineCrashed):
-        headers: dict[str, str] = {}
+        return 503
+    if isinstance(error, DeadlineExceeded):
+        return 504
+    return 500
+
+
+def engine_error_response(state: ServerState, error: EngineError) -> Response:
+    """An engine failure (``engine_error_status``). A 503 says when the engine is back;
+    a 504 says that retrying cannot help: the caller's own deadline has passed."""
+    status = engine_error_status(error)
+    headers: dict[str, str] = {}
+    if status == 503:
         if state.admission is not None:
             shed = state.admission.unready_shed(state.engine.load())
             headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
         return error_response(503, str(error), code="engine_unavailable", headers=headers)
+    if status == 504:
+        if state.admission is not None:
+            headers = {HEADER_SHOULD_RETRY: "false"}
+        return error_response(504, str(error), code="deadline_exceeded", headers=headers)
     return error_response(500, str(error), code="engine_error")
 
 

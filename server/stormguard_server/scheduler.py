@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import zlib
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from stormguard_server.engine import GenerationRequest
@@ -109,15 +110,29 @@ class Scheduler:
         """Queue a new sequence (FIFO)."""
         self.waiting.append(seq)
 
+    def finish_requests(self, request_ids: Collection[str]) -> list[SequenceState]:
+        """Remove these sequences wherever they are and free their blocks; returns
+        the ones found. The one way out of the batch for a sequence that did not
+        complete (aborted by its caller, or past its deadline), as vLLM's
+        ``finish_requests``: one pass over the batch and the queue for all of them."""
+        if not request_ids:
+            return []
+        found = [seq for seq in self.running if seq.request_id in request_ids]
+        if found:
+            self.running = [seq for seq in self.running if seq.request_id not in request_ids]
+        if len(found) < len(request_ids):
+            queued = [seq for seq in self.waiting if seq.request_id in request_ids]
+            if queued:
+                self.waiting = deque(s for s in self.waiting if s.request_id not in request_ids)
+                found += queued
+        for seq in found:
+            self.allocator.free(seq)
+        return found
+
     def abort(self, request_id: str) -> SequenceState | None:
-        """Remove a sequence wherever it is and free its blocks."""
-        for queue in (self.running, self.waiting):
-            for seq in queue:
-                if seq.request_id == request_id:
-                    queue.remove(seq)
-                    self.allocator.free(seq)
-                    return seq
-        return None
+        """Remove one sequence wherever it is and free its blocks."""
+        found = self.finish_requests({request_id})
+        return found[0] if found else None
 
     def finish(self, seq: SequenceState) -> None:
         """A running sequence is done: free its blocks."""

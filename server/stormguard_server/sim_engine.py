@@ -1,9 +1,10 @@
 """The embedded simulated engine: an asyncio busy loop around the scheduler.
 
-Like vLLM's engine core, one loop owns all state: it applies aborts, plans a
-step with the scheduler, "computes" it by sleeping for the cost model's step
-time, then hands each sampled token to its request's stream. Sleeping costs
-no CPU, so thousands of simulated requests run on a laptop.
+Like vLLM's engine core, one loop owns all state: it applies aborts (the
+callers' and those of requests whose deadline has passed), plans a step with
+the scheduler, "computes" it by sleeping for the cost model's step time, then
+hands each sampled token to its request's stream. Sleeping costs no CPU, so
+thousands of simulated requests run on a laptop.
 
 Lifecycle: ``starting`` (warm-up probe) -> ``ready``; an OOM or a crash fault
 fails every running and waiting request, then ``restarting`` (cold for
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import math
 import time
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from stormguard_server import tokenizer
 from stormguard_server.config import SimEngineConfig
 from stormguard_server.engine import (
+    DeadlineExceeded,
     EngineCrashed,
     EngineLoad,
     EngineState,
@@ -82,6 +85,9 @@ class SimEngine:
         )
         self._streams: dict[str, _Stream] = {}
         self._pending_aborts: set[str] = set()
+        # (deadline on self._clock, request id); entries of finished requests stay
+        # until they surface or the heap is compacted (``_track_deadline``).
+        self._deadlines: list[tuple[float, str]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._state: EngineState = "stopped"
@@ -149,6 +155,7 @@ class SimEngine:
         self._state = "stopped"
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
+        deadline = None if request.timeout_s is None else self._clock() + request.timeout_s
         if self._state != "ready":
             raise EngineUnavailable(f"engine is {self._state}", ready_in_s=self.load().ready_in_s)
         if self.faults.should_inject_error():
@@ -156,7 +163,7 @@ class SimEngine:
             raise InjectedError("injected engine error")
         if self.faults.added_latency_s > 0:
             await asyncio.sleep(self.faults.added_latency_s)
-        stream = self._enqueue(request)
+        stream = self._enqueue(request, deadline)
         finished = False
         try:
             while True:
@@ -179,7 +186,7 @@ class SimEngine:
 
     # -- the loop ---------------------------------------------------------
 
-    def _enqueue(self, request: GenerationRequest) -> _Stream:
+    def _enqueue(self, request: GenerationRequest, deadline: float | None) -> _Stream:
         target = natural_output_tokens(request, self.config.natural_output_tokens)
         seed = zlib.crc32(request.prompt.encode("utf-8", "surrogatepass")) ^ self.config.seed
         seq = SequenceState(request=request, target_output_tokens=target, text_seed=seed)
@@ -187,8 +194,16 @@ class SimEngine:
         self._streams[request.request_id] = stream
         self.scheduler.add(seq)
         self._stats.requests_started += 1
+        if deadline is not None:
+            self._track_deadline(deadline, request.request_id)
         self._wake.set()
         return stream
+
+    def _track_deadline(self, deadline: float, request_id: str) -> None:
+        heapq.heappush(self._deadlines, (deadline, request_id))
+        if len(self._deadlines) > 2 * len(self._streams) + 64:  # drop the finished ones
+            self._deadlines = [d for d in self._deadlines if d[1] in self._streams]
+            heapq.heapify(self._deadlines)
 
     async def _run(self) -> None:
         self._start_probe()
@@ -211,10 +226,11 @@ class SimEngine:
             self._stats.preemptions += len(plan.preempted)
             if plan.is_empty:
                 # Idle: sleep until work arrives, polling now and then for faults
-                # switched on from the admin endpoint (crash now, stall).
+                # switched on from the admin endpoint (crash now, stall), and waking
+                # for the next deadline of a request waiting for KV blocks.
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), _IDLE_POLL_S)
+                    await asyncio.wait_for(self._wake.wait(), self._idle_wait())
                 continue
             await asyncio.sleep(self._step_time(plan))
             self._stats.steps += 1
@@ -270,11 +286,40 @@ class SimEngine:
         return None
 
     def _apply_aborts(self) -> None:
-        for request_id in self._pending_aborts:
-            self.scheduler.abort(request_id)
-            if self._streams.pop(request_id, None) is not None:
+        """Finish, between two steps, the requests their callers aborted and those
+        whose deadline has passed: their blocks are freed before the next step is
+        planned. A request past its deadline ends with ``DeadlineExceeded``; one
+        whose caller left is only dropped (nobody reads its stream)."""
+        expired = self._pop_expired() - self._pending_aborts
+        finishing = self._pending_aborts | expired
+        if not finishing:
+            return
+        self._pending_aborts = set()
+        found = {seq.request_id: seq for seq in self.scheduler.finish_requests(finishing)}
+        for request_id in finishing:
+            stream = self._streams.pop(request_id, None)
+            if stream is None:
+                continue
+            if request_id in expired:
+                self._stats.requests_deadline_exceeded += 1
+                seq = found.get(request_id)
+                stream.queue.put_nowait(DeadlineExceeded(seq.output_tokens if seq else 0))
+            else:
                 self._stats.requests_aborted += 1
-        self._pending_aborts.clear()
+
+    def _pop_expired(self) -> set[str]:
+        """Requests still in the engine whose deadline has passed."""
+        now, expired = self._clock(), set()
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, request_id = heapq.heappop(self._deadlines)
+            if request_id in self._streams:
+                expired.add(request_id)
+        return expired
+
+    def _idle_wait(self) -> float:
+        if not self._deadlines:
+            return _IDLE_POLL_S
+        return min(_IDLE_POLL_S, max(0.0, self._deadlines[0][0] - self._clock()))
 
     # -- crash, restart, warm-up ------------------------------------------
 
@@ -332,6 +377,7 @@ class SimEngine:
             stream.queue.put_nowait(error)
         self._streams.clear()
         self._pending_aborts.clear()
+        self._deadlines.clear()
 
     def _capacity_factor(self) -> float:
         """Slow start: after a restart, capacity grows linearly from the floor to 1."""

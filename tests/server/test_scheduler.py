@@ -134,6 +134,21 @@ def test_abort_and_drain_free_everything() -> None:
     assert not scheduler.waiting and not scheduler.running
 
 
+def test_finish_requests_takes_them_from_batch_and_queue_in_one_call() -> None:
+    scheduler = make(seqs=2)
+    for name in ("run-1", "run-2", "wait-1", "wait-2"):
+        scheduler.add(seq(name, prompt=20, output=5))
+    scheduler.schedule()
+    assert [s.request_id for s in scheduler.running] == ["run-1", "run-2"]
+    held = scheduler.allocator.num_free_blocks
+    finished = scheduler.finish_requests({"run-2", "wait-1", "unknown"})
+    assert sorted(s.request_id for s in finished) == ["run-2", "wait-1"]
+    assert [s.request_id for s in scheduler.running] == ["run-1"]
+    assert [s.request_id for s in scheduler.waiting] == ["wait-2"]
+    assert scheduler.allocator.num_free_blocks == held + 2  # run-2's 20 slots: 2 blocks
+    assert scheduler.finish_requests(set()) == []
+
+
 def test_natural_length_is_stable_and_bounded() -> None:
     request = GenerationRequest(request_id="x", prompt="hello", prompt_tokens=1, max_tokens=1000)
     length = natural_output_tokens(request, 64)

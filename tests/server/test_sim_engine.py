@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from stormguard_server.config import SimEngineConfig
 from stormguard_server.engine import (
+    DeadlineExceeded,
     EngineCrashed,
     EngineUnavailable,
     GenerationRequest,
@@ -160,5 +162,68 @@ async def test_injected_errors_and_stall() -> None:
         started = loop.time()
         await collect(sim.generate(request("stalled", max_tokens=1)))
         assert loop.time() - started >= 0.15
+    finally:
+        await sim.stop()
+
+
+# Room for four long sequences at once (no OOM): 128 blocks x 16 = 2048 slots.
+ROOMY = dataclasses.replace(FAST, num_kv_blocks=128)
+
+
+class ManualClock:
+    """The engine's clock, moved by the test: deadlines pass when it says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_running_request_past_its_deadline_is_aborted_at_the_next_step() -> None:
+    clock = ManualClock()
+    sim = SimEngine(ROOMY, clock=clock)
+    await sim.start()
+    try:
+        deltas = sim.generate(request("late", max_tokens=240, timeout_s=2.0))
+        await deltas.__anext__()
+        assert sim.load().running == 1 and sim.load().kv_cache_usage > 0
+        clock.now += 1.9
+        await deltas.__anext__()  # still inside its deadline: it goes on
+        clock.now += 0.1
+        with pytest.raises(DeadlineExceeded) as exceeded:
+            async for _ in deltas:
+                pass
+        # Aborted, not finished: its blocks are free and it is counted as such.
+        assert 2 <= exceeded.value.output_tokens < 240
+        assert str(exceeded.value.output_tokens) in str(exceeded.value)
+        assert sim.load().running == 0 and sim.load().kv_cache_usage == 0
+        assert sim.stats.requests_deadline_exceeded == 1
+        assert sim.stats.requests_aborted == 0 and sim.stats.requests_finished == 1  # probe
+        on_time = await collect(sim.generate(request("on-time", max_tokens=5, timeout_s=1.0)))
+        assert on_time[-1].output_tokens == 5
+    finally:
+        await sim.stop()
+
+
+async def test_a_request_waiting_in_the_engine_past_its_deadline_never_runs() -> None:
+    clock = ManualClock()
+    sim = SimEngine(ROOMY, clock=clock)  # a batch of at most 4 sequences
+    await sim.start()
+    try:
+        batch = [sim.generate(request(f"r{i}", max_tokens=240)) for i in range(4)]
+        for deltas in batch:
+            await deltas.__anext__()
+        queued = sim.generate(request("queued", max_tokens=5, timeout_s=1.0))
+        waiting = asyncio.ensure_future(collect(queued))
+        await until(lambda: sim.load().waiting == 1)
+        clock.now += 1.0
+        with pytest.raises(DeadlineExceeded) as exceeded:
+            await waiting
+        assert exceeded.value.output_tokens == 0
+        assert sim.load().waiting == 0 and sim.load().running == 4
+        assert sim.stats.requests_deadline_exceeded == 1
+        for deltas in batch:
+            await deltas.aclose()  # type: ignore[attr-defined]
     finally:
         await sim.stop()
