@@ -24,6 +24,7 @@ from ._events import Observer
 from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._pipeline import CallSpec
+from ._redact import Redactor
 from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._throttle import AdaptiveThrottle
@@ -211,6 +212,10 @@ class ClientCore:
             headers["authorization"] = f"Bearer {self.api_key}"
         headers.update({k.lower(): v for k, v in (default_headers or {}).items()})
         self.headers = headers
+        #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
+        self.redactor = Redactor.for_client(
+            headers=headers, urls=[state.base_url for state in self.picker.states]
+        )
 
     def attempt_timeout(self, remaining: float) -> httpx.Timeout:
         """httpx timeouts for one attempt: each operation may take what is left."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import httpx
 
 from ._clock import Clock
+from ._redact import display_url
 from .protocol import ServerLoad
 
 __all__ = [
@@ -41,7 +42,7 @@ def normalize_base_url(base_url: str | httpx.URL) -> tuple[str, str]:
     """``(base_url without trailing slash, "host:port")``; ValueError for a non-HTTP URL."""
     url = httpx.URL(str(base_url))
     if url.scheme not in ("http", "https") or not url.host:
-        raise ValueError(f"base_url must be an http(s) URL, got {str(base_url)[:200]!r}")
+        raise ValueError(f"base_url must be an http(s) URL, got {display_url(url)[:200]!r}")
     port = url.port or (443 if url.scheme == "https" else 80)
     return str(url).rstrip("/"), f"{url.host}:{port}"
 
@@ -69,6 +70,13 @@ class Endpoint:
             if isinstance(self.models, str):
                 raise TypeError("models must be a collection of model names, not one string")
             object.__setattr__(self, "models", frozenset(self.models))
+
+    def __repr__(self) -> str:
+        # Never a password in the URL (http://user:KEY@host).
+        return (
+            f"Endpoint(base_url={display_url(self.base_url)!r}, weight={self.weight!r},"
+            f" name={self.name!r}, models={self.models!r})"
+        )
 
 
 class EndpointState:

@@ -19,7 +19,7 @@ stream goes on until ``CallEnded`` (end of stream, error, or closed early).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -45,6 +45,10 @@ __all__ = [
 ]
 
 
+def _as_is(text: str) -> str:
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class CallStarted:
     """A logical call begins (before its token pre-check)."""
@@ -59,6 +63,10 @@ class CallStarted:
     server_port: int | None
     #: The request body; an observer copies message text from it only when asked to.
     body: Mapping[str, Any] | None
+    #: The call's scrubber: an observer passes every text that came from the server
+    #: (and any error's message) through it before recording it, so that an API key
+    #: the server echoed back is recorded as ``[redacted]``.
+    scrub: Callable[[str], str] = _as_is
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,12 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
 
 Every error carries ``server_load`` (parsed load headers, all None when there
 was no response), ``attempts``, ``attempt_history`` and ``retry_stopped_by``.
-No message or repr ever contains the API key: the client scrubs it from server
-messages, and requests (with their headers) are never part of a message.
+No message, repr or string attribute ever contains a credential the client
+sends (``api_key``, credential headers, a password in the base URL): every text
+that came from the server, or from a library quoting it, is scrubbed
+(``_redact.Redactor``) before it is cut, and requests (with their headers) are
+never part of a message. ``APIStatusError.raw_body`` and ``.response`` are the
+server's answer as it came, echoes included: they are not for logging.
 """
 
 from __future__ import annotations
@@ -179,9 +183,10 @@ class APIStatusError(APIError):
     """The server answered with a 4xx or 5xx status."""
 
     status_code: int
-    #: The decoded JSON error body, or the raw text when it was not JSON.
+    #: The decoded JSON error body, or the start of its text when it was not JSON
+    #: (500 characters); credentials the server echoed are ``[redacted]`` in both.
     body: object
-    #: The body as it came (None for errors sent inside a stream).
+    #: The body as it came, unscrubbed (None for errors sent inside a stream).
     raw_body: bytes | None
     response: httpx.Response | None
 

@@ -177,6 +177,8 @@ class LogicalCall:
         #: The call's observer (telemetry); None when nothing is recorded: no events then.
         self._trace: CallObserver | None = None
         self._ended = False
+        #: Scrubs the client's credentials, and this call's own, from what it shows.
+        self.redactor = core.redactor.including(headers=spec.headers, url=spec.absolute_url)
         if core.observer is not None:
             self._trace = core.observer.start_call(self._started_event())
 
@@ -203,6 +205,7 @@ class LogicalCall:
             server_address=self.core.server_address,
             server_port=self.core.server_port,
             body=body,
+            scrub=self.redactor.scrub,
         )
 
     def observing(self) -> AbstractContextManager[None]:
@@ -660,13 +663,16 @@ class LogicalCall:
         """Note the status and load headers of the attempt's response."""
         # One pass over the headers: httpx.Headers.get scans them all on each of the
         # dozen look-ups the parser makes (about 20 us a call, measured).
-        self.server_load = ServerLoad.from_headers(dict(response.headers.items()))
+        load = ServerLoad.from_headers(dict(response.headers.items()))
+        self.server_load = self.redactor.scrub_load(load)
         if self._endpoint is not None:
             self.core.picker.observe(self._endpoint, self.server_load)
         self._note(response.status_code, None)
 
     def failed(self, error: APIError) -> APIError:
-        """Record that the attempt ended in ``error`` and return it, to be raised."""
+        """Record that the attempt ended in ``error`` and return it, to be raised
+        (scrubbed of secrets: it may quote a library's text, an httpx error's)."""
+        self.redactor.scrub_error(error)
         self._attempt_error = error
         self._settle(None, error)
         if self._pending is None or self._pending[1] is None:
@@ -751,14 +757,18 @@ class LogicalCall:
         if response.status_code >= 300:
             raise self.failed(
                 error_from_response(
-                    response, body, server_load=self.server_load, secret=self.core.api_key
+                    response, body, server_load=self.server_load, redactor=self.redactor
                 )
             )
         if self.spec.raw:
             return replay_response(response, body)
         try:
             return result_from_response(
-                response, body, self.spec.result_type, info=self.info(response)
+                response,
+                body,
+                self.spec.result_type,
+                info=self.info(response),
+                redactor=self.redactor,
             )
         except APIError as exc:
             raise self.failed(exc) from None
@@ -768,7 +778,7 @@ class LogicalCall:
         return CallInfo(
             server_load=self.server_load,
             attempt_history=(),
-            request_id=request_id_of(response),
+            request_id=request_id_of(response, redactor=self.redactor),
             model=self.spec.model,
         )
 
@@ -806,6 +816,7 @@ class LogicalCall:
 
     def annotate(self, error: StormguardError) -> None:
         """Give the error the call's attempt count, history and stop reason."""
+        self.redactor.scrub_error(error)
         if self._record_open:
             self._close_record(self.retry_stopped_by or "not_retryable")
         error.attempts = self.total_attempts

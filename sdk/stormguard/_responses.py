@@ -21,12 +21,14 @@ from ._exceptions import (
     status_error_class,
 )
 from ._models import APIResult, CallInfo
+from ._redact import Redactor
 from .protocol import HEADER_REQUEST_ID, ServerLoad
 
 __all__ = [
     "error_from_payload",
     "error_from_response",
     "parse_json_object",
+    "request_id_of",
     "result_from_response",
     "translate_transport_error",
 ]
@@ -34,19 +36,14 @@ __all__ = [
 R = TypeVar("R", bound=APIResult)
 
 # Server text quoted in an error message is cut here: a 10 MB HTML error page
-# must not end up in a log line.
+# must not end up in a log line. Every quote is scrubbed of secrets before the cut.
 _MAX_QUOTED = 500
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    if secret and secret in text:
-        text = text.replace(secret, "[redacted]")
-    return text
-
-
-def request_id_of(response: httpx.Response) -> str | None:
+def request_id_of(response: httpx.Response, *, redactor: Redactor) -> str | None:
+    """The response's ``x-request-id``, scrubbed, at most 200 characters."""
     value = response.headers.get(HEADER_REQUEST_ID)
-    return value[:200] if value else None
+    return redactor.quote(value, 200) if value else None
 
 
 def translate_transport_error(
@@ -100,18 +97,19 @@ def error_from_payload(
     server_load: ServerLoad,
     request_id: str | None,
     response: httpx.Response | None,
-    secret: str | None,
+    redactor: Redactor,
     fallback: str = "",
     raw_body: bytes | None = None,
 ) -> APIStatusError:
-    """An ``APIStatusError`` of the class for ``status_code``, from a decoded body."""
+    """An ``APIStatusError`` of the class for ``status_code``, from a decoded body
+    (scrubbed of secrets; ``raw_body`` stays as it came)."""
     message = _error_message(payload, fallback) or httpx.codes.get_reason_phrase(status_code)
-    message = _scrub(message, secret)[:_MAX_QUOTED]  # scrub first: a key cut in half leaks half
+    message = redactor.quote(message, _MAX_QUOTED)  # scrubbed first: a key cut in half leaks half
     cls = status_error_class(status_code)
     return cls(
         f"Error code: {status_code} - {message}",
         status_code=status_code,
-        body=payload,
+        body=redactor.scrub_json(payload),
         raw_body=raw_body,
         response=response,
         server_load=server_load,
@@ -120,23 +118,21 @@ def error_from_payload(
 
 
 def error_from_response(
-    response: httpx.Response, body: bytes, *, server_load: ServerLoad, secret: str | None
+    response: httpx.Response, body: bytes, *, server_load: ServerLoad, redactor: Redactor
 ) -> APIStatusError:
     """The error for a non-2xx response whose body has been read."""
     payload: object = parse_json_object(body)
     fallback = ""
     if payload is None:
-        # Past the cut by a key's length: a key that starts before it is scrubbed whole.
-        quoted = body[: _MAX_QUOTED + len(secret or "")]
-        fallback = quoted.decode("utf-8", errors="replace").strip()
+        fallback = redactor.quote_bytes(body, _MAX_QUOTED).strip()
         payload = fallback or None
     return error_from_payload(
         response.status_code,
         payload,
         server_load=server_load,
-        request_id=request_id_of(response),
+        request_id=request_id_of(response, redactor=redactor),
         response=response,
-        secret=secret,
+        redactor=redactor,
         fallback=fallback,
         raw_body=body,
     )
@@ -148,19 +144,20 @@ def result_from_response(
     result_type: type[R],
     *,
     info: CallInfo,
+    redactor: Redactor,
 ) -> R:
     """The typed result of a 2xx JSON response, or a validation error."""
     content_type = response.headers.get("content-type", "")
     if content_type and "json" not in content_type.lower():
         raise APIResponseValidationError(
-            f"Expected a JSON response, got content-type {content_type[:100]!r}",
+            f"Expected a JSON response, got content-type {redactor.quote(content_type, 100)!r}",
             status_code=response.status_code,
             server_load=info.server_load,
             request_id=info.request_id,
         )
     data = parse_json_object(body)
     if data is None:
-        snippet = body[:80].decode("utf-8", errors="replace")
+        snippet = redactor.quote_bytes(body, 80)
         raise APIResponseValidationError(
             f"The response body is not a JSON object (starts with {snippet!r})",
             status_code=response.status_code,

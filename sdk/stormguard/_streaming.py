@@ -72,14 +72,15 @@ class _StreamState(Generic[T]):
         self.info = CallInfo(
             server_load=call.server_load,
             attempt_history=(),
-            request_id=request_id_of(response),
+            request_id=request_id_of(response, redactor=call.redactor),
             model=call.spec.model,
         )
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" not in content_type.lower():
             raise call.failed(
                 APIResponseValidationError(
-                    f"Expected an event stream, got content-type {content_type[:100]!r}",
+                    "Expected an event stream, got content-type"
+                    f" {call.redactor.quote(content_type, 100)!r}",
                     status_code=response.status_code,
                     server_load=call.server_load,
                     request_id=self.info.request_id,
@@ -144,7 +145,8 @@ class _StreamState(Generic[T]):
         payload = parse_json_object(event.data.encode())
         if payload is None:
             return APIResponseValidationError(
-                f"A stream event is not a JSON object: {event.data[:80]!r}",
+                "A stream event is not a JSON object:"
+                f" {self.call.redactor.quote(event.data, 80)!r}",
                 status_code=self.response.status_code,
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
@@ -178,7 +180,7 @@ class _StreamState(Generic[T]):
             server_load=self.call.server_load,
             request_id=self.info.request_id,
             response=self.response,
-            secret=self.call.core.api_key,
+            redactor=self.call.redactor,
         )
 
     def end_of_body(self) -> None:

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -48,6 +48,7 @@ from .._events import (
     PrecheckPassed,
     ResponseSummary,
 )
+from .._redact import display_url
 from .._version import __version__
 from . import _names as n
 from ._metrics import ClientMetrics
@@ -212,6 +213,8 @@ class _CallTrace:
     ) -> None:
         self.telemetry = telemetry
         self.started = event
+        #: Every text from the server (and every error message) goes through it first.
+        self.scrub = event.scrub
         self.tracer = tracer
         self.instruments = instruments
         self.t0 = time.perf_counter()
@@ -294,7 +297,7 @@ class _CallTrace:
         if attempt.is_recording():
             attributes: dict[str, Any] = {
                 n.HTTP_REQUEST_METHOD: event.method,
-                n.URL_FULL: str(url.copy_with(username=None, password=None)),
+                n.URL_FULL: self.scrub(display_url(url)),
                 n.URL_TEMPLATE: url.path,
                 n.SERVER_ADDRESS: url.host,
                 n.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
@@ -329,7 +332,7 @@ class _CallTrace:
             attributes: dict[str, Any] = {n.ATTEMPT_OUTCOME: event.outcome}
             if event.status_code is not None:
                 attributes[n.HTTP_RESPONSE_STATUS_CODE] = event.status_code
-            attributes.update(_load_attributes(event.server_load))
+            attributes.update(_load_attributes(event.server_load, self.scrub))
             attempt.set_attributes(attributes)
             failed = event.outcome != "ok"
             if failed:
@@ -397,7 +400,8 @@ class _CallTrace:
             span.set_attributes(_refusal_attributes(error))
             if error_type is not None:
                 span.set_attribute(n.ERROR_TYPE, error_type)
-                span.set_status(Status(StatusCode.ERROR, _short(str(error))))
+                # Scrubbed before the cut: a key straddling it would leave half behind.
+                span.set_status(Status(StatusCode.ERROR, _short(self.scrub(str(error)))))
         self.span.end()
         instruments = self.instruments
         if instruments is None:
@@ -405,7 +409,7 @@ class _CallTrace:
         outcome = "cancelled" if event.cancelled else ("error" if error is not None else "ok")
         base = self._metric_attributes()
         if response is not None and response.response_model is not None:
-            base[n.GEN_AI_RESPONSE_MODEL] = response.response_model
+            base[n.GEN_AI_RESPONSE_MODEL] = self.scrub(response.response_model)
         instruments.calls.add(
             1, {**base, n.CALL_OUTCOME: outcome, n.DEGRADED: event.degraded_from is not None}
         )
@@ -437,18 +441,21 @@ class _CallTrace:
         if event.cancelled:
             attributes[n.CANCELLED] = True
         if response is not None:
+            scrub = self.scrub  # the id, model and finish reasons are the server's text
             if response.response_id is not None:
-                attributes[n.GEN_AI_RESPONSE_ID] = response.response_id
+                attributes[n.GEN_AI_RESPONSE_ID] = scrub(response.response_id)
             if response.response_model is not None:
-                attributes[n.GEN_AI_RESPONSE_MODEL] = response.response_model
+                attributes[n.GEN_AI_RESPONSE_MODEL] = scrub(response.response_model)
             if response.finish_reasons:
-                attributes[n.GEN_AI_RESPONSE_FINISH_REASONS] = list(response.finish_reasons)
+                attributes[n.GEN_AI_RESPONSE_FINISH_REASONS] = [
+                    scrub(reason) for reason in response.finish_reasons
+                ]
             if response.input_tokens is not None:
                 attributes[n.GEN_AI_USAGE_INPUT_TOKENS] = response.input_tokens
             if response.output_tokens is not None:
                 attributes[n.GEN_AI_USAGE_OUTPUT_TOKENS] = response.output_tokens
             if self.telemetry.capture_content and response.output_text:
-                attributes[n.GEN_AI_OUTPUT_MESSAGES] = _output_messages(response)
+                attributes[n.GEN_AI_OUTPUT_MESSAGES] = scrub(_output_messages(response))
         return attributes
 
     def _metric_attributes(self, **extra: str) -> dict[str, Any]:
@@ -476,7 +483,7 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _load_attributes(load: ServerLoad) -> dict[str, Any]:
+def _load_attributes(load: ServerLoad, scrub: Callable[[str], str]) -> dict[str, Any]:
     pairs = (
         (n.LOAD_QUEUE_DEPTH, load.queue_depth),
         (n.LOAD_QUEUE_TOKENS, load.queue_tokens),
@@ -485,7 +492,7 @@ def _load_attributes(load: ServerLoad) -> dict[str, Any]:
         (n.LOAD_KV_CACHE_USAGE, load.kv_cache_usage),
         (n.LOAD_RETRY_AFTER, load.retry_after),
         (n.LOAD_SHOULD_RETRY, load.should_retry),
-        (n.LOAD_SHED, load.load_shed),
+        (n.LOAD_SHED, None if load.load_shed is None else scrub(load.load_shed)),
     )
     return {key: value for key, value in pairs if value is not None}
 
