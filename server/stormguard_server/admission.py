@@ -7,7 +7,8 @@ otherwise it waits in a queue ordered by priority, then arrival, that is
 bounded in requests, tokens and wait. When something must go, the victim is
 the request that matters least: sheddable before standard before critical,
 retries before first attempts, newest first. Every refusal says why and when
-trying again makes sense, from the measured drain rate.
+trying again makes sense, from how long admitted requests hold their tokens
+and how long those in flight have held theirs (``wait_estimate.py``).
 
 The controller knows no HTTP and no engine internals: it reads the engine's
 ``EngineLoad`` through a callable, and its clock is injectable, so every
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from stormguard.protocol import Priority, ServerLoad, ShedReason
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad
+from stormguard_server.wait_estimate import HoldMeter, wait_until_fits
 
 _FALLBACK_RETRY_AFTER_S = 1.0
 
@@ -63,6 +65,9 @@ class Ticket:
     cost: int
     priority: Priority = Priority.STANDARD
     attempt: int = 1
+    # Tokens it may generate, when the front end knows them: how long it holds its
+    # tokens scales with this rather than with its prompt.
+    max_tokens: int | None = None
     # Absolute time (controller clock) after which the caller no longer waits.
     deadline: float | None = None
     arrival: float = 0.0
@@ -77,6 +82,11 @@ class Ticket:
     @property
     def is_retry(self) -> bool:
         return self.attempt > 1
+
+    @property
+    def work(self) -> int:
+        """What its hold time is taken to scale with: max_tokens, else the whole cost."""
+        return self.cost if self.max_tokens is None else self.max_tokens
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -100,7 +110,8 @@ class Permit:
 
 
 class DrainMeter:
-    """Tokens of admitted cost released per second over a sliding window."""
+    """Amounts released per second over a sliding window (the request limits' pools
+    measure their drain with it; admission's own wait estimate is ``HoldMeter``)."""
 
     def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
         self._window_s = window_s
@@ -228,10 +239,10 @@ class AdmissionController:
         self._expiries: list[tuple[float, int, Ticket]] = []
         self._pushes = itertools.count()  # heap tie-break: tickets do not compare
         self._queue_tokens = 0
+        self._inflight: dict[Ticket, None] = {}  # admitted, not yet released
         self._inflight_tokens = 0
-        self._inflight_count = 0
         self._seq = itertools.count()
-        self.drain = DrainMeter(config.drain_window_s, clock)
+        self.holds = HoldMeter(config.drain_window_s, clock)
 
     # -- state ------------------------------------------------------------
 
@@ -277,12 +288,14 @@ class AdmissionController:
         priority: Priority = Priority.STANDARD,
         attempt: int = 1,
         deadline_ms: float | None = None,
+        max_tokens: int | None = None,
     ) -> Ticket:
         """A ticket stamped with arrival time and order.
 
         The cost is counted in whole KV blocks (rounded up to the engine's block
         size), as the engine allocates them: admitted work then always fits the
-        cache, however many sequences share it.
+        cache, however many sequences share it. ``max_tokens`` (part of the cost)
+        sharpens the wait estimate: generation, not the prompt, takes the time.
         """
         now = self._clock()
         deadline = None if deadline_ms is None else now + deadline_ms / 1000.0
@@ -294,6 +307,7 @@ class AdmissionController:
             deadline=deadline,
             arrival=now,
             seq=next(self._seq),
+            max_tokens=max_tokens,
         )
 
     def submit(self, ticket: Ticket) -> Permit | Shed | None:
@@ -317,27 +331,30 @@ class AdmissionController:
         if ahead_tokens == 0 and self._fits(ticket.cost, load):
             return self._admit(ticket, now)
 
-        wait = self._estimate_wait(ahead_tokens + ticket.cost, load)
-        if ticket.deadline is not None and wait is not None and now + wait > ticket.deadline:
-            return Shed(
-                ShedReason.DEADLINE,
-                None,
-                False,
-                f"the request's deadline cannot be met (estimated queue wait {wait:.2f} s)",
-            )
+        if ticket.deadline is not None:
+            wait = self._estimate_wait(ahead_tokens + ticket.cost, load)
+            if wait is not None and now + wait > ticket.deadline:
+                return Shed(
+                    ShedReason.DEADLINE,
+                    None,
+                    False,
+                    f"the request's deadline cannot be met (estimated queue wait {wait:.2f} s)",
+                )
         if ticket.is_retry and self._retry_must_go(ticket):
             return self._overload_shed(ticket, ShedReason.QUEUE_FULL, load)
         return self._enqueue(ticket, load)
 
-    def release(self, permit: Permit) -> None:
-        """An admitted request ended: its tokens drain, queued ones may enter."""
+    def release(self, permit: Permit, *, failed: bool = False) -> None:
+        """An admitted request ended: its tokens come back, queued ones may enter.
+        ``failed``: the engine failed it (a crash), so its hold is not measured."""
         ticket = permit.ticket
         if not ticket.inflight:
             return
         ticket.inflight = False
+        self._inflight.pop(ticket, None)
         self._inflight_tokens -= ticket.cost
-        self._inflight_count -= 1
-        self.drain.record(ticket.cost)
+        if not failed and ticket.admitted_at is not None:
+            self.holds.record(ticket.cost, ticket.work, self._clock() - ticket.admitted_at)
         self.pump()
 
     def cancel(self, ticket: Ticket) -> bool:
@@ -433,14 +450,13 @@ class AdmissionController:
     def _fits(self, cost: int, load: EngineLoad) -> bool:
         # An idle engine takes any request that passed the too_long check, so
         # a small slow-start budget can never wedge a large request forever.
-        return self._inflight_count == 0 or self._inflight_tokens + cost <= self.budget(load)
+        return not self._inflight or self._inflight_tokens + cost <= self.budget(load)
 
     def _admit(self, ticket: Ticket, now: float) -> Permit:
-        self.drain.start()
         ticket.admitted_at = now
         ticket.inflight = True
+        self._inflight[ticket] = None
         self._inflight_tokens += ticket.cost
-        self._inflight_count += 1
         return Permit(ticket, waited_s=now - ticket.arrival)
 
     def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
@@ -566,12 +582,18 @@ class AdmissionController:
         return limit if ticket.deadline is None else min(limit, ticket.deadline)
 
     def _estimate_wait(self, tokens_needed: int, load: EngineLoad) -> float | None:
-        """Seconds until ``tokens_needed`` more tokens fit, at the measured drain rate."""
-        rate = self.drain.rate()
-        if rate is None or rate <= 0:
+        """Seconds until ``tokens_needed`` more tokens fit (``wait_until_fits``): each
+        request in flight is expected to end its measured hold after its admission;
+        None before any request has ended."""
+        per_work, mean_hold = self.holds.seconds_per_work(), self.holds.mean_hold_s()
+        if per_work is None or mean_hold is None:
             return None
         free = max(0, self.budget(load) - self._inflight_tokens)
-        return max(0.0, tokens_needed - free) / rate
+        if tokens_needed <= free:
+            return 0.0
+        now = self._clock()
+        ends = (((t.admitted_at or now) + per_work * t.work - now, t.cost) for t in self._inflight)
+        return wait_until_fits(tokens_needed, free, ends, mean_hold)
 
     def _clamp(self, seconds: float) -> float:
         return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)

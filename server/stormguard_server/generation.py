@@ -174,7 +174,10 @@ class _Flight:
         if gone == "running":
             self.state.engine.abort(self.request_id)  # takes effect at the next engine step
         if self.permit is not None and self.state.admission is not None:
-            self.state.admission.release(self.permit)
+            # A request the engine failed tells nothing about how long requests hold
+            # their tokens (the wait estimate); one whose caller left or whose
+            # deadline passed does: that is when its tokens came back.
+            self.state.admission.release(self.permit, failed=outcome == "engine_error")
         self.record.outcome = outcome
         self.record.gone_stage = gone
         self.record.error = error or None
@@ -203,6 +206,7 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
             priority=call.priority,
             attempt=call.attempt or 1,
             deadline_ms=call.deadline_ms,
+            max_tokens=call.max_tokens,
         )
         record.cost = ticket.cost
         try:

@@ -194,19 +194,99 @@ async def test_token_limit_of_the_queue() -> None:
     assert refusal.reason is ShedReason.TOKEN_BUDGET
 
 
-async def test_retry_after_comes_from_the_measured_drain_rate() -> None:
-    ctl, clock, _ = make(max_queue_requests=1)
-    # 500 tokens released per second for 2 s.
+def measure_holds(ctl: AdmissionController, clock: FakeClock, cost: int, held_s: float) -> None:
+    """Four requests of ``cost`` tokens, one after the other, each held ``held_s``."""
     for _ in range(4):
-        permit = admitted(ctl.submit(ticket(ctl, 250)))
-        clock.now += 0.5
+        permit = admitted(ctl.submit(ticket(ctl, cost)))
+        clock.now += held_s
         ctl.release(permit)
-    assert ctl.drain.rate() == pytest.approx(500.0)
+
+
+async def test_retry_after_comes_from_how_long_requests_hold_their_tokens() -> None:
+    ctl, clock, _ = make(max_queue_requests=1)
+    measure_holds(ctl, clock, 250, 0.5)  # 0.002 s per token of work: 500 tokens/s
+    assert ctl.holds.seconds_per_work() == pytest.approx(0.002)
+    assert ctl.holds.mean_hold_s() == pytest.approx(0.5)
     admitted(ctl.submit(ticket(ctl, 1000)))
     assert ctl.submit(ticket(ctl, 400)) is None
     refusal = shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE)))
-    # 400 queued + 600 of its own, nothing free: 1000 tokens at 500/s.
+    # 400 queued + 600 of its own need the holder's 1000 back: it holds them 2 s.
     assert refusal.retry_after_s == pytest.approx(2.0)
+
+
+async def test_retry_after_counts_down_as_the_running_work_nears_its_end() -> None:
+    ctl, clock, _ = make(max_queue_requests=1)
+    measure_holds(ctl, clock, 250, 0.5)
+    admitted(ctl.submit(ticket(ctl, 1000)))
+    assert ctl.submit(ticket(ctl, 400)) is None
+    retry_afters = []
+    for _ in range(3):
+        retry_afters.append(shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE))).retry_after_s)
+        clock.now += 0.75
+    # A drain rate alone said 2 s each time: it saw the past releases, not that the
+    # one running request had been at it for 0.75 s, then 1.5 s.
+    assert retry_afters == pytest.approx([2.0, 1.25, 0.5])
+    clock.now += 1.0  # overdue: expected back any moment, the shortest Retry-After
+    assert shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE))).retry_after_s == 0.05
+
+
+async def test_a_batch_that_just_started_frees_nothing_before_its_hold() -> None:
+    ctl, clock, _ = make(max_queue_requests=1)
+    measure_holds(ctl, clock, 500, 1.0)  # 0.002 s per token: 500 tokens hold 1 s
+    old = admitted(ctl.submit(ticket(ctl, 500)))
+    clock.now += 0.9
+    admitted(ctl.submit(ticket(ctl, 500)))
+    assert ctl.submit(ticket(ctl, 400)) is None
+    nearly_done = shed(ctl.submit(ticket(ctl, 100, Priority.SHEDDABLE)))
+    assert nearly_done.retry_after_s == pytest.approx(0.1)  # the old one's 500 suffice
+    just_started = shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE)))
+    assert just_started.retry_after_s == pytest.approx(1.0)  # the new one's are needed too
+    ctl.release(old)
+
+
+async def test_a_wait_beyond_the_running_work_counts_whole_turnovers() -> None:
+    ctl, clock, _ = make(max_queue_requests=1)
+    measure_holds(ctl, clock, 1000, 2.0)  # a full budget turns over every 2 s
+    admitted(ctl.submit(ticket(ctl, 1000)))
+    assert ctl.submit(ticket(ctl, 1000)) is None
+    refusal = shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE)))
+    # The holder's 1000 come back in 2 s and go to the queued 1000, which hold
+    # them 2 s more: 4 s, for 1600 tokens of work ahead and its own.
+    assert refusal.retry_after_s == pytest.approx(4.0)
+
+
+async def test_work_is_max_tokens_when_known_so_a_long_prompt_is_not_a_long_hold() -> None:
+    ctl, clock, _ = make(max_queue_requests=1)
+    for _ in range(4):  # 100 tokens generated in 1 s, whatever the prompt
+        permit = admitted(ctl.submit(ctl.make_ticket(150, max_tokens=100)))
+        clock.now += 1.0
+        ctl.release(permit)
+    admitted(ctl.submit(ctl.make_ticket(1000, max_tokens=100)))  # a 900-token prompt
+    assert ctl.submit(ticket(ctl, 10)) is None
+    refusal = shed(ctl.submit(ticket(ctl, 10, Priority.SHEDDABLE)))
+    assert refusal.retry_after_s == pytest.approx(1.0)  # not 1000/150 s
+
+
+async def test_retry_after_right_after_a_restart_is_what_it_was_before() -> None:
+    ctl, clock, engine = make(max_queue_requests=1)
+    measure_holds(ctl, clock, 250, 0.5)
+    holder = admitted(ctl.submit(ticket(ctl, 1000)))
+    assert ctl.submit(ticket(ctl, 400)) is None
+    before = shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE))).retry_after_s
+    # The engine crashes: the holder fails (not a hold worth measuring) and the
+    # queue is shed; a cold restart takes far longer than the measuring window.
+    clock.now += 0.01
+    engine.current = replace(engine.current, state="restarting", ready_in_s=30.0)
+    ctl.tick()
+    ctl.release(holder, failed=True)
+    clock.now += 30.0
+    engine.current = replace(engine.current, state="ready", ready_in_s=None)
+    admitted(ctl.submit(ticket(ctl, 1000)))
+    assert ctl.submit(ticket(ctl, 400)) is None
+    after = shed(ctl.submit(ticket(ctl, 600, Priority.SHEDDABLE))).retry_after_s
+    # A drain rate over the last seconds had nothing left after the downtime (the
+    # 1 s fallback), or, with a shorter restart, a rate diluted by it.
+    assert after == before == pytest.approx(2.0)
 
 
 async def test_retry_after_before_any_measurement_is_a_bounded_fallback() -> None:
@@ -221,16 +301,17 @@ async def test_deadline_zero_or_unmeetable_is_refused_at_once() -> None:
     ctl, clock, _ = make()
     zero = shed(ctl.submit(ticket(ctl, 10, deadline_ms=0)))
     assert zero.reason is ShedReason.DEADLINE and zero.should_retry is False
-    for _ in range(2):  # drain rate: 100 tokens/s
+    for _ in range(2):  # 0.01 s per token of work
         permit = admitted(ctl.submit(ticket(ctl, 100)))
         clock.now += 1.0
         ctl.release(permit)
     admitted(ctl.submit(ticket(ctl, 1000)))
-    # Needs 500 tokens to drain at 100/s = 5 s; the caller waits 1 s.
+    # Needs the holder's tokens back: it holds them 10 s; the caller waits 1 s.
     hopeless = shed(ctl.submit(ticket(ctl, 500, deadline_ms=1000)))
     assert hopeless.reason is ShedReason.DEADLINE
+    assert "10.00 s" in hopeless.message
     assert ctl.queue_depth == 0
-    assert ctl.submit(ticket(ctl, 500, deadline_ms=10_000)) is None
+    assert ctl.submit(ticket(ctl, 500, deadline_ms=20_000)) is None
 
 
 async def test_expired_while_queued_never_runs() -> None:
