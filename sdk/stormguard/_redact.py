@@ -148,7 +148,7 @@ class Redactor:
     'xxxxxxxx[red'
     """
 
-    __slots__ = ("_forms", "_margin", "_pattern", "secrets")
+    __slots__ = ("_forms", "_margin", "_pattern", "_shortest", "secrets")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         #: The credentials themselves (never shown: ``repr`` gives only their count).
@@ -161,6 +161,8 @@ class Redactor:
         self._pattern = re.compile("|".join(map(re.escape, self._forms))) if forms else None
         #: A secret that starts before a cut ends within this many characters after it.
         self._margin = len(self._forms[0]) if self._forms else 0
+        #: Texts shorter than this hold no secret (most request ids, load-shed reasons).
+        self._shortest = len(self._forms[-1]) if self._forms else 0
 
     @classmethod
     def for_client(
@@ -186,7 +188,9 @@ class Redactor:
     def scrub(self, text: str) -> str:
         """``text`` with every secret replaced by ``[redacted]``."""
         pattern = self._pattern
-        if pattern is None or not any(form in text for form in self._forms):
+        if pattern is None or len(text) < self._shortest:
+            return text
+        if not any(form in text for form in self._forms):
             return text  # the common case: a few substring searches, no regex
         return pattern.sub(REDACTED, text)
 
