@@ -265,19 +265,29 @@ def _credentials(headers: Mapping[str, str], urls: Iterable[str | httpx.URL]) ->
         yield from _url_secrets(url)
 
 
+def _hidden_param(key: str) -> bool:
+    lowered = key.lower()
+    return (
+        lowered in _SEMCONV_QUERY_KEYS
+        or lowered in _CREDENTIAL_PARAMS
+        or (_is_credential_name(lowered))
+    )
+
+
 def display_url(url: str | httpx.URL) -> str:
     """A URL fit to show (``url.full``, error messages, reprs): userinfo replaced by
     ``REDACTED:REDACTED`` and signature query values by ``REDACTED``, as the
-    semantic conventions (v1.41.0) ask. Other secrets in it are a ``Redactor``'s job."""
+    semantic conventions (v1.41.0) ask, and credential-looking ones (``api-key``,
+    ``token``...) too. It needs no secret to know of, so it may be cut afterwards."""
     try:
         parsed = httpx.URL(str(url))
     except (httpx.InvalidURL, TypeError, ValueError):
         return "<invalid URL>"
     if parsed.userinfo:
         parsed = parsed.copy_with(username="REDACTED", password="REDACTED")
-    if parsed.query and any(key.lower() in _SEMCONV_QUERY_KEYS for key in parsed.params):
+    if parsed.query and any(_hidden_param(key) for key in parsed.params):
         params = [
-            (key, "REDACTED" if key.lower() in _SEMCONV_QUERY_KEYS else value)
+            (key, "REDACTED" if _hidden_param(key) else value)
             for key, value in parsed.params.multi_items()
         ]
         parsed = parsed.copy_with(params=params)

@@ -170,10 +170,13 @@ def test_a_call_adds_its_own_credentials_and_shares_redactors() -> None:
     assert client.including(headers={"api-key": other}) is call  # cached, not rebuilt
 
 
-def test_display_url_hides_userinfo_and_signatures() -> None:
-    shown = display_url(f"http://user:{KEY}@llm.test:8000/v1/x?sig=abc&model=m")
-    assert shown == "http://REDACTED:REDACTED@llm.test:8000/v1/x?sig=REDACTED&model=m"
+def test_display_url_hides_userinfo_signatures_and_credential_parameters() -> None:
+    shown = display_url(f"http://user:{KEY}@llm.test:8000/v1/x?sig=abc&model=m&api-key={KEY}")
+    assert shown == (
+        "http://REDACTED:REDACTED@llm.test:8000/v1/x?sig=REDACTED&model=m&api-key=REDACTED"
+    )
     assert display_url("http://llm.test/v1") == "http://llm.test/v1"
+    assert display_url("http://host:port/") == "<invalid URL>"
 
 
 # -- structured values ---------------------------------------------------------------
