@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import struct
 import threading
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -127,20 +128,38 @@ def drip(prefix: bytes, *, interval: float, then: bytes = b"x", step: int = 1) -
     return behaviour
 
 
-def _compressed_stream(compressor: Any, unit: bytes, size: int) -> Iterable[bytes]:
+def _compressed(wbits: int, unit: bytes, size: int) -> bytes:
+    """``size`` bytes of ``unit`` repeated, compressed: 1 MiB blocks, each ended by a
+    full flush. A full flush makes the compressor forget what it saw, so every
+    block after the first compresses to the same bytes: one is compressed and
+    repeated (a 1 GiB bomb takes milliseconds, not the 10 s of compressing it), and
+    the checksum in the trailer is computed over the whole body."""
     block = unit * max(1, (1 << 20) // len(unit))
-    sent = 0
-    while sent < size:
-        piece = block[: size - sent]
-        sent += len(piece)
-        out = compressor.compress(piece)
-        if out:
-            yield out
-    yield compressor.flush()
+    count, rest = divmod(size, len(block))
+    compressor = zlib.compressobj(9, zlib.DEFLATED, wbits)
+    parts = []
+    if count:
+        parts.append(compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH))
+    if count > 1:
+        again = compressor.compress(block) + compressor.flush(zlib.Z_FULL_FLUSH)
+        parts.append(again * (count - 1))
+    gzip = wbits > 15
+    end = compressor.compress(block[:rest]) + compressor.flush()
+    trailer = 8 if gzip else 4
+    checksum = zlib.crc32 if gzip else zlib.adler32
+    value = 0 if gzip else 1
+    for _ in range(count):
+        value = checksum(block, value)
+    value = checksum(block[:rest], value)
+    if gzip:
+        end = end[:-trailer] + struct.pack("<II", value, size & 0xFFFFFFFF)
+    else:
+        end = end[:-trailer] + struct.pack(">I", value)
+    return b"".join([*parts, end])
 
 
 def _bomb(encoding: str, wbits: int, content_type: str, unit: bytes, size: int) -> Behaviour:
-    compressed = b"".join(_compressed_stream(zlib.compressobj(9, zlib.DEFLATED, wbits), unit, size))
+    compressed = _compressed(wbits, unit, size)
     raw = (
         head(
             200,
