@@ -19,6 +19,7 @@ from ._breaker import (
 from ._budget import BudgetState, RetryBudget
 from ._client import Client
 from ._clock import Clock
+from ._deadline_transport import DeadlineTransport
 from ._endpoints import Endpoint
 from ._exceptions import (
     APIConnectionError,
@@ -115,6 +116,7 @@ __all__ = [
     "ConcurrencyLimiter",
     "ConflictError",
     "ContextWindowExceededError",
+    "DeadlineTransport",
     "Endpoint",
     "InternalServerError",
     "LimitState",

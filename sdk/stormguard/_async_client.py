@@ -15,13 +15,14 @@ import httpx
 import tenacity
 
 from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._body import aiter_body
 from ._compat import Unpack
 from ._exceptions import StormguardError
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import AsyncStream, _StreamState
-from .tokens import run_precheck_async
+from .tokens._flow import drive_precheck_async
 
 __all__ = ["AsyncClient"]
 
@@ -35,8 +36,9 @@ class AsyncClient(BaseClient):
     >>> resp.choices[0].message.content, resp.server_load.queue_depth    # doctest: +SKIP
 
     ``timeout`` is the total time of one call, every attempt and backoff
-    included. ``http_client`` lets you bring your own ``httpx.AsyncClient`` (proxies,
-    TLS, limits); the client then does not close it.
+    included, and no phase of it outlasts it (docs/retries.md, "What the deadline
+    bounds"). ``http_client`` lets you bring your own ``httpx.AsyncClient``
+    (proxies, TLS, limits); the client then does not close it.
     """
 
     def __init__(
@@ -77,7 +79,9 @@ class AsyncClient(BaseClient):
         """Pre-check, then attempts with retries, on the call's current model."""
         precheck = call.precheck_flow()
         if precheck is not None:
-            wait = call.prechecked(await run_precheck_async(precheck, self._http))
+            max_bytes = self._core.max_response_bytes
+            check = await drive_precheck_async(precheck, self._http, call.deadline, max_bytes)
+            wait = call.prechecked(check)
             if wait > 0:
                 await self._core.clock.asleep(wait)
         retrying = tenacity.AsyncRetrying(sleep=self._core.clock.asleep, **call.retrying_kwargs())
@@ -95,7 +99,9 @@ class AsyncClient(BaseClient):
             # The deadline bounds the whole attempt, not only each socket operation.
             with call.sending(), anyio.fail_after(call.remaining_or_none()):
                 response = await self._http.send(request, stream=True)
-        except (httpx.HTTPError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            raise call.deadline_passed("while waiting for the response") from exc
+        except httpx.HTTPError as exc:
             raise call.failed(translate_transport_error(exc)) from exc
         call.saw_response(response)
         try:
@@ -108,9 +114,13 @@ class AsyncClient(BaseClient):
             reader = BodyReader(call, response)
             try:
                 with anyio.fail_after(call.remaining_or_none()):
-                    async for chunk in response.aiter_bytes():
-                        reader.feed(chunk)
-            except (httpx.HTTPError, TimeoutError) as exc:
+                    async for piece in aiter_body(response):
+                        reader.feed(piece)
+            except TimeoutError as exc:
+                raise call.deadline_passed(
+                    "while reading the response", response_started=True
+                ) from exc
+            except httpx.HTTPError as exc:
                 raise call.failed(
                     translate_transport_error(
                         exc, response_started=True, server_load=call.server_load

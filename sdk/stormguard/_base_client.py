@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypedDict
 
 import httpx
 
+from ._body import ACCEPT_ENCODING, DEFAULT_MAX_RESPONSE_BYTES
 from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
@@ -41,7 +42,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # a queue slot on a server that is already behind.
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
-DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
 DEFAULT_BREAKER = BreakerConfig()
 #: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
 DEFAULT_TELEMETRY = Telemetry()
@@ -201,6 +201,8 @@ class ClientCore:
         self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)
         headers = {
             "accept": "application/json",
+            # Only what is decoded in bounded steps (``_body.py``): a gzip bomb stops at the cap.
+            "accept-encoding": ACCEPT_ENCODING,
             "content-type": "application/json",
             "user-agent": f"stormguard/{__version__}",
             # Plain vLLM then reports its load (ORCA) on every non-streaming answer.

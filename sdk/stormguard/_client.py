@@ -14,13 +14,15 @@ import httpx
 import tenacity
 
 from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._body import iter_body
 from ._compat import Unpack
+from ._deadline_transport import default_http_client
 from ._exceptions import StormguardError
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import Stream, _StreamState
-from .tokens import run_precheck_sync
+from .tokens._flow import drive_precheck_sync
 
 __all__ = ["Client"]
 
@@ -34,8 +36,10 @@ class Client(BaseClient):
     >>> resp.choices[0].message.content, resp.server_load.queue_depth    # doctest: +SKIP
 
     ``timeout`` is the total time of one call, every attempt and backoff
-    included. ``http_client`` lets you bring your own ``httpx.Client`` (proxies,
-    TLS, limits); the client then does not close it.
+    included, and no phase of it outlasts it (docs/retries.md, "What the deadline
+    bounds"). ``http_client`` lets you bring your own ``httpx.Client`` (proxies,
+    TLS, limits); the client then does not close it. Build it on
+    ``stormguard.DeadlineTransport`` to keep every phase within the deadline.
     """
 
     def __init__(
@@ -49,7 +53,7 @@ class Client(BaseClient):
             )
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.Client()
+        self._http = http_client if http_client is not None else default_http_client()
         self.chat = Chat(self)
         self.completions = Completions(self)
         self.models = Models(self)
@@ -76,7 +80,9 @@ class Client(BaseClient):
         """Pre-check, then attempts with retries, on the call's current model."""
         precheck = call.precheck_flow()
         if precheck is not None:
-            wait = call.prechecked(run_precheck_sync(precheck, self._http))
+            max_bytes = self._core.max_response_bytes
+            check = drive_precheck_sync(precheck, self._http, call.deadline, max_bytes)
+            wait = call.prechecked(check)
             if wait > 0:
                 self._core.clock.sleep(wait)
         for attempt in tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs()):
@@ -89,31 +95,34 @@ class Client(BaseClient):
         if waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
             call.granted(waiter.wait(call.remaining_or_none()))
         request = call.begin_attempt(self._http)
-        try:
-            with call.sending():
-                response = self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise call.failed(translate_transport_error(exc)) from exc
-        call.saw_response(response)
-        try:
-            if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
-                stream: Stream[Any] = Stream(_StreamState(call, response, call.spec.chunk_type))
-                stream._prefetch()
-                return stream
-            reader = BodyReader(call, response)
+        # Every socket operation of the attempt ends by the deadline (the transport
+        # clips it); the connection keeps it for a stream's later reads.
+        with call.deadline.bound():
             try:
-                for chunk in response.iter_bytes():
-                    reader.feed(chunk)
+                with call.sending():
+                    response = self._http.send(request, stream=True)
             except httpx.HTTPError as exc:
-                raise call.failed(
-                    translate_transport_error(
-                        exc, response_started=True, server_load=call.server_load
-                    )
-                ) from exc
-        except BaseException:
+                raise call.failed(translate_transport_error(exc)) from exc
+            call.saw_response(response)
+            try:
+                if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
+                    stream: Stream[Any] = Stream(_StreamState(call, response, call.spec.chunk_type))
+                    stream._prefetch()
+                    return stream
+                reader = BodyReader(call, response)
+                try:
+                    for piece in iter_body(response):
+                        reader.feed(piece)
+                except httpx.HTTPError as exc:
+                    raise call.failed(
+                        translate_transport_error(
+                            exc, response_started=True, server_load=call.server_load
+                        )
+                    ) from exc
+            except BaseException:
+                response.close()
+                raise
             response.close()
-            raise
-        response.close()
         return call.complete(response, reader.body())
 
     def close(self) -> None:

@@ -1,16 +1,31 @@
-"""The total time budget of one logical call: every attempt and every sleep."""
+"""The total time budget of one logical call: every attempt and every sleep.
+
+A driver makes the call's deadline the *current* one around the I/O it does
+(``with deadline.bound():``); the sync transport (``_deadline_transport.py``)
+reads it there and clips every socket operation to it, so the deadline reaches
+code the call does not run itself (httpx, httpcore) without being passed down.
+"""
 
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar, Token
+from types import TracebackType
 
 from ._clock import Clock
 
-__all__ = ["Deadline"]
+__all__ = ["Deadline", "current_deadline"]
 
 # An attempt given less than this is not worth sending: no LLM server answers a
 # request in under 1 ms, so sending it would only add load.
 MIN_ATTEMPT_TIME = 0.001
+
+_current: ContextVar[Deadline | None] = ContextVar("stormguard_deadline", default=None)
+
+
+def current_deadline() -> Deadline | None:
+    """The deadline of the I/O running in this thread or task (None: unbounded)."""
+    return _current.get()
 
 
 class Deadline:
@@ -36,3 +51,40 @@ class Deadline:
     def allows_sleep(self, seconds: float) -> bool:
         """Whether sleeping ``seconds`` still leaves time for an attempt afterwards."""
         return self.remaining() - seconds >= MIN_ATTEMPT_TIME
+
+    def within(self, seconds: float | None) -> Deadline:
+        """The sooner of this deadline and ``seconds`` from now (a lookup's own limit)."""
+        if seconds is None or seconds >= self.remaining():
+            return self
+        bounded = Deadline.__new__(Deadline)
+        bounded._clock = self._clock
+        bounded.timeout = seconds
+        bounded.at = self._clock.now() + max(seconds, 0.0)
+        return bounded
+
+    def bound(self) -> _Bound:
+        """Make this the current deadline for the ``with`` block (see the module doc)."""
+        return _Bound(self)
+
+
+class _Bound:
+    """``with deadline.bound():`` — a plain class, cheaper than ``contextlib``'s."""
+
+    __slots__ = ("_deadline", "_token")
+
+    def __init__(self, deadline: Deadline) -> None:
+        self._deadline = deadline
+        self._token: Token[Deadline | None] | None = None
+
+    def __enter__(self) -> None:
+        self._token = _current.set(self._deadline)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+            self._token = None

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import tenacity
 
+from ._body import BodyLimit, BodyTooLargeError, read_response
 from ._breaker import CircuitState, is_breaker_failure
 from ._deadline import Deadline
 from ._events import (
@@ -680,6 +681,17 @@ class LogicalCall:
             self._note(status, type(error).__name__)
         return error
 
+    def deadline_passed(self, doing: str, *, response_started: bool = False) -> APIError:
+        """The error, recorded, of an attempt that the call's deadline ended ``doing``
+        something (a cancel scope fired, or a check between two reads)."""
+        return self.failed(
+            APITimeoutError(
+                f"The call's deadline passed {doing}",
+                response_started=response_started,
+                server_load=self.server_load,
+            )
+        )
+
     def _note(self, status: int | None, error_type: str | None) -> None:
         self._pending = (status, error_type, self.core.clock.now() - self._started)
 
@@ -761,7 +773,7 @@ class LogicalCall:
                 )
             )
         if self.spec.raw:
-            return replay_response(response, body)
+            return read_response(response, body)
         try:
             return result_from_response(
                 response,
@@ -861,23 +873,6 @@ def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:
     )
 
 
-def replay_response(response: httpx.Response, body: bytes) -> httpx.Response:
-    """A read response rebuilt for the caller of the transport: the decoded body, and
-    headers that no longer claim an encoding or a length of the original bytes."""
-    headers = [
-        (k, v)
-        for k, v in response.headers.multi_items()
-        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-    ]
-    return httpx.Response(
-        response.status_code,
-        headers=headers,
-        content=body,
-        request=response.request,
-        extensions={"http_version": response.extensions.get("http_version", b"HTTP/1.1")},
-    )
-
-
 def _outcome_error(state: tenacity.RetryCallState) -> BaseException | None:
     outcome = state.outcome
     if outcome is None or not outcome.failed:
@@ -886,42 +881,35 @@ def _outcome_error(state: tenacity.RetryCallState) -> BaseException | None:
 
 
 class BodyReader:
-    """Collects a response body with a size limit and the call's deadline; the
-    drivers feed it chunks from ``iter_bytes``/``aiter_bytes``."""
+    """Collects a response body within ``max_response_bytes`` and the call's
+    deadline; the drivers feed it the pieces of ``iter_body``/``aiter_body``
+    (at most 64 KiB each, however the body is encoded)."""
 
-    __slots__ = ("_call", "_chunks", "_limit", "_size", "_status")
+    __slots__ = ("_call", "_chunks", "_limit", "_status")
 
     def __init__(self, call: LogicalCall, response: httpx.Response) -> None:
         self._call = call
-        self._limit = call.core.max_response_bytes
         self._chunks: list[bytes] = []
-        self._size = 0
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > self._limit:
-            raise self._too_large(response.status_code)
         self._status = response.status_code
+        try:
+            self._limit = BodyLimit(call.core.max_response_bytes, response)
+        except BodyTooLargeError as exc:
+            raise self._too_large(exc) from None
 
-    def _too_large(self, status: int) -> APIError:
+    def _too_large(self, exc: BodyTooLargeError) -> APIError:
         return self._call.failed(
             APIResponseValidationError(
-                f"The response body exceeds max_response_bytes={self._limit}",
-                status_code=status,
-                server_load=self._call.server_load,
+                str(exc), status_code=self._status, server_load=self._call.server_load
             )
         )
 
     def feed(self, chunk: bytes) -> None:
-        self._size += len(chunk)
-        if self._size > self._limit:
-            raise self._too_large(self._status)
+        try:
+            self._limit.add(len(chunk))
+        except BodyTooLargeError as exc:
+            raise self._too_large(exc) from None
         if self._call.deadline.expired:
-            raise self._call.failed(
-                APITimeoutError(
-                    "The call's deadline passed while reading the response",
-                    response_started=True,
-                    server_load=self._call.server_load,
-                )
-            )
+            raise self._call.deadline_passed("while reading the response", response_started=True)
         self._chunks.append(chunk)
 
     def body(self) -> bytes:

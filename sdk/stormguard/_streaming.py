@@ -1,11 +1,16 @@
 """Streamed responses: ``Stream`` (sync) and ``AsyncStream`` over one shared decoder.
 
 ``_StreamState`` does all the work that is not I/O (SSE decoding, ``[DONE]``,
-error events, the end-of-stream check, the deadline); the two stream classes
-only pull bytes from httpx and hand them over. Both close the HTTP response as
-soon as the stream ends, fails, is closed, or is left early (``with`` block,
-``break``, garbage collection of the iterator's owner, task cancellation), so
-the server sees the disconnect and can stop generating.
+error events, the end-of-stream check, the deadline, the size cap); the two
+stream classes only pull bytes from httpx and hand them over. Both close the
+HTTP response as soon as the stream ends, fails, is closed, or is left early
+(``with`` block, ``break``, garbage collection of the iterator's owner, task
+cancellation), so the server sees the disconnect and can stop generating.
+
+The bytes come decoded in pieces of at most 64 KiB (``_body.iter_body``), each
+counted against ``max_response_bytes``, and the deadline is checked before each
+piece and every 512 events of a piece: a compressed stream of blank lines or
+of tiny events ends at the cap or the deadline, however fast it inflates.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import anyio
 import httpx
 
+from ._body import BodyLimit, BodyTooLargeError, aiter_body, iter_body
 from ._events import ResponseSummary
 from ._exceptions import (
     APIError,
@@ -38,6 +44,9 @@ __all__ = ["AsyncStream", "Stream"]
 
 T = TypeVar("T", bound=Record)
 
+#: The deadline is checked again after this many events of one piece (a power of 2, - 1).
+_EVENTS_PER_CHECK = 511
+
 
 def _is_done(event: ServerSentEvent) -> bool:
     return event.data.strip() == "[DONE]"
@@ -56,6 +65,8 @@ class _StreamState(Generic[T]):
         self.response = response
         self.chunk_type = chunk_type
         self.decoder = SSEDecoder()
+        #: The decoded bytes of the stream so far, against ``max_response_bytes``.
+        self.limit = BodyLimit(call.core.max_response_bytes)
         self.pending: deque[T] = deque()
         self.done = False
         self.closed = False
@@ -107,7 +118,23 @@ class _StreamState(Generic[T]):
                 )
             )
 
+    def _count(self, piece: bytes) -> None:
+        try:
+            self.limit.add(len(piece))
+        except BodyTooLargeError:
+            raise self._raise(
+                APIResponseValidationError(
+                    f"The stream exceeds max_response_bytes={self.limit.limit} (decoded bytes)",
+                    status_code=self.response.status_code,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            ) from None
+
     def feed(self, raw: bytes) -> None:
+        """Decode one piece (at most 64 KiB); past the cap or the deadline, fail."""
+        self._count(raw)
+        self.check_deadline()
         if self.call.spec.raw and not self.in_caller_hands:
             self.raw_prefix.append(raw)  # replayed to the transport's caller as it came
         try:
@@ -120,9 +147,11 @@ class _StreamState(Generic[T]):
                     server_load=self.call.server_load,
                 )
             ) from None
-        for event in events:
+        for index, event in enumerate(events):
             if self.done:
                 break
+            if index & _EVENTS_PER_CHECK == _EVENTS_PER_CHECK:
+                self.check_deadline()  # a piece of tiny events is thousands of parses
             error = self._event(event)
             if error is not None:
                 # Chunks decoded before the error are still the caller's: raise
@@ -197,21 +226,26 @@ class _StreamState(Generic[T]):
             )
 
     def transport_failed(self, exc: Exception) -> APIError:
+        return self._raise(self._transport_error(exc))
+
+    def _transport_error(self, exc: Exception) -> APIError:
         if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
-            error: APIError = APITimeoutError(
-                f"Timed out during the stream ({type(exc).__name__})",
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return APITimeoutError(
+                # A bare TimeoutError is the cancel scope of the call's deadline (async).
+                "The call's deadline passed during the stream"
+                if isinstance(exc, TimeoutError)
+                else f"Timed out during the stream ({detail})",
                 response_started=True,
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
             )
-        else:
-            error = StreamInterruptedError(
-                f"The stream was cut off after {self.delivered} chunks ({type(exc).__name__})",
-                chunks_received=self.delivered,
-                server_load=self.call.server_load,
-                request_id=self.info.request_id,
-            )
-        return self._raise(error)
+        return StreamInterruptedError(
+            f"The stream was cut off after {self.delivered} chunks ({type(exc).__name__})",
+            chunks_received=self.delivered,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
 
     def finished(self) -> None:
         """The stream reached ``[DONE]``: settle the token reservation with its usage
@@ -224,7 +258,11 @@ class _StreamState(Generic[T]):
         decoded here too, only to learn how the stream ends: at ``[DONE]`` (which
         openai-python closes the response at, before its end), or with an error
         event (a crash's 503, a 500): the call fails, and the concurrency limit
-        hears that the server lost the stream."""
+        hears that the server lost the stream. Past the cap or the deadline (also
+        after ``[DONE]``: openai-python reads a stream to its end) the call's error
+        is raised, for the transport to hand on as an httpx error."""
+        self._count(raw)
+        self.check_deadline()
         if self.done:
             return
         try:
@@ -251,12 +289,16 @@ class _StreamState(Generic[T]):
             self.call.ended(self.failure, response=self.summary())
             return
         self.done = True
-        how = f" ({type(cut).__name__})" if cut is not None else " before [DONE]"
-        error = StreamInterruptedError(
-            f"The stream was cut off{how}",
-            server_load=self.call.server_load,
-            request_id=self.info.request_id,
-        )
+        error: APIError
+        if isinstance(cut, (httpx.TimeoutException, TimeoutError)):
+            error = self._transport_error(cut)  # the deadline, not the server, ended it
+        else:
+            how = f" ({type(cut).__name__})" if cut is not None else " before [DONE]"
+            error = StreamInterruptedError(
+                f"The stream was cut off{how}",
+                server_load=self.call.server_load,
+                request_id=self.info.request_id,
+            )
         self.call.ended(error, response=self.summary())
 
     def closed_early(self) -> None:
@@ -330,7 +372,7 @@ class Stream(_StreamBase[T]):
 
     def __init__(self, state: _StreamState[T]) -> None:
         self._state = state
-        self._bytes = state.response.iter_bytes()
+        self._bytes = iter_body(state.response)
 
     def _read_more(self) -> None:
         state = self._state
@@ -407,7 +449,7 @@ class AsyncStream(_StreamBase[T]):
 
     def __init__(self, state: _StreamState[T]) -> None:
         self._state = state
-        self._bytes = state.response.aiter_bytes()
+        self._bytes = aiter_body(state.response)
 
     async def _read_more(self) -> None:
         state = self._state

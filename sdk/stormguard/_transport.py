@@ -22,11 +22,17 @@ Retry-After, fallback models. What comes back is plain httpx:
   becomes ``httpx.ReadTimeout``: openai-python's ``APITimeoutError``);
 * a final transport failure is raised as the httpx exception it was, which
   openai-python turns into ``APIConnectionError``/``APITimeoutError``.
+
+The call's deadline bounds what the caller reads of a stream too: the replayed
+stream raises ``httpx.ReadTimeout`` when the deadline passes (sync: at the
+socket read that would cross it; async: a cancel scope around each read), and
+``httpx.DecodingError`` past ``max_response_bytes`` of decoded bytes.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -35,6 +41,7 @@ import httpx
 
 from ._async_client import AsyncClient
 from ._base_client import ClientCore, ClientOptions, GenerationEndpoint
+from ._body import read_response
 from ._client import Client
 from ._compat import Unpack
 from ._exceptions import (
@@ -49,7 +56,7 @@ from ._exceptions import (
     TokenRateLimitedError,
 )
 from ._models import ModelList
-from ._pipeline import CallSpec, replay_response
+from ._pipeline import CallSpec
 from ._streaming import AsyncStream, Stream
 from .protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY
 
@@ -61,8 +68,11 @@ __all__ = [
 ]
 
 # Headers of the incoming request that describe its bytes or its connection, not
-# the call: httpx sets them again for each attempt.
-_HOP_HEADERS = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+# the call: httpx sets them again for each attempt, and the encodings are the
+# ones the pipeline decodes (in bounded steps) before it hands the body on.
+_HOP_HEADERS = frozenset(
+    {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
+)
 
 
 def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
@@ -132,7 +142,7 @@ def _refusal(request: httpx.Request, status: int, message: str, code: str) -> ht
 def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.Response:
     """What the transport's caller gets for a call that failed (see the module doc)."""
     if isinstance(error, APIStatusError) and error.response is not None:
-        return replay_response(error.response, error.raw_body or b"")
+        return read_response(error.response, error.raw_body or b"")
     if isinstance(error, CircuitOpenError):
         return _refusal(request, 503, str(error), "circuit_open")
     if isinstance(error, ContextWindowExceededError):
@@ -143,14 +153,25 @@ def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.
         return _refusal(request, 503, str(error), "local_queue_full")
     if isinstance(error, ThrottledError):
         return _refusal(request, 503, str(error), "throttled")
+    raise httpx_error_for(error, request)
+
+
+def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTTPError:
+    """The httpx exception that tells the transport's caller about ``error``: the
+    one it came from, else a timeout, a read error or a decoding error (an answer
+    that is not what the API promises)."""
     cause = error.__cause__
     if isinstance(cause, httpx.HTTPError):
-        raise cause
+        return cause
+    exc: httpx.HTTPError
     if isinstance(error, APITimeoutError):
-        raise httpx.ReadTimeout(str(error), request=request) from error
-    if isinstance(error, APIConnectionError):
-        raise httpx.ReadError(str(error), request=request) from error
-    raise httpx.DecodingError(str(error), request=request) from error
+        exc = httpx.ReadTimeout(str(error), request=request)
+    elif isinstance(error, APIConnectionError):
+        exc = httpx.ReadError(str(error), request=request)
+    else:
+        exc = httpx.DecodingError(str(error), request=request)
+    exc.__cause__ = error
+    return exc
 
 
 class _ReplayStream(httpx.SyncByteStream):
@@ -165,12 +186,15 @@ class _ReplayStream(httpx.SyncByteStream):
             state.passed_through()
         yield from state.raw_prefix  # decoded already, while the stream was starting
         try:
+            # Each read ends by the call's deadline: the connection keeps it.
             for chunk in self._stream._bytes:
                 state.passing_through(chunk)
                 yield chunk
         except httpx.TransportError as exc:
             state.passed_through(cut=exc)
             raise
+        except StormguardError as error:  # past the cap or the deadline
+            raise httpx_error_for(error, state.response.request) from None
         state.passed_through()
 
     def close(self) -> None:
@@ -187,13 +211,27 @@ class _AsyncReplayStream(httpx.AsyncByteStream):
             state.passed_through()
         for chunk in state.raw_prefix:  # decoded already, while the stream was starting
             yield chunk
+        pieces, deadline = self._stream._bytes, state.call.deadline
         try:
-            async for chunk in self._stream._bytes:
+            while True:
+                left = deadline.remaining()
+                try:
+                    with anyio.fail_after(left if math.isfinite(left) else None):
+                        chunk = await pieces.__anext__()
+                except StopAsyncIteration:
+                    break
+                except TimeoutError:
+                    raise httpx.ReadTimeout(
+                        "The call's deadline passed during the stream",
+                        request=state.response.request,
+                    ) from None
                 state.passing_through(chunk)
                 yield chunk
         except httpx.TransportError as exc:
             state.passed_through(cut=exc)
             raise
+        except StormguardError as error:  # past the cap or the deadline
+            raise httpx_error_for(error, state.response.request) from None
         state.passed_through()
 
     async def aclose(self) -> None:

@@ -2,60 +2,174 @@
 
 A flow is a generator in the style of httpx's ``Auth.auth_flow``: it yields the
 ``httpx.Request`` it needs, is sent back the ``httpx.Response`` (or None when the
-request failed: refused, timed out, reset), and finally returns its result. The
-logic is written once; :func:`run_precheck_sync` and :func:`run_precheck_async`
-only do the I/O.
+lookup failed: refused, timed out, reset, a body over the size cap), and finally
+returns its result. The logic is written once; the drivers only do the I/O.
+
+Every lookup is held to a deadline, the call's own when a client runs the
+pre-check: a request's ``timeout`` extension (``lookup_timeout``) bounds the
+whole exchange, not each socket operation, and is cut to what is left of the
+call. The body is read streamed and decoded in bounded steps (``_body.py``)
+within the same size cap as a call's response, so a server that never answers,
+drips its headers or sends a gzip bomb costs the call at most its deadline and
+the cap, and the pre-check falls back as when the server cannot tell.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import TypeVar
 
+import anyio
 import httpx
 
-__all__ = ["Flow", "models_url", "run_precheck_async", "run_precheck_sync", "tokenize_url"]
+from .._body import (
+    ACCEPT_ENCODING,
+    DEFAULT_MAX_RESPONSE_BYTES,
+    BodyLimit,
+    BodyTooLargeError,
+    aiter_body,
+    iter_body,
+    read_response,
+)
+from .._clock import Clock
+from .._deadline import Deadline
+
+__all__ = [
+    "Flow",
+    "drive_precheck_async",
+    "drive_precheck_sync",
+    "models_url",
+    "run_precheck_async",
+    "run_precheck_sync",
+    "tokenize_url",
+]
 
 T = TypeVar("T")
 
 Flow = Generator[httpx.Request, "httpx.Response | None", T]
 
 
-def run_precheck_sync(flow: Flow[T], client: httpx.Client) -> T:
-    """Drive ``flow`` with a sync client; transport errors are sent in as None."""
+def run_precheck_sync(
+    flow: Flow[T],
+    client: httpx.Client,
+    *,
+    timeout: float | None = None,
+    max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> T:
+    """Drive ``flow`` with a sync client. ``timeout``: the most all its lookups
+    together may take (None: each its own timeout); ``max_bytes``: the cap on one
+    lookup's body. A failed lookup is sent in as None."""
+    return drive_precheck_sync(flow, client, Deadline(Clock(), timeout), max_bytes)
+
+
+async def run_precheck_async(
+    flow: Flow[T],
+    client: httpx.AsyncClient,
+    *,
+    timeout: float | None = None,
+    max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> T:
+    """Drive ``flow`` with an async client (see :func:`run_precheck_sync`)."""
+    return await drive_precheck_async(flow, client, Deadline(Clock(), timeout), max_bytes)
+
+
+def drive_precheck_sync(
+    flow: Flow[T], client: httpx.Client, deadline: Deadline, max_bytes: int
+) -> T:
+    """:func:`run_precheck_sync` within a call's ``deadline``."""
     try:
         request = next(flow)
         while True:
-            response: httpx.Response | None
-            try:
-                response = client.send(_with_client_headers(request, client.headers))
-            except httpx.HTTPError:
-                response = None
+            request = flow.send(_lookup_sync(client, request, deadline, max_bytes))
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+async def drive_precheck_async(
+    flow: Flow[T], client: httpx.AsyncClient, deadline: Deadline, max_bytes: int
+) -> T:
+    """:func:`run_precheck_async` within a call's ``deadline``."""
+    try:
+        request = next(flow)
+        while True:
+            response = await _lookup_async(client, request, deadline, max_bytes)
             request = flow.send(response)
     except StopIteration as stop:
         result: T = stop.value
         return result
 
 
-async def run_precheck_async(flow: Flow[T], client: httpx.AsyncClient) -> T:
-    """Drive ``flow`` with an async client; transport errors are sent in as None."""
+def _lookup_bound(request: httpx.Request, deadline: Deadline) -> Deadline | None:
+    """The deadline of one lookup: its own timeout, cut to ``deadline``; None when
+    there is no time left for it. Each socket operation gets what is left too."""
+    own = (request.extensions.get("timeout") or {}).get("read")
+    bound = deadline.within(own if isinstance(own, (int, float)) else None)
+    if bound.expired:
+        return None
+    left = bound.remaining()
+    request.extensions["timeout"] = httpx.Timeout(left if math.isfinite(left) else None).as_dict()
+    return bound
+
+
+def _lookup_sync(
+    client: httpx.Client, request: httpx.Request, deadline: Deadline, max_bytes: int
+) -> httpx.Response | None:
+    bound = _lookup_bound(request, deadline)
+    if bound is None:
+        return None
+    chunks: list[bytes] = []
+    with bound.bound():  # every socket operation ends by it (``_deadline_transport.py``)
+        try:
+            response = client.send(_with_client_headers(request, client.headers), stream=True)
+        except httpx.HTTPError:
+            return None
+        try:
+            limit = BodyLimit(max_bytes, response)
+            for piece in iter_body(response):
+                limit.add(len(piece))
+                if bound.expired:
+                    return None
+                chunks.append(piece)
+        except (httpx.HTTPError, BodyTooLargeError):
+            return None
+        finally:
+            response.close()
+    return read_response(response, b"".join(chunks))
+
+
+async def _lookup_async(
+    client: httpx.AsyncClient, request: httpx.Request, deadline: Deadline, max_bytes: int
+) -> httpx.Response | None:
+    bound = _lookup_bound(request, deadline)
+    if bound is None:
+        return None
+    left = bound.remaining()
+    chunks: list[bytes] = []
     try:
-        request = next(flow)
-        while True:
-            response: httpx.Response | None
+        with anyio.fail_after(left if math.isfinite(left) else None):
+            response = await client.send(_with_client_headers(request, client.headers), stream=True)
             try:
-                response = await client.send(_with_client_headers(request, client.headers))
-            except httpx.HTTPError:
-                response = None
-            request = flow.send(response)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+                limit = BodyLimit(max_bytes, response)
+                async for piece in aiter_body(response):
+                    limit.add(len(piece))
+                    if bound.expired:
+                        return None
+                    chunks.append(piece)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+    except (httpx.HTTPError, BodyTooLargeError, TimeoutError):
+        return None
+    return read_response(response, b"".join(chunks))
 
 
 def _with_client_headers(request: httpx.Request, defaults: httpx.Headers) -> httpx.Request:
     # client.send() applies the client's auth but not its default headers (an
-    # api-key header, for instance), so the drivers add those the flow did not set.
+    # api-key header, for instance), so the drivers add those the flow did not set;
+    # the encodings are the ones decoded in bounded steps.
+    request.headers.setdefault("accept-encoding", ACCEPT_ENCODING)
     for key, value in defaults.multi_items():
         if key not in request.headers:
             request.headers[key] = value

@@ -1,0 +1,185 @@
+"""The sync transport that holds every socket operation to the call's deadline.
+
+httpx's timeouts bound each socket operation, not a whole request: a server that
+drips its headers a byte a second satisfies a 2 s read timeout forever. The
+async client bounds an attempt with a cancel scope; a blocked sync ``recv`` has
+no such thing. So the sync client's connections are made by a network backend
+(httpcore's public ``NetworkBackend`` seam) whose streams clip the timeout of
+every ``connect``, ``read`` and ``write`` to the time left before the current
+call's deadline (``Deadline.bound()``, a context variable). A dripping server's
+reads each succeed, until the one that would cross the deadline times out *at*
+the deadline. No thread, no timer: the bound costs a clock read per socket
+operation.
+
+A connection serves one request at a time (HTTP/1.1), so its stream takes the
+deadline of the request whose head it writes and keeps it for the reads that
+follow: a ``Stream`` read in the caller's loop, after the driver returned, is
+held to its call's deadline too. A request sent without a current deadline (a
+``DeadlineTransport`` in your own client, used for anything else) is not
+clipped at all.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+from ._deadline import Deadline, current_deadline
+
+__all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client"]
+
+_PASSED = "the call's deadline passed"
+
+
+def _clip(
+    deadline: Deadline | None, timeout: float | None, error: type[Exception], doing: str
+) -> tuple[float | None, bool]:
+    """The timeout of one socket operation under ``deadline``, and whether the
+    deadline is what limits it; raises ``error`` when no time is left."""
+    if deadline is None or deadline.timeout is None:
+        return timeout, False
+    left = deadline.remaining()
+    if left <= 0.0:
+        raise error(f"{_PASSED} before {doing}")
+    if timeout is None or left < timeout:
+        return left, True
+    return timeout, False
+
+
+class DeadlineStream(httpcore.NetworkStream):
+    """A network stream whose reads and writes end by the deadline of its request."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadline: Deadline | None) -> None:
+        self._stream = stream
+        self._deadline = deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        clipped, by_deadline = _clip(self._deadline, timeout, httpcore.ReadTimeout, "a read")
+        try:
+            return self._stream.read(max_bytes, clipped)
+        except httpcore.ReadTimeout as exc:
+            if by_deadline:
+                raise httpcore.ReadTimeout(f"{_PASSED} while reading") from exc
+            raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        # Only a request writes: its deadline is the one the reads that follow keep.
+        self._deadline = current_deadline()
+        clipped, by_deadline = _clip(self._deadline, timeout, httpcore.WriteTimeout, "a write")
+        try:
+            self._stream.write(buffer, clipped)
+        except httpcore.WriteTimeout as exc:
+            if by_deadline:
+                raise httpcore.WriteTimeout(f"{_PASSED} while writing") from exc
+            raise
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        clipped, _ = _clip(self._deadline, timeout, httpcore.ConnectTimeout, "the TLS handshake")
+        return DeadlineStream(
+            self._stream.start_tls(ssl_context, server_hostname, clipped), self._deadline
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """Wraps a backend (httpcore's ``SyncBackend``): connects within the current
+    deadline and hands out :class:`DeadlineStream` s."""
+
+    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+        self._backend = backend
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        deadline = current_deadline()
+        clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+        stream = self._backend.connect_tcp(host, port, clipped, local_address, socket_options)
+        return DeadlineStream(stream, deadline)
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        deadline = current_deadline()
+        clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+        return DeadlineStream(
+            self._backend.connect_unix_socket(path, clipped, socket_options), deadline
+        )
+
+    def sleep(self, seconds: float) -> None:
+        self._backend.sleep(seconds)
+
+
+class DeadlineTransport(httpx.HTTPTransport):
+    """``httpx.HTTPTransport`` (same options: TLS, proxy, limits, uds, retries; HTTP/1.1
+    only) whose connections are held to the current call's deadline (module doc).
+
+    Give it to your own client to keep that bound with ``Client(http_client=...)``::
+
+        http = httpx.Client(transport=stormguard.DeadlineTransport(verify=ctx, proxy=url))
+
+    A subclass rather than a transport written over httpcore's public API: httpx
+    builds the pool exactly as for any other client (each proxy kind, TLS, limits)
+    and maps httpcore's errors to its own, and this class only wraps the pool's
+    network backend (httpx's ``_pool`` and httpcore's ``_network_backend``, the one
+    seam httpx does not expose). A transport of our own would copy some 80 lines
+    of httpx that then drift from it. The hook is checked here, at construction,
+    and the hostile-server tests fail if it ever stops bounding a request.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        if options.get("http2"):
+            # HTTP/2 multiplexes requests on one connection: one deadline per
+            # connection would cut the reads of every request on it.
+            raise ValueError("stormguard.DeadlineTransport serves HTTP/1.1 only (http2=False)")
+        super().__init__(**options)
+        pool = self._pool
+        backend = getattr(pool, "_network_backend", None)
+        if not isinstance(backend, httpcore.NetworkBackend):  # pragma: no cover (httpcore 1.x)
+            raise RuntimeError(
+                "stormguard.DeadlineTransport found no network backend in this httpcore"
+                f" ({httpcore.__version__}); it needs httpcore 1.x"
+            )
+        if not isinstance(backend, DeadlineBackend):
+            pool._network_backend = DeadlineBackend(backend)
+
+
+def _environment_proxies() -> dict[str, str | None]:
+    """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx reads them (an httpx
+    client given a transport reads none of them itself)."""
+    try:
+        from httpx._utils import get_environment_proxies
+    except ImportError:  # pragma: no cover (httpx < 1 has it)
+        return {}
+    return get_environment_proxies()
+
+
+def default_http_client() -> httpx.Client:
+    """What ``Client()`` uses when given no ``http_client``: ``httpx.Client()``, with
+    its environment proxies, on :class:`DeadlineTransport` s."""
+    mounts: dict[str, httpx.BaseTransport | None] = {
+        pattern: None if url is None else DeadlineTransport(proxy=url)
+        for pattern, url in _environment_proxies().items()
+    }
+    return httpx.Client(transport=DeadlineTransport(), mounts=mounts)

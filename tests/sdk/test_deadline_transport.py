@@ -1,0 +1,181 @@
+"""The current deadline, and the sync transport that clips every socket operation to it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import httpcore
+import httpx
+import pytest
+
+import stormguard
+from stormguard._deadline import Deadline, current_deadline
+from stormguard._deadline_transport import (
+    DeadlineBackend,
+    DeadlineStream,
+    DeadlineTransport,
+    default_http_client,
+)
+from stormguard.testing import FakeClock
+
+
+class RecordingStream(httpcore.NetworkStream):
+    """Records the timeout of every operation; a read may be told to time out."""
+
+    def __init__(self) -> None:
+        self.timeouts: list[tuple[str, float | None]] = []
+        self.time_out = False
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self.timeouts.append(("read", timeout))
+        if self.time_out:
+            raise httpcore.ReadTimeout("timed out")
+        return b"x"
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.timeouts.append(("write", timeout))
+
+    def close(self) -> None:
+        pass
+
+
+class RecordingBackend(httpcore.NetworkBackend):
+    def __init__(self) -> None:
+        self.connects: list[float | None] = []
+        self.stream = RecordingStream()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        self.connects.append(timeout)
+        return self.stream
+
+
+def test_within_is_the_sooner_of_the_deadline_and_a_limit_of_its_own() -> None:
+    clock = FakeClock()
+    deadline = Deadline(clock, 5.0)
+    assert deadline.within(2.0).remaining() == 2.0
+    assert deadline.within(9.0) is deadline
+    assert deadline.within(None) is deadline
+    clock.advance(4.0)
+    assert deadline.within(2.0) is deadline  # one second left: the call's is sooner
+    unbounded = Deadline(clock, None)
+    assert unbounded.within(3.0).remaining() == 3.0 and math.isinf(unbounded.remaining())
+
+
+def test_bound_makes_a_deadline_current_for_its_block_only() -> None:
+    outer, inner = Deadline(FakeClock(), 1.0), Deadline(FakeClock(), 2.0)
+    assert current_deadline() is None
+    with outer.bound():
+        assert current_deadline() is outer
+        with inner.bound():
+            assert current_deadline() is inner
+        assert current_deadline() is outer
+    assert current_deadline() is None
+
+
+def test_a_request_clips_its_writes_and_the_reads_that_answer_it_even_later() -> None:
+    clock = FakeClock()
+    inner = RecordingStream()
+    stream = DeadlineStream(inner, None)
+    with Deadline(clock, 2.0).bound():
+        stream.write(b"GET / HTTP/1.1\r\n\r\n", timeout=10.0)
+    clock.advance(1.5)
+    stream.read(100, timeout=10.0)  # outside the block: a stream read in the caller's loop
+    stream.read(100, timeout=0.25)  # a shorter timeout of its own is kept
+    assert inner.timeouts == [("write", 2.0), ("read", 0.5), ("read", 0.25)]
+
+
+def test_no_time_left_fails_at_once_without_touching_the_socket() -> None:
+    clock = FakeClock()
+    inner = RecordingStream()
+    stream = DeadlineStream(inner, None)
+    with Deadline(clock, 1.0).bound():
+        stream.write(b"request", timeout=None)
+    clock.advance(1.0)
+    with pytest.raises(httpcore.ReadTimeout, match="deadline passed before a read"):
+        stream.read(100, timeout=5.0)
+    assert inner.timeouts == [("write", 1.0)]
+
+
+def test_a_timeout_the_deadline_cut_says_so_and_an_own_timeout_does_not() -> None:
+    clock = FakeClock()
+    inner = RecordingStream()
+    inner.time_out = True
+    stream = DeadlineStream(inner, None)
+    with Deadline(clock, 2.0).bound():
+        stream.write(b"request", timeout=None)
+    with pytest.raises(httpcore.ReadTimeout, match="deadline passed while reading"):
+        stream.read(100, timeout=5.0)
+    with pytest.raises(httpcore.ReadTimeout, match=r"^timed out$"):
+        stream.read(100, timeout=1.0)
+
+
+def test_a_request_without_a_deadline_is_not_clipped_nor_held_to_the_last_one() -> None:
+    inner = RecordingStream()
+    stream = DeadlineStream(inner, None)
+    with Deadline(FakeClock(), 1.0).bound():
+        stream.write(b"first", timeout=None)
+    stream.write(b"second, sent by code that is not a stormguard call", timeout=None)
+    stream.read(100, timeout=None)
+    with Deadline(FakeClock(), None).bound():  # a call with timeout=None
+        stream.write(b"third", timeout=None)
+    stream.read(100, timeout=7.0)
+    assert inner.timeouts == [
+        ("write", 1.0),
+        ("write", None),
+        ("read", None),
+        ("write", None),
+        ("read", 7.0),
+    ]
+
+
+def test_connecting_is_clipped_and_the_connection_takes_the_current_deadline() -> None:
+    clock = FakeClock()
+    backend = RecordingBackend()
+    with Deadline(clock, 3.0).bound():
+        stream = DeadlineBackend(backend).connect_tcp("127.0.0.1", 80, timeout=10.0)
+    clock.advance(1.0)
+    stream.read(10, timeout=None)
+    assert backend.connects == [3.0]
+    assert backend.stream.timeouts == [("read", 2.0)]
+    with Deadline(clock, 1.0).bound(), pytest.raises(httpcore.ConnectTimeout):
+        clock.advance(1.0)
+        DeadlineBackend(backend).connect_tcp("127.0.0.1", 80, timeout=10.0)
+
+
+def pool_backend(transport: httpx.BaseTransport) -> object:
+    return transport._pool._network_backend  # type: ignore[attr-defined]
+
+
+def test_the_default_sync_client_connects_through_the_deadline_backend() -> None:
+    with stormguard.Client(base_url="http://127.0.0.1:9/v1") as client:
+        transport = client._http._transport
+        assert isinstance(transport, DeadlineTransport)
+        assert isinstance(pool_backend(transport), DeadlineBackend)
+
+
+def test_environment_proxies_are_kept_on_deadline_transports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    with default_http_client() as http:
+        mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
+    assert isinstance(mounted["https://"], DeadlineTransport)
+    assert isinstance(pool_backend(mounted["https://"]), DeadlineBackend)
+    assert mounted["all://localhost"] is None  # the default transport: no proxy
+
+
+def test_a_deadline_transport_takes_the_options_of_httpx_transports() -> None:
+    transport = DeadlineTransport(retries=1, limits=httpx.Limits(max_connections=2))
+    assert isinstance(pool_backend(transport), DeadlineBackend)
+    transport.close()
+    with pytest.raises(ValueError, match=r"HTTP/1\.1 only"):
+        DeadlineTransport(http2=True)  # one deadline per connection cannot serve multiplexing

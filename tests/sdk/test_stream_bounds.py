@@ -1,0 +1,110 @@
+"""A stream is held to max_response_bytes of decoded bytes and to its call's deadline,
+checked between decoded pieces, in both clients and through the openai transport."""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import openai
+import pytest
+import respx
+
+import stormguard
+from stormguard.testing import FakeClock
+from tests.sdk.helpers import BASE, MESSAGES, Api, chunk, event_stream, sse
+
+#: About 200 KiB of events: four 64 KiB pieces.
+BIG = sse(*[chunk("x" * 100) for _ in range(1300)])
+
+
+async def test_a_stream_past_the_cap_fails_after_what_came_within_it(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(return_value=event_stream(BIG))
+    client = api.client(max_response_bytes=100 * 1024)
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    with pytest.raises(stormguard.APIResponseValidationError, match="max_response_bytes=102400"):
+        await api.collect(stream)
+    assert 0 < stream.chunks_received < 1300  # the first 64 KiB piece's worth
+    assert stream.response.is_closed
+
+
+async def test_a_gzip_encoded_stream_is_decoded(api: Api, mock: respx.MockRouter) -> None:
+    route = mock.post("/chat/completions").mock(
+        return_value=event_stream(gzip.compress(BIG), **{"content-encoding": "gzip"})
+    )
+    stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
+    assert len(await api.collect(stream)) == 1300
+    assert route.calls.last.request.headers["accept-encoding"] == "gzip, deflate"
+
+
+class TickingStream(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """One event per chunk; every chunk costs a second on the fake clock."""
+
+    def __init__(self, clock: FakeClock, events: int) -> None:
+        self._clock = clock
+        self._events = events
+
+    def _chunks(self) -> Iterator[bytes]:
+        for i in range(self._events):
+            self._clock.advance(1.0)
+            yield sse(chunk(str(i)), done=False)
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._chunks()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self._chunks():
+            yield piece
+
+
+async def test_the_deadline_is_checked_between_pieces(api: Api, mock: respx.MockRouter) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=TickingStream(api.clock, 50)
+        )
+    )
+    client = api.client(timeout=5.5)
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    with pytest.raises(stormguard.APITimeoutError, match="deadline passed during the stream"):
+        await api.collect(stream)
+    assert stream.chunks_received == 5  # chunks 1-5 came in time; the 6th came at 6 s
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(mode: str) -> None:
+    options = {"base_url": BASE, "max_response_bytes": 100 * 1024, "clock": FakeClock()}
+    received = 0
+    with respx.mock() as router:
+        router.post(f"{BASE}/chat/completions").mock(return_value=event_stream(BIG))
+        # openai-python reports the transport's httpx error as a connection error.
+        with pytest.raises(openai.APIConnectionError) as info:
+            if mode == "sync":
+                oai = openai.OpenAI(
+                    base_url=BASE,
+                    api_key="k",
+                    http_client=stormguard.httpx_client(**options),  # type: ignore[arg-type]
+                    max_retries=0,
+                )
+                for _ in oai.chat.completions.create(model="m", messages=MESSAGES, stream=True):  # type: ignore[arg-type]
+                    received += 1
+            else:
+                aoai = openai.AsyncOpenAI(
+                    base_url=BASE,
+                    api_key="k",
+                    http_client=stormguard.async_httpx_client(**options),  # type: ignore[arg-type]
+                    max_retries=0,
+                )
+                stream = await aoai.chat.completions.create(
+                    model="m",
+                    messages=MESSAGES,  # type: ignore[arg-type]
+                    stream=True,
+                )
+                async for _ in stream:
+                    received += 1
+    cause = info.value.__cause__
+    assert isinstance(cause, httpx.DecodingError)
+    assert "max_response_bytes=102400" in str(cause)
+    assert 0 < received < 1300
