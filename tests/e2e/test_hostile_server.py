@@ -1,0 +1,362 @@
+"""Fault injection: hostile servers against the SDK, sync and async.
+
+One deadline bounds everything a call does: the token pre-check's lookups,
+connecting, sending, the response headers, the body, a stream's reads and its
+parsing. Each case below is a server that once held a call far past its
+deadline (a lookup that never answers, headers or a body dripped a byte at a
+time, a gzip bomb), kept as a regression test. A call ended by its deadline
+returns within ``deadline + SLACK`` and not before ``0.9 * deadline``, and its
+error says it was the deadline; a bomb ends at the size cap, and the memory the
+call used stays far below what the bomb inflates to.
+"""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import openai
+import pytest
+
+import stormguard
+from stormguard.tokens import TokenPolicy
+from tests.e2e.hostile_server import (
+    HEAD_JSON,
+    HEAD_SSE,
+    HostileServer,
+    answer,
+    deflate_bomb,
+    drip,
+    gzip_bomb,
+    never_answer,
+)
+
+pytestmark = pytest.mark.e2e
+
+MESSAGES = [{"role": "user", "content": "ping"}]
+#: The deadline of most calls here: short, so the file stays fast.
+DEADLINE = 1.5
+#: How late a call may return past its deadline on a busy 2-core machine.
+SLACK = 1.5
+CHAT_JSON = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "pong"}}],
+}
+FIRST_EVENT = b'data: {"id": "c1", "choices": [{"index": 0, "delta": {"content": "a"}}]}\n\n'
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+class Calls:
+    """Builds a sync or async client against ``server`` and runs calls uniformly."""
+
+    def __init__(self, mode: str, server: HostileServer) -> None:
+        self.mode = mode
+        self.server = server
+        self._clients: list[Any] = []
+
+    def client(self, **options: Any) -> Any:
+        options.setdefault("base_url", self.server.base_url)
+        options.setdefault("model", "m")
+        options.setdefault("timeout", DEADLINE)
+        cls = stormguard.Client if self.mode == "sync" else stormguard.AsyncClient
+        client = cls(**options)
+        self._clients.append(client)
+        return client
+
+    async def run(self, value: Any) -> Any:
+        return await value if self.mode == "async" else value
+
+    async def create(self, client: Any, **kwargs: Any) -> Any:
+        return await self.run(client.chat.completions.create(messages=MESSAGES, **kwargs))
+
+    async def drain(self, stream: Any) -> int:
+        """Read a stream to its end (or its error); the chunks read."""
+        count = 0
+        if self.mode == "sync":
+            for _ in stream:
+                count += 1
+        else:
+            async for _ in stream:
+                count += 1
+        return count
+
+    async def close(self) -> None:
+        for client in self._clients:
+            await self.run(client.close())
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileServer]:
+    with HostileServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def calls(mode: str, hostile: HostileServer) -> AsyncIterator[Calls]:
+    helper = Calls(mode, hostile)
+    yield helper
+    await helper.close()
+
+
+class Clock:
+    """Seconds since the call began."""
+
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def assert_ended_by_deadline(elapsed: float, error: BaseException, deadline: float) -> None:
+    """The call ran to its deadline, no further (with slack), and says why it stopped."""
+    assert deadline * 0.9 <= elapsed < deadline + SLACK, elapsed
+    assert isinstance(error, stormguard.APITimeoutError), repr(error)
+    assert "deadline" in str(error), str(error)
+
+
+# -- the token pre-check's lookups ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [never_answer(), drip(HEAD_JSON, interval=0.1)],
+    ids=["never_answers", "drips_headers"],
+)
+async def test_precheck_lookups_end_by_the_calls_deadline(
+    calls: Calls, hostile: HostileServer, lookup: Any
+) -> None:
+    hostile.behaviours.update(
+        {"/tokenize": lookup, "/v1/models": lookup, "/v1/chat/completions": answer(200, CHAT_JSON)}
+    )
+    # lookup_timeout (2 s) is longer than the call: the call's deadline cuts it.
+    client = calls.client(token_policy=TokenPolicy(lookup_timeout=2.0))
+    clock = Clock()
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.create(client, max_tokens=5)
+    assert_ended_by_deadline(clock.elapsed, info.value, DEADLINE)
+    assert len(hostile.requests_to("/tokenize")) == 1
+    assert hostile.requests_to("/v1/chat/completions") == []  # no time was left to send it
+
+
+async def test_a_lookup_is_held_to_its_own_timeout_within_a_longer_call(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    hostile.behaviours.update(
+        {
+            "/tokenize": drip(HEAD_JSON, interval=0.1),
+            "/v1/models": drip(HEAD_JSON, interval=0.1),
+            "/v1/chat/completions": answer(200, CHAT_JSON),
+        }
+    )
+    client = calls.client(timeout=10, token_policy=TokenPolicy(lookup_timeout=0.5))
+    clock = Clock()
+    resp = await calls.create(client, max_tokens=5)
+    # Two lookups of at most 0.5 s each, then the call: the estimate counted.
+    assert clock.elapsed < 1.0 + SLACK
+    assert resp.precheck.counter == "estimate:utf8-bytes"
+    assert resp.choices[0].message.content == "pong"
+
+
+async def test_gzip_bombed_lookups_fail_at_the_cap_and_the_call_goes_on(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    bomb = gzip_bomb(256 << 20)  # 256 MiB of newlines, 260 KB on the wire
+    hostile.behaviours.update(
+        {"/tokenize": bomb, "/v1/models": bomb, "/v1/chat/completions": answer(200, CHAT_JSON)}
+    )
+    cap = 1 << 20
+    client = calls.client(timeout=20, max_response_bytes=cap, token_policy=TokenPolicy())
+    tracemalloc.start()
+    try:
+        resp = await calls.create(client, max_tokens=5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert resp.precheck.counter == "estimate:utf8-bytes"  # both lookups failed
+    assert len(hostile.requests_to("/tokenize")) == len(hostile.requests_to("/v1/models")) == 1
+    assert peak < 8 * cap, peak  # the bomb inflates to 256 MiB
+
+
+# -- the call itself --------------------------------------------------------------------
+
+
+async def test_dripped_response_headers_end_at_the_deadline(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    hostile.behaviours["/v1/chat/completions"] = drip(HEAD_JSON, interval=0.1)
+    client = calls.client()
+    clock = Clock()
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.create(client, max_tokens=5)
+    assert_ended_by_deadline(clock.elapsed, info.value, DEADLINE)
+    assert info.value.retry_stopped_by == "deadline"
+
+
+# A byte just inside each read's timeout: httpx's per-read timeouts never fire, and
+# a deadline checked only between reads ends the call one read late (at 2 x 0.95 =
+# 1.9 deadlines, past the slack).
+LONG_DEADLINE = 2.0
+SLOW_BYTE = 0.95 * LONG_DEADLINE
+
+
+async def test_a_dripped_body_ends_at_the_deadline(calls: Calls, hostile: HostileServer) -> None:
+    hostile.behaviours["/v1/chat/completions"] = drip(
+        HEAD_JSON + b"{", step=len(HEAD_JSON) + 1, interval=SLOW_BYTE
+    )
+    client = calls.client(timeout=LONG_DEADLINE)
+    clock = Clock()
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.create(client, max_tokens=5)
+    assert_ended_by_deadline(clock.elapsed, info.value, LONG_DEADLINE)
+    assert info.value.response_started
+
+
+async def test_a_dripped_stream_ends_at_the_deadline_in_the_callers_loop(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    prefix = HEAD_SSE + FIRST_EVENT
+    hostile.behaviours["/v1/chat/completions"] = drip(
+        prefix, step=len(prefix), interval=SLOW_BYTE, then=b":"
+    )
+    client = calls.client(timeout=LONG_DEADLINE)
+    clock = Clock()
+    stream = await calls.create(client, max_tokens=5, stream=True)
+    assert clock.elapsed < LONG_DEADLINE * 0.5  # the first chunk came at once
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.drain(stream)
+    assert_ended_by_deadline(clock.elapsed, info.value, LONG_DEADLINE)
+    assert stream.chunks_received == 1
+
+
+async def test_a_gzip_bombed_stream_of_blank_lines_ends_at_the_cap(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    # 128 MiB of newlines: no event ever, against the 64 MiB cap on a stream.
+    hostile.behaviours["/v1/chat/completions"] = gzip_bomb(
+        128 << 20, content_type="text/event-stream"
+    )
+    client = calls.client(timeout=30)
+    clock = Clock()
+    tracemalloc.start()
+    try:
+        with pytest.raises(stormguard.APIResponseValidationError, match="max_response_bytes"):
+            await calls.create(client, max_tokens=5, stream=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert clock.elapsed < 30
+    assert peak < 16 << 20, peak  # a 64 KiB piece at a time, never the body
+
+
+async def test_a_gzip_bombed_stream_of_tiny_events_ends_at_the_deadline(
+    calls: Calls, hostile: HostileServer
+) -> None:
+    # Seven million events: more than any caller reads before the deadline.
+    hostile.behaviours["/v1/chat/completions"] = gzip_bomb(
+        64 << 20, content_type="text/event-stream", unit=b"data: {}\n\n"
+    )
+    client = calls.client()
+    clock = Clock()
+    stream = await calls.create(client, max_tokens=5, stream=True)
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.drain(stream)
+    assert_ended_by_deadline(clock.elapsed, info.value, DEADLINE)
+    assert stream.chunks_received > 1000
+
+
+async def test_a_deflate_bombed_body_ends_at_the_cap(calls: Calls, hostile: HostileServer) -> None:
+    hostile.behaviours["/v1/chat/completions"] = deflate_bomb(256 << 20)
+    cap = 1 << 20
+    client = calls.client(timeout=20, max_response_bytes=cap)
+    tracemalloc.start()
+    try:
+        with pytest.raises(stormguard.APIResponseValidationError, match="max_response_bytes"):
+            await calls.create(client, max_tokens=5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * cap, peak
+
+
+# -- openai-python on stormguard's transport ----------------------------------------------
+
+
+async def test_openai_on_the_transport_ends_a_header_drip_at_the_deadline(
+    mode: str, hostile: HostileServer
+) -> None:
+    hostile.behaviours["/v1/chat/completions"] = drip(HEAD_JSON, interval=0.1)
+    options: dict[str, Any] = {"base_url": hostile.base_url, "model": "m", "timeout": DEADLINE}
+    clock = Clock()
+    with pytest.raises(openai.APITimeoutError):
+        if mode == "sync":
+            with openai.OpenAI(
+                base_url=hostile.base_url,
+                api_key="k",
+                http_client=stormguard.httpx_client(**options),
+                max_retries=0,
+            ) as oai:
+                oai.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+        else:
+            async with openai.AsyncOpenAI(
+                base_url=hostile.base_url,
+                api_key="k",
+                http_client=stormguard.async_httpx_client(**options),
+                max_retries=0,
+            ) as aoai:
+                await aoai.chat.completions.create(model="m", messages=MESSAGES)  # type: ignore[arg-type]
+    assert DEADLINE * 0.9 <= clock.elapsed < DEADLINE + SLACK
+
+
+async def test_openai_on_the_transport_ends_a_dripped_stream_at_the_deadline(
+    mode: str, hostile: HostileServer
+) -> None:
+    prefix = HEAD_SSE + FIRST_EVENT
+    hostile.behaviours["/v1/chat/completions"] = drip(
+        prefix, step=len(prefix), interval=SLOW_BYTE, then=b":"
+    )
+    options: dict[str, Any] = {
+        "base_url": hostile.base_url,
+        "model": "m",
+        "timeout": LONG_DEADLINE,
+    }
+    clock = Clock()
+    chunks = 0
+    with pytest.raises(openai.APITimeoutError):  # the transport's httpx.ReadTimeout
+        if mode == "sync":
+            with openai.OpenAI(
+                base_url=hostile.base_url,
+                api_key="k",
+                http_client=stormguard.httpx_client(**options),
+                max_retries=0,
+            ) as oai:
+                for _ in oai.chat.completions.create(
+                    model="m",
+                    messages=MESSAGES,  # type: ignore[arg-type]
+                    stream=True,
+                ):
+                    chunks += 1
+        else:
+            async with openai.AsyncOpenAI(
+                base_url=hostile.base_url,
+                api_key="k",
+                http_client=stormguard.async_httpx_client(**options),
+                max_retries=0,
+            ) as aoai:
+                async for _ in await aoai.chat.completions.create(
+                    model="m",
+                    messages=MESSAGES,  # type: ignore[arg-type]
+                    stream=True,
+                ):
+                    chunks += 1
+    assert chunks == 1
+    assert LONG_DEADLINE * 0.9 <= clock.elapsed < LONG_DEADLINE + SLACK
