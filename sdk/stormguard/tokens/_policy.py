@@ -82,7 +82,10 @@ class TokenPolicy:
             policy.precheck_flow("gpt-4o", "chat", body, base_url=base_url), client
         )
 
-    Prompts are never truncated: a request that cannot fit is refused.
+    Each lookup ends within ``lookup_timeout`` (the whole exchange) and within the
+    call's deadline; one that does not is a failed lookup, as is one whose body is
+    over the client's ``max_response_bytes``. Prompts are never truncated: a request
+    that cannot fit is refused.
     """
 
     def __init__(

@@ -38,8 +38,10 @@ class ServerTokenizeCounter:
     ``max_model_len``) are cached in a bounded LRU keyed by a sha256 of endpoint and
     payload. The network is only used inside :meth:`count_flow`; when the server is
     unreachable, answers an error, or answers something that is not a tokenize
-    result, the ``fallback`` counter answers instead, and the endpoint is not asked
-    again for ``retry_after`` seconds (a sick server gets no extra load from us).
+    result (or not within ``timeout``, which bounds the whole lookup, or with a
+    body over the driver's size cap), the ``fallback`` counter answers instead, and
+    the endpoint is not asked again for ``retry_after`` seconds (a sick server gets
+    no extra load from us).
     Outside a flow (``count_text``, ``count_messages``) there is no server to ask,
     so the fallback answers.
     """

@@ -24,9 +24,10 @@ class ServerWindows:
     """Per-endpoint cache of ``{model id: max_model_len}`` from ``GET {base}/models``.
 
     One lookup serves every model of the endpoint for ``ttl`` seconds. A failed or
-    unusable answer is remembered for ``retry_after`` seconds, so an endpoint that
-    is down (or that, like OpenAI's, reports no ``max_model_len``) costs one request
-    per period, not one per call.
+    unusable answer (none within ``timeout``, which bounds the whole lookup, or a
+    body over the driver's size cap) is remembered for ``retry_after`` seconds, so
+    an endpoint that is down (or that, like OpenAI's, reports no ``max_model_len``)
+    costs one request per period, not one per call.
     """
 
     def __init__(
