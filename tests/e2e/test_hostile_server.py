@@ -8,15 +8,22 @@ time, a gzip bomb), kept as a regression test. A call ended by its deadline
 returns within ``deadline + SLACK`` and not before ``0.9 * deadline``, and its
 error says it was the deadline; a bomb ends at the size cap, and the memory the
 call used stays far below what the bomb inflates to.
+
+The last section is a server that echoes the caller's API key in every place it
+can put text: no error, span or log line of the call shows it, or any 8
+characters of its start or end, whether the client, or openai-python on
+stormguard's transport, made the call.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -31,6 +38,16 @@ from tests.e2e.hostile_server import (
     drip,
     gzip_bomb,
     never_answer,
+)
+from tests.e2e.key_echo import (
+    ECHOES,
+    KEY,
+    echo_url,
+    error_texts,
+    leaks,
+    log_texts,
+    recording,
+    serve_echoes,
 )
 
 pytestmark = pytest.mark.e2e
@@ -360,3 +377,137 @@ async def test_openai_on_the_transport_ends_a_dripped_stream_at_the_deadline(
                     chunks += 1
     assert chunks == 1
     assert LONG_DEADLINE * 0.9 <= clock.elapsed < LONG_DEADLINE + SLACK
+
+
+# -- an API key echoed back wherever a server can put text ------------------------------
+# (tests/e2e/key_echo.py has the echoes; the scrubber's own tests are in
+# tests/sdk/test_redaction.py.)
+
+#: One attempt, no breaker or limiter: each echo is answered once and shown once.
+ECHO_OPTIONS: dict[str, Any] = {
+    "model": "m",
+    "timeout": 10.0,
+    "retry_policy": stormguard.RetryPolicy(max_attempts=1),
+    "breaker": None,
+    "concurrency": None,
+}
+#: The echoes whose key the client would show, and shows as [redacted]: in a message,
+#: a request id, a span attribute (whole calls, then streamed calls).
+ECHOES_SHOWN = {
+    False: {
+        "text_body_200", "json_list_body_200", "content_type", "request_id", "load_headers",
+        "json_error_at_the_cut", "text_error_at_the_cut", "text_error_at_the_status_cut",
+        "detail_list", "location", "malformed_header_line", "id_model_and_content",
+    },
+    True: {
+        "content_type", "request_id", "load_headers", "json_error_at_the_cut",
+        "text_error_at_the_cut", "text_error_at_the_status_cut", "detail_list", "location",
+        "malformed_header_line", "sse_chunk_id_model_content", "sse_non_json_data",
+        "sse_error_event", "sse_error_after_a_chunk",
+    },
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def echoes() -> Iterator[HostileServer]:
+    with serve_echoes() as server:
+        yield server
+
+
+async def _call_echo(client: Any, flavour: str, streamed: bool) -> None:
+    """One chat call, its stream read to the end (a stormguard or an openai client)."""
+    if flavour == "sync":
+        result = client.chat.completions.create(model="m", messages=MESSAGES, stream=streamed)
+        if streamed:
+            list(result)
+        return
+    result = await client.chat.completions.create(model="m", messages=MESSAGES, stream=streamed)
+    if streamed:
+        async for _ in result:
+            pass
+
+
+def _assert_nothing_shown_leaks(shown: list[str], echo: str, streamed: bool) -> None:
+    for text in shown:
+        assert not leaks(text), f"{echo}: {text[-300:]}"
+    marked = any("[redacted]" in text for text in shown)
+    assert marked == (echo in ECHOES_SHOWN[streamed]), (echo, [t[:200] for t in shown])
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("echo", list(ECHOES))
+async def test_an_echoed_key_is_in_no_error_span_or_log(
+    echoes: HostileServer,
+    echo: str,
+    flavour: str,
+    streamed: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    cls = stormguard.Client if flavour == "sync" else stormguard.AsyncClient
+    with recording() as recorded:
+        client = cls(
+            base_url=echo_url(echoes, echo), api_key=KEY, telemetry=recorded.telemetry,
+            **ECHO_OPTIONS,
+        )  # fmt: skip
+        error: stormguard.APIError | None = None
+        try:
+            await _call_echo(client, flavour, streamed)
+        except stormguard.APIError as exc:
+            error = exc
+        finally:
+            closed = client.close()
+            if flavour == "async":
+                await closed
+        shown = [repr(client), repr(client.stats()), *recorded.span_texts()]
+    shown += log_texts(caplog.records)
+    if error is not None:
+        shown += error_texts(error)
+    _assert_nothing_shown_leaks(shown, echo, streamed)
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+@pytest.mark.parametrize("echo", list(ECHOES))
+async def test_an_echoed_key_is_in_no_span_or_log_of_the_transport(
+    echoes: HostileServer,
+    echo: str,
+    flavour: str,
+    streamed: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """openai-python sends the key itself: stormguard learns it from the request's
+    ``authorization``. openai-python's own errors quote the server's body, which the
+    transport hands on as it came, so only stormguard's spans and logs are checked."""
+    caplog.set_level(logging.DEBUG)
+    base_url = echo_url(echoes, echo)
+    with recording() as recorded:
+        if flavour == "sync":
+            http: Any = stormguard.httpx_client(
+                base_url=base_url, telemetry=recorded.telemetry, **ECHO_OPTIONS
+            )
+            oai: Any = openai.OpenAI(
+                base_url=base_url, api_key=KEY, http_client=http, max_retries=0
+            )
+        else:
+            http = stormguard.async_httpx_client(
+                base_url=base_url, telemetry=recorded.telemetry, **ECHO_OPTIONS
+            )
+            oai = openai.AsyncOpenAI(
+                base_url=base_url, api_key=KEY, http_client=http, max_retries=0
+            )
+        try:
+            await _call_echo(oai, flavour, streamed)
+        except (openai.OpenAIError, httpx.HTTPError, ValueError):
+            pass  # openai-python's errors (a JSONDecodeError, httpx's) are not stormguard's
+        finally:
+            closed = oai.close()
+            if flavour == "async":
+                await closed
+        stats = http._transport.client.stats()
+        shown = [*recorded.span_texts(), repr(stats)]
+    assert stats.logical_calls >= 1 and recorded.span_texts()
+    shown += log_texts(caplog.records)
+    for text in shown:
+        assert not leaks(text), f"{echo}: {text[-300:]}"
