@@ -25,7 +25,10 @@ from stormguard_server.admin import create_admin_app
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
+from stormguard_server.connections import ConnectionLimits, fit_to_fd_limit, uvicorn_config
 from stormguard_server.logs import configure_logging
+from stormguard_server.memory import return_freed_buffers_to_os
+from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -50,6 +53,13 @@ def _non_negative(text: str) -> float:
     value = float(text)
     if not 0.0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     return value
 
 
@@ -92,6 +102,42 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_int,
         default=_SERVER.max_body_bytes,
         help="request bodies larger than this get 413",
+    )
+    http.add_argument(
+        "--header-timeout-s",
+        type=_positive_seconds,
+        default=_SERVER.header_timeout_s,
+        help="a connection that has not sent complete request headers this long after "
+        "connecting (or after its previous response) is closed",
+    )
+    http.add_argument(
+        "--body-timeout-s",
+        type=_positive_seconds,
+        default=_SERVER.body_timeout_s,
+        help="a request whose body has not fully arrived this long after its headers gets "
+        "408 and its connection is closed",
+    )
+    http.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=_SERVER.max_connections,
+        help="most open connections; past it a new one closes the connection idle longest "
+        "(or is closed itself when none is idle). Lowered to fit the file-descriptor limit",
+    )
+    http.add_argument(
+        "--max-concurrent-requests",
+        type=_positive_int,
+        default=_SERVER.max_concurrent_requests,
+        help="most requests served at once (from complete headers to the end of the "
+        "answer); past it: 503 with Retry-After, connection closed",
+    )
+    http.add_argument(
+        "--max-buffered-body-bytes",
+        type=_positive_int,
+        default=_SERVER.max_buffered_body_bytes,
+        help="most request-body bytes held by the requests being served (Content-Length, "
+        "or --max-body-bytes when chunked); past it: 503 with Retry-After. At least "
+        "--max-body-bytes",
     )
     http.add_argument(
         "--admin-port",
@@ -362,6 +408,11 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         admin_port=args.admin_port,
         admin_token=args.admin_token,
         max_body_bytes=args.max_body_bytes,
+        header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+        max_connections=args.max_connections,
+        max_concurrent_requests=args.max_concurrent_requests,
+        max_buffered_body_bytes=args.max_buffered_body_bytes,
         access_log=args.access_log,
         log_level=args.log_level,
         otlp_endpoint=args.otlp_endpoint,
@@ -405,12 +456,18 @@ def _tracing(config: ServerConfig) -> Generator[TracerProvider | None, None, Non
 
 async def _serve(state: ServerState) -> None:
     config = state.config
-    app = create_app(state=state)
+    return_freed_buffers_to_os()
     main = uvicorn.Server(
-        uvicorn.Config(
-            app,
+        uvicorn_config(
+            _limited_app(state),
             host=config.host,
             port=config.port,
+            limits=ConnectionLimits(
+                header_timeout_s=config.header_timeout_s,
+                body_timeout_s=config.body_timeout_s,
+                max_connections=fit_to_fd_limit(config.max_connections),
+            ),
+            registry=state.metrics.registry,
             log_config=None,
             access_log=config.access_log,
             timeout_graceful_shutdown=2,
@@ -448,6 +505,25 @@ async def _serve(state: ServerState) -> None:
     finally:
         admin.should_exit = True
         await admin_task
+
+
+def _limited_app(state: ServerState) -> RequestLimits:
+    """The app behind the limits on requests served at once and their body bytes."""
+    config = state.config
+    return RequestLimits(
+        create_app(state=state),
+        RequestLimitsConfig(
+            max_requests=config.max_concurrent_requests,
+            max_body_bytes_held=config.max_buffered_body_bytes,
+            max_body_bytes=config.max_body_bytes,
+            min_retry_after_s=config.admission.min_retry_after_s,
+            max_retry_after_s=config.admission.max_retry_after_s,
+            rate_window_s=config.admission.drain_window_s,
+        ),
+        load_headers=state.load_headers,
+        shed_headers=state.admission is not None,
+        registry=state.metrics.registry,
+    )
 
 
 def _new_admin_token() -> str:
@@ -491,9 +567,31 @@ def _shared_engine_flags(args: argparse.Namespace, argv: Sequence[str] | None) -
     return out
 
 
+# The bounds on slow and hostile clients belong to this server's HTTP layer;
+# with --engine vllm, vLLM serves HTTP itself (docs/server.md: what holds there).
+_SIM_HTTP_LIMITS = (
+    "header_timeout_s",
+    "body_timeout_s",
+    "max_connections",
+    "max_concurrent_requests",
+    "max_buffered_body_bytes",
+)
+
+
+def _check_http_limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.engine == "vllm":
+        for name in _SIM_HTTP_LIMITS:
+            if getattr(args, name) != getattr(_SERVER, name):
+                flag = "--" + name.replace("_", "-")
+                parser.error(f"{flag} needs --engine sim: vLLM serves HTTP itself")
+    elif args.max_buffered_body_bytes < args.max_body_bytes:
+        parser.error("--max-buffered-body-bytes must be at least --max-body-bytes")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
+    _check_http_limits(parser, args)
     _admin_token_from_env(parser, args)
     if args.engine == "vllm":
         from stormguard_server.vllm.launch import launch

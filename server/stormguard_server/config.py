@@ -96,6 +96,17 @@ class ServerConfig:
     # start). Out of repr, so that printing a config does not print it.
     admin_token: str | None = field(default=None, repr=False)
     max_body_bytes: int = 1_048_576
+    # Slow and hostile clients (connections.py, request_limits.py): a connection
+    # must send its request headers within header_timeout_s (of connecting, or of
+    # its previous response) and its body within body_timeout_s of the headers;
+    # at most max_connections are open (past that the one idle longest is
+    # closed), max_concurrent_requests are served, and their bodies hold at
+    # most max_buffered_body_bytes (past either: 503 + Retry-After).
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    max_connections: int = 4096
+    max_concurrent_requests: int = 2048
+    max_buffered_body_bytes: int = 64 * 1_048_576
     # Further model names served by the same engine (listed in /v1/models).
     model_aliases: tuple[str, ...] = ()
     # How often queued requests are expired and re-checked for admission.

@@ -76,3 +76,62 @@ def test_console_script_is_installed_and_runs() -> None:
     script = Path(sys.executable).parent / "stormguard-server"
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=True)
     assert done.stdout.startswith("stormguard-server ")
+
+
+def test_slow_client_flags_map_to_fields() -> None:
+    args = build_parser().parse_args(
+        [
+            "--header-timeout-s", "2.5", "--body-timeout-s", "7", "--max-connections", "300",
+            "--max-concurrent-requests", "40", "--max-buffered-body-bytes", "5000000",
+        ]
+    )  # fmt: skip
+    config = config_from_args(args)
+    assert config.header_timeout_s == 2.5
+    assert config.body_timeout_s == 7.0
+    assert config.max_connections == 300
+    assert config.max_concurrent_requests == 40
+    assert config.max_buffered_body_bytes == 5_000_000
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--header-timeout-s", "0"],
+        ["--header-timeout-s", "-1"],
+        ["--body-timeout-s", "nan"],
+        ["--body-timeout-s", "inf"],
+        ["--max-connections", "0"],
+        ["--max-concurrent-requests", "-3"],
+        ["--max-buffered-body-bytes", "0"],
+    ],
+)
+def test_nonsense_slow_client_flags_are_refused(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(argv)
+    assert argv[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--max-body-bytes", "2000000", "--max-buffered-body-bytes", "1000000"],
+            "--max-buffered-body-bytes must be at least --max-body-bytes",
+        ),
+        (
+            ["--engine", "vllm", "--header-timeout-s", "5"],
+            "--header-timeout-s needs --engine sim",
+        ),
+    ],
+)
+def test_slow_client_flags_that_cannot_hold_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stormguard_server.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
