@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from stormguard.protocol import Priority, ServerLoad, ShedReason
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad
-from stormguard_server.wait_estimate import HoldMeter, wait_until_fits
+from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
 
 _FALLBACK_RETRY_AFTER_S = 1.0
 
@@ -243,6 +243,9 @@ class AdmissionController:
         self._inflight_tokens = 0
         self._seq = itertools.count()
         self.holds = HoldMeter(config.drain_window_s, clock)
+        # When the requests in flight are expected to end; None once they or the
+        # hold times have changed (rebuilt by the next estimate).
+        self._schedule: ReleaseSchedule | None = None
 
     # -- state ------------------------------------------------------------
 
@@ -355,6 +358,7 @@ class AdmissionController:
         self._inflight_tokens -= ticket.cost
         if not failed and ticket.admitted_at is not None:
             self.holds.record(ticket.cost, ticket.work, self._clock() - ticket.admitted_at)
+        self._schedule = None
         self.pump()
 
     def cancel(self, ticket: Ticket) -> bool:
@@ -457,6 +461,7 @@ class AdmissionController:
         ticket.inflight = True
         self._inflight[ticket] = None
         self._inflight_tokens += ticket.cost
+        self._schedule = None
         return Permit(ticket, waited_s=now - ticket.arrival)
 
     def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
@@ -591,9 +596,11 @@ class AdmissionController:
         free = max(0, self.budget(load) - self._inflight_tokens)
         if tokens_needed <= free:
             return 0.0
-        now = self._clock()
-        ends = (((t.admitted_at or now) + per_work * t.work - now, t.cost) for t in self._inflight)
-        return wait_until_fits(tokens_needed, free, ends, mean_hold)
+        if self._schedule is None:
+            self._schedule = ReleaseSchedule(
+                ((t.admitted_at or 0.0) + per_work * t.work, t.cost) for t in self._inflight
+            )
+        return wait_until_fits(tokens_needed, free, self._schedule, mean_hold, self._clock())
 
     def _clamp(self, seconds: float) -> float:
         return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)

@@ -27,11 +27,13 @@ says nothing about how long requests take.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
 
-__all__ = ["HoldMeter", "wait_until_fits"]
+__all__ = ["HoldMeter", "ReleaseSchedule", "wait_until_fits"]
 
 # Releases kept however old they are: a pause (idle, or a restart) must not
 # leave the estimate with nothing to go on.
@@ -87,22 +89,42 @@ class HoldMeter:
         self._tokens += sign * tokens
 
 
-def wait_until_fits(
-    tokens: int, free: int, inflight: Iterable[tuple[float, int]], mean_hold_s: float
-) -> float | None:
-    """Seconds until ``tokens`` more tokens fit a budget with ``free`` tokens free now.
+class ReleaseSchedule:
+    """The requests in flight in the order they are expected to end: the absolute
+    end times (sorted) and the tokens released by each of them, summed. Built once
+    per change of the requests in flight or of the hold times; each estimate is then
+    a bisection, however many sheds a storm brings between two changes."""
 
-    ``inflight`` holds, for each admitted request, (seconds until it is expected to
-    end, its tokens). None when nothing is in flight or free, so nothing can
-    ever come back.
+    def __init__(self, requests: Iterable[tuple[float, int]]) -> None:
+        """``requests``: (when it is expected to end, its tokens) of each one in flight."""
+        ordered = sorted(requests)
+        self.ends = [end for end, _ in ordered]
+        self.released = list(itertools.accumulate(tokens for _, tokens in ordered))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens held by the requests in flight."""
+        return self.released[-1] if self.released else 0
+
+    def time_covering(self, tokens: int) -> float:
+        """When the requests in flight have released ``tokens`` (absolute time)."""
+        at = bisect.bisect_left(self.released, tokens)
+        return self.ends[min(at, len(self.ends) - 1)]
+
+
+def wait_until_fits(
+    tokens: int, free: int, schedule: ReleaseSchedule, mean_hold_s: float, now: float
+) -> float | None:
+    """Seconds from ``now`` until ``tokens`` more tokens fit a budget with ``free``
+    tokens free now, the requests in flight ending per ``schedule`` (an overdue one
+    at once). None when nothing is in flight or free, so nothing can ever come back.
     """
     if tokens <= free:
         return 0.0
-    ends = sorted((max(0.0, end), cost) for end, cost in inflight)
-    held = sum(cost for _, cost in ends)
+    held = schedule.tokens
     released = tokens - free  # what must come back before it fits
     if released <= held:
-        return _time_covering(ends, released)
+        return max(0.0, schedule.time_covering(released) - now)
     turnover = held + free  # what comes back in each later round, one mean hold apart
     if turnover <= 0:
         return None
@@ -110,15 +132,5 @@ def wait_until_fits(
     rest = released - held - (rounds - 1) * turnover
     # In round k, the room free now comes back at k holds, the room the in-flight
     # requests leave at their ends + k holds.
-    offset = 0.0 if rest <= free else _time_covering(ends, rest - free)
+    offset = 0.0 if rest <= free else max(0.0, schedule.time_covering(rest - free) - now)
     return rounds * mean_hold_s + offset
-
-
-def _time_covering(ends: list[tuple[float, int]], tokens: int) -> float:
-    """When the requests in ``ends`` (sorted by end) have released ``tokens``."""
-    total = 0
-    for end, cost in ends:
-        total += cost
-        if total >= tokens:
-            return end
-    return ends[-1][0] if ends else 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stormguard_server.wait_estimate import HoldMeter, wait_until_fits
+from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
 
 
 class FakeClock:
@@ -41,19 +41,26 @@ def test_the_window_slides_but_a_pause_never_empties_it() -> None:
 
 
 def test_wait_until_fits_walks_the_running_requests_by_their_ends() -> None:
-    running = [(3.0, 100), (-1.0, 100), (1.0, 100)]  # one overdue: back at once
-    assert wait_until_fits(50, 50, running, mean_hold_s=2.0) == 0.0  # fits now
-    assert wait_until_fits(150, 50, running, mean_hold_s=2.0) == 0.0
-    assert wait_until_fits(250, 50, running, mean_hold_s=2.0) == pytest.approx(1.0)
-    assert wait_until_fits(350, 50, running, mean_hold_s=2.0) == pytest.approx(3.0)
+    now = 10.0
+    # Expected to end in 3 s, 1 s ago (overdue: back at once) and in 1 s.
+    running = ReleaseSchedule([(now + 3.0, 100), (now - 1.0, 100), (now + 1.0, 100)])
+    assert running.tokens == 300
+
+    def wait(tokens: int) -> float | None:
+        return wait_until_fits(tokens, 50, running, mean_hold_s=2.0, now=now)
+
+    assert wait(50) == 0.0  # fits now
+    assert wait(150) == 0.0
+    assert wait(250) == pytest.approx(1.0)
+    assert wait(350) == pytest.approx(3.0)
     # Past the running 300: the 50 free now come back after one hold, then the
     # running ones' room, one hold after their ends.
-    assert wait_until_fits(400, 50, running, mean_hold_s=2.0) == pytest.approx(2.0)
-    assert wait_until_fits(500, 50, running, mean_hold_s=2.0) == pytest.approx(2.0)
-    assert wait_until_fits(600, 50, running, mean_hold_s=2.0) == pytest.approx(3.0)
-    assert wait_until_fits(700, 50, running, mean_hold_s=2.0) == pytest.approx(5.0)
-    assert wait_until_fits(1050, 50, running, mean_hold_s=2.0) == pytest.approx(7.0)
+    assert wait(400) == pytest.approx(2.0)
+    assert wait(500) == pytest.approx(2.0)
+    assert wait(600) == pytest.approx(3.0)
+    assert wait(700) == pytest.approx(5.0)
+    assert wait(1050) == pytest.approx(7.0)
 
 
 def test_nothing_running_and_nothing_free_never_fits() -> None:
-    assert wait_until_fits(10, 0, [], mean_hold_s=1.0) is None
+    assert wait_until_fits(10, 0, ReleaseSchedule([]), mean_hold_s=1.0, now=0.0) is None
