@@ -347,16 +347,17 @@ class AdmissionController:
             return self._overload_shed(ticket, ShedReason.QUEUE_FULL, load)
         return self._enqueue(ticket, load)
 
-    def release(self, permit: Permit, *, failed: bool = False) -> None:
+    def release(self, permit: Permit, *, served: bool = True) -> None:
         """An admitted request ended: its tokens come back, queued ones may enter.
-        ``failed``: the engine failed it (a crash), so its hold is not measured."""
+        ``served=False``: the engine failed it (a crash) or it never ran, so its hold
+        says nothing about how long requests take and is not measured."""
         ticket = permit.ticket
         if not ticket.inflight:
             return
         ticket.inflight = False
         self._inflight.pop(ticket, None)
         self._inflight_tokens -= ticket.cost
-        if not failed and ticket.admitted_at is not None:
+        if served and ticket.admitted_at is not None:
             self.holds.record(ticket.cost, ticket.work, self._clock() - ticket.admitted_at)
         self._schedule = None
         self.pump()
@@ -445,7 +446,7 @@ class AdmissionController:
             ticket.future.result()
         except asyncio.CancelledError:
             if not self.cancel(ticket) and ticket.inflight:
-                self.release(Permit(ticket, 0.0))
+                self.release(Permit(ticket, 0.0), served=False)  # admitted as it left
             raise
         return Permit(ticket, waited_s=max(0.0, (ticket.admitted_at or 0.0) - ticket.arrival))
 

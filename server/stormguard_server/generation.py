@@ -177,7 +177,7 @@ class _Flight:
             # A request the engine failed tells nothing about how long requests hold
             # their tokens (the wait estimate); one whose caller left or whose
             # deadline passed does: that is when its tokens came back.
-            self.state.admission.release(self.permit, failed=outcome == "engine_error")
+            self.state.admission.release(self.permit, served=outcome != "engine_error")
         self.record.outcome = outcome
         self.record.gone_stage = gone
         self.record.error = error or None

@@ -278,7 +278,7 @@ async def test_retry_after_right_after_a_restart_is_what_it_was_before() -> None
     clock.now += 0.01
     engine.current = replace(engine.current, state="restarting", ready_in_s=30.0)
     ctl.tick()
-    ctl.release(holder, failed=True)
+    ctl.release(holder, served=False)
     clock.now += 30.0
     engine.current = replace(engine.current, state="ready", ready_in_s=None)
     admitted(ctl.submit(ticket(ctl, 1000)))
