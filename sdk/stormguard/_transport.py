@@ -194,7 +194,7 @@ class _ReplayStream(httpx.SyncByteStream):
             state.passed_through(cut=exc)
             raise
         except StormguardError as error:  # past the cap or the deadline
-            raise httpx_error_for(error, state.response.request) from None
+            raise httpx_error_for(error, state.response.request) from error
         state.passed_through()
 
     def close(self) -> None:
@@ -231,7 +231,7 @@ class _AsyncReplayStream(httpx.AsyncByteStream):
             state.passed_through(cut=exc)
             raise
         except StormguardError as error:  # past the cap or the deadline
-            raise httpx_error_for(error, state.response.request) from None
+            raise httpx_error_for(error, state.response.request) from error
         state.passed_through()
 
     async def aclose(self) -> None:

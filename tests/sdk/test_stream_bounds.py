@@ -107,4 +107,5 @@ async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(mo
     cause = info.value.__cause__
     assert isinstance(cause, httpx.DecodingError)
     assert "max_response_bytes=102400" in str(cause)
+    assert isinstance(cause.__cause__, stormguard.APIResponseValidationError)
     assert 0 < received < 1300
