@@ -123,3 +123,41 @@ async def test_the_client_caps_lookups_at_its_max_response_bytes(
     resp = await api.run(client.chat.completions.create(messages=CHAT["messages"], max_tokens=5))
     assert tokenize.call_count == 1 and chat.call_count == 1
     assert resp.precheck.counter == "estimate:utf8-bytes"
+
+
+def timing_out(clock: FakeClock, seconds: float) -> Callable[[httpx.Request], httpx.Response]:
+    """A server that takes ``seconds`` (on the fake clock) and then times out."""
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        clock.advance(seconds)
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    return respond
+
+
+@respx.mock
+async def test_a_lookup_the_call_ran_out_of_time_for_does_not_mark_the_server_down(
+    drive: Drive,
+) -> None:
+    clock = FakeClock()
+    counter = ServerTokenizeCounter(timeout=2.0, clock=clock.now)
+    route = respx.post(TOKENIZE).mock(side_effect=timing_out(clock, 0.5))
+    flow = counter.count_flow(read_request("chat", CHAT), model="llama", base_url=BASE)
+    result = await drive(flow, Deadline(clock, 0.5))  # the call's 0.5 s, not the 2 s lookup
+    assert result.counter == "estimate:utf8-bytes"
+    route.mock(return_value=httpx.Response(200, json=ANSWER))
+    again = counter.count_flow(read_request("chat", CHAT), model="llama", base_url=BASE)
+    assert (await drive(again, Deadline(clock, 60.0))).tokens == 3  # asked again at once
+
+
+@respx.mock
+async def test_a_lookup_past_its_own_timeout_marks_the_server_down(drive: Drive) -> None:
+    clock = FakeClock()
+    counter = ServerTokenizeCounter(timeout=2.0, clock=clock.now)
+    route = respx.post(TOKENIZE).mock(side_effect=timing_out(clock, 2.0))
+    flow = counter.count_flow(read_request("chat", CHAT), model="llama", base_url=BASE)
+    assert (await drive(flow, Deadline(clock, 60.0))).counter == "estimate:utf8-bytes"
+    route.mock(return_value=httpx.Response(200, json=ANSWER))
+    again = counter.count_flow(read_request("chat", CHAT), model="llama", base_url=BASE)
+    assert (await drive(again, Deadline(clock, 60.0))).counter == "estimate:utf8-bytes"
+    assert route.call_count == 1  # not asked again while marked down

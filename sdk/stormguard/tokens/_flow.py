@@ -4,6 +4,9 @@ A flow is a generator in the style of httpx's ``Auth.auth_flow``: it yields the
 ``httpx.Request`` it needs, is sent back the ``httpx.Response`` (or None when the
 lookup failed: refused, timed out, reset, a body over the size cap), and finally
 returns its result. The logic is written once; the drivers only do the I/O.
+A lookup that the *call's* deadline cut short (the caller's patience ran out, not
+the lookup's own timeout) also comes back as None, marked :func:`abandoned`: it
+says nothing about the server, so the flow falls back without marking it down.
 
 Every lookup is held to a deadline, the call's own when a client runs the
 pre-check: a request's ``timeout`` extension (``lookup_timeout``) bounds the
@@ -37,6 +40,7 @@ from .._deadline import Deadline
 
 __all__ = [
     "Flow",
+    "abandoned",
     "drive_precheck_async",
     "drive_precheck_sync",
     "models_url",
@@ -48,6 +52,23 @@ __all__ = [
 T = TypeVar("T")
 
 Flow = Generator[httpx.Request, "httpx.Response | None", T]
+
+_ABANDONED = "stormguard.abandoned"
+
+
+def abandoned(request: httpx.Request) -> bool:
+    """Whether the lookup of ``request`` came back None because the call's own
+    deadline ran out first: no verdict on the server that was asked."""
+    return bool(request.extensions.get(_ABANDONED))
+
+
+def _judge(
+    request: httpx.Request, response: httpx.Response | None, bound: Deadline | None, call: Deadline
+) -> httpx.Response | None:
+    """Mark a lookup that failed because the call's deadline ended it as abandoned."""
+    if response is None and (bound is None or (bound is call and call.expired)):
+        request.extensions[_ABANDONED] = True
+    return response
 
 
 def run_precheck_sync(
@@ -81,7 +102,9 @@ def drive_precheck_sync(
     try:
         request = next(flow)
         while True:
-            request = flow.send(_lookup_sync(client, request, deadline, max_bytes))
+            bound = _lookup_bound(request, deadline)
+            response = None if bound is None else _lookup_sync(client, request, bound, max_bytes)
+            request = flow.send(_judge(request, response, bound, deadline))
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -94,8 +117,11 @@ async def drive_precheck_async(
     try:
         request = next(flow)
         while True:
-            response = await _lookup_async(client, request, deadline, max_bytes)
-            request = flow.send(response)
+            bound = _lookup_bound(request, deadline)
+            response = (
+                None if bound is None else await _lookup_async(client, request, bound, max_bytes)
+            )
+            request = flow.send(_judge(request, response, bound, deadline))
     except StopIteration as stop:
         result: T = stop.value
         return result
@@ -114,11 +140,8 @@ def _lookup_bound(request: httpx.Request, deadline: Deadline) -> Deadline | None
 
 
 def _lookup_sync(
-    client: httpx.Client, request: httpx.Request, deadline: Deadline, max_bytes: int
+    client: httpx.Client, request: httpx.Request, bound: Deadline, max_bytes: int
 ) -> httpx.Response | None:
-    bound = _lookup_bound(request, deadline)
-    if bound is None:
-        return None
     chunks: list[bytes] = []
     with bound.bound():  # every socket operation ends by it (``_deadline_transport.py``)
         try:
@@ -140,11 +163,8 @@ def _lookup_sync(
 
 
 async def _lookup_async(
-    client: httpx.AsyncClient, request: httpx.Request, deadline: Deadline, max_bytes: int
+    client: httpx.AsyncClient, request: httpx.Request, bound: Deadline, max_bytes: int
 ) -> httpx.Response | None:
-    bound = _lookup_bound(request, deadline)
-    if bound is None:
-        return None
     left = bound.remaining()
     chunks: list[bytes] = []
     try:

@@ -14,7 +14,7 @@ import httpx
 
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
-from ._flow import Flow, tokenize_url
+from ._flow import Flow, abandoned, tokenize_url
 from ._lru import LRUCache
 from ._request import PromptRequest, count_prompt
 
@@ -85,12 +85,14 @@ class ServerTokenizeCounter:
             return cached
         if not self._available(str(url)):
             return self._fallback_count(request)
-        response = yield httpx.Request(
+        lookup = httpx.Request(
             "POST", url, json=payload, extensions={"timeout": httpx.Timeout(self.timeout).as_dict()}
         )
+        response = yield lookup
         parsed = parse_tokenize_response(response)
         if parsed is None:
-            self._mark_down(str(url))
+            if not abandoned(lookup):
+                self._mark_down(str(url))
             return self._fallback_count(request)
         count, max_model_len = parsed
         result = TokenCount(count, self.name, max_model_len)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from ._flow import Flow, models_url
+from ._flow import Flow, abandoned, models_url
 
 __all__ = ["ServerWindows", "parse_models_response"]
 
@@ -54,10 +54,13 @@ class ServerWindows:
             fresh = entry is not None and entry.expires > self._clock()
         if entry is not None and fresh:
             return entry.windows.get(model)
-        response = yield httpx.Request(
+        lookup = httpx.Request(
             "GET", url, extensions={"timeout": httpx.Timeout(self.timeout).as_dict()}
         )
+        response = yield lookup
         windows = parse_models_response(response)
+        if windows is None and abandoned(lookup):
+            return None  # the call ran out of time, not the server: nothing to remember
         now = self._clock()
         with self._lock:
             if windows is None:
