@@ -117,7 +117,8 @@ def hold(
     trickle: bytes | None = None,
     interval: float = 0.2,
 ) -> None:
-    """Keep ``conns`` open until the server has closed every one, or ``timeout`` passes.
+    """Keep ``conns`` open until the server has closed every one, or ``timeout`` passes
+    (0: one look at what has arrived).
 
     With ``trickle``, one more byte of it goes to each open connection every
     ``interval`` (a slowloris keeps its connection busy). Records when each
@@ -128,7 +129,7 @@ def hold(
     with selectors.DefaultSelector() as selector:
         for held in open_conns:
             selector.register(held.sock, selectors.EVENT_READ, held)
-        while open_conns and time.monotonic() < deadline:
+        while open_conns:
             wait = max(0.0, min(next_trickle, deadline) - time.monotonic())
             for key, _ in selector.select(wait):
                 held = key.data
@@ -146,6 +147,8 @@ def hold(
                         held.closed = time.monotonic()
                         selector.unregister(held.sock)
                         open_conns.remove(held)
+            if time.monotonic() >= deadline:
+                return
 
 
 def _read(held: Held) -> bool:
