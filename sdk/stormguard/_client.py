@@ -16,7 +16,7 @@ import tenacity
 from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
 from ._body import iter_body
 from ._compat import Unpack
-from ._deadline_transport import default_http_client
+from ._deadline_transport import default_http_client, hold_to_deadlines
 from ._exceptions import StormguardError
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
 from ._pipeline import BodyReader, CallSpec, LogicalCall
@@ -38,8 +38,9 @@ class Client(BaseClient):
     ``timeout`` is the total time of one call, every attempt and backoff
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
     bounds"). ``http_client`` lets you bring your own ``httpx.Client`` (proxies,
-    TLS, limits); the client then does not close it. Build it on
-    ``stormguard.DeadlineTransport`` to keep every phase within the deadline.
+    TLS, limits); the client then does not close it, and holds its
+    ``httpx.HTTPTransport`` s to the calls' deadlines as it does its own (a
+    transport of another kind keeps httpx's per-operation timeouts).
     """
 
     def __init__(
@@ -53,7 +54,11 @@ class Client(BaseClient):
             )
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else default_http_client()
+        if http_client is None:
+            http_client = default_http_client()
+        else:
+            hold_to_deadlines(http_client)
+        self._http = http_client
         self.chat = Chat(self)
         self.completions = Completions(self)
         self.models = Models(self)

@@ -8,8 +8,10 @@ no such thing. So the sync client's connections are made by a network backend
 every ``connect``, ``read`` and ``write`` to the time left before the current
 call's deadline (``Deadline.bound()``, a context variable). A dripping server's
 reads each succeed, until the one that would cross the deadline times out *at*
-the deadline. No thread, no timer: the bound costs a clock read per socket
-operation.
+the deadline. No timer: the bound costs a clock read per socket operation. The
+one blocking step that takes no timeout, resolving a host name, runs in a
+thread of its own that the connect waits for until the deadline (for a new
+connection to a name, not an IP address; pooled connections skip it).
 
 A connection serves one request at a time (HTTP/1.1), so its stream takes the
 deadline of the request whose head it writes and keeps it for the reads that
@@ -21,8 +23,12 @@ clipped at all.
 
 from __future__ import annotations
 
+import ipaddress
+import queue
+import socket
 import ssl
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpcore
@@ -30,7 +36,7 @@ import httpx
 
 from ._deadline import Deadline, current_deadline
 
-__all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client"]
+__all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client", "hold_to_deadlines"]
 
 _PASSED = "the call's deadline passed"
 
@@ -95,12 +101,32 @@ class DeadlineStream(httpcore.NetworkStream):
         return self._stream.get_extra_info(info)
 
 
+#: Looks up a host's addresses (``socket.getaddrinfo``'s job); injectable for tests.
+Resolver = Callable[[str, int], list[str]]
+
+
+def _getaddrinfo(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 class DeadlineBackend(httpcore.NetworkBackend):
     """Wraps a backend (httpcore's ``SyncBackend``): connects within the current
     deadline and hands out :class:`DeadlineStream` s."""
 
-    def __init__(self, backend: httpcore.NetworkBackend) -> None:
+    def __init__(
+        self, backend: httpcore.NetworkBackend, *, resolve: Resolver = _getaddrinfo
+    ) -> None:
         self._backend = backend
+        self._resolve = resolve
 
     def connect_tcp(
         self,
@@ -111,9 +137,45 @@ class DeadlineBackend(httpcore.NetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
         deadline = current_deadline()
-        clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
-        stream = self._backend.connect_tcp(host, port, clipped, local_address, socket_options)
-        return DeadlineStream(stream, deadline)
+        options = list(socket_options or ())
+        if deadline is None or deadline.timeout is None or _is_ip_literal(host):
+            clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+            stream = self._backend.connect_tcp(host, port, clipped, local_address, options)
+            return DeadlineStream(stream, deadline)
+        # A name: resolved beside the call, so a resolver that hangs costs it no more
+        # than its deadline; then each address in turn, as socket.create_connection.
+        error: Exception = httpcore.ConnectError(f"{host!r} resolved to no address")
+        for address in self._addresses(host, port, deadline):
+            clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+            try:
+                stream = self._backend.connect_tcp(address, port, clipped, local_address, options)
+            except httpcore.ConnectError as exc:
+                error = exc
+                continue
+            return DeadlineStream(stream, deadline)
+        raise error
+
+    def _addresses(self, host: str, port: int, deadline: Deadline) -> list[str]:
+        """The addresses of ``host``, looked up in a thread of its own and waited for
+        no longer than the deadline (a blocked ``getaddrinfo`` cannot be interrupted;
+        the thread ends when the resolver gives up)."""
+        left, _ = _clip(deadline, None, httpcore.ConnectTimeout, "resolving the host")
+        answer: queue.SimpleQueue[list[str] | OSError] = queue.SimpleQueue()
+
+        def lookup() -> None:
+            try:
+                answer.put(self._resolve(host, port))
+            except OSError as exc:
+                answer.put(exc)
+
+        threading.Thread(target=lookup, name="stormguard-resolve", daemon=True).start()
+        try:
+            result = answer.get(timeout=left)
+        except queue.Empty:
+            raise httpcore.ConnectTimeout(f"{_PASSED} while resolving {host!r}") from None
+        if isinstance(result, OSError):
+            raise httpcore.ConnectError(f"could not resolve {host!r}: {result}") from result
+        return result
 
     def connect_unix_socket(
         self,
@@ -154,15 +216,34 @@ class DeadlineTransport(httpx.HTTPTransport):
             # connection would cut the reads of every request on it.
             raise ValueError("stormguard.DeadlineTransport serves HTTP/1.1 only (http2=False)")
         super().__init__(**options)
-        pool = self._pool
-        backend = getattr(pool, "_network_backend", None)
-        if not isinstance(backend, httpcore.NetworkBackend):  # pragma: no cover (httpcore 1.x)
+        if not _hold_transport(self):  # pragma: no cover (httpcore 1.x has the seam)
             raise RuntimeError(
                 "stormguard.DeadlineTransport found no network backend in this httpcore"
                 f" ({httpcore.__version__}); it needs httpcore 1.x"
             )
-        if not isinstance(backend, DeadlineBackend):
-            pool._network_backend = DeadlineBackend(backend)
+
+
+def _hold_transport(transport: httpx.HTTPTransport) -> bool:
+    """Wrap the network backend of ``transport``'s pool in a :class:`DeadlineBackend`
+    (once); False when it has none, or may multiplex requests (HTTP/2)."""
+    pool = getattr(transport, "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if not isinstance(backend, httpcore.NetworkBackend) or getattr(pool, "_http2", False):
+        return False
+    if not isinstance(backend, DeadlineBackend):
+        pool._network_backend = DeadlineBackend(backend)  # type: ignore[union-attr]
+    return True
+
+
+def hold_to_deadlines(client: httpx.Client) -> None:
+    """Hold your own ``client`` to stormguard's call deadlines, as the default one is:
+    each of its ``httpx.HTTPTransport`` s (the default one and any mounted, HTTP/1.1)
+    gets the clipping network backend. Requests you send with the client yourself
+    carry no deadline and are not clipped; other transports are left as they are."""
+    transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
+    for transport in transports:
+        if isinstance(transport, httpx.HTTPTransport):
+            _hold_transport(transport)
 
 
 def _environment_proxies() -> dict[str, str | None]:

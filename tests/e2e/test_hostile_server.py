@@ -219,6 +219,27 @@ async def test_dripped_response_headers_end_at_the_deadline(
     assert info.value.retry_stopped_by == "deadline"
 
 
+@pytest.mark.parametrize("own", ["own_http_client", "host_name"])
+async def test_dripped_headers_end_at_the_deadline_on_your_client_and_by_host_name(
+    calls: Calls, hostile: HostileServer, own: str
+) -> None:
+    """Your own ``httpx.Client``/``AsyncClient`` as it comes, or a base URL that names
+    ``localhost`` (resolved for the connection; ::1 may refuse before 127.0.0.1)."""
+    hostile.behaviours["/v1/chat/completions"] = drip(HEAD_JSON, interval=0.1)
+    if own == "own_http_client":
+        http = httpx.Client() if calls.mode == "sync" else httpx.AsyncClient()
+        client = calls.client(http_client=http)
+    else:
+        client = calls.client(base_url=f"http://localhost:{hostile.port}/v1")
+    clock = Clock()
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await calls.create(client, max_tokens=5)
+    assert_ended_by_deadline(clock.elapsed, info.value, DEADLINE)
+    assert len(hostile.requests_to("/v1/chat/completions")) == 1
+    if own == "own_http_client":
+        await calls.run(http.close() if calls.mode == "sync" else http.aclose())
+
+
 # A byte just inside each read's timeout: httpx's per-read timeouts never fire, and
 # a deadline checked only between reads ends the call one read late (at 2 x 0.95 =
 # 1.9 deadlines, past the slack).

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import socket
+import threading
 from collections.abc import Iterable
 
 import httpcore
@@ -179,3 +181,116 @@ def test_a_deadline_transport_takes_the_options_of_httpx_transports() -> None:
     transport.close()
     with pytest.raises(ValueError, match=r"HTTP/1\.1 only"):
         DeadlineTransport(http2=True)  # one deadline per connection cannot serve multiplexing
+
+
+class AddressBackend(RecordingBackend):
+    """Refuses the addresses in ``refused``; records every address it was asked for."""
+
+    def __init__(self, refused: set[str]) -> None:
+        super().__init__()
+        self.refused = refused
+        self.hosts: list[str] = []
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
+    ) -> httpcore.NetworkStream:
+        self.hosts.append(host)
+        if host in self.refused:
+            raise httpcore.ConnectError("connection refused")
+        return super().connect_tcp(host, port, timeout, local_address, socket_options)
+
+
+def test_a_resolver_that_hangs_costs_the_connect_no_more_than_the_deadline() -> None:
+    release = threading.Event()
+
+    def hanging(host: str, port: int) -> list[str]:
+        release.wait(30)
+        return ["127.0.0.1"]
+
+    backend = AddressBackend(set())
+    try:
+        with (
+            Deadline(FakeClock(), 0.05).bound(),
+            pytest.raises(
+                httpcore.ConnectTimeout, match=r"deadline passed while resolving 'llm\.test'"
+            ),
+        ):
+            DeadlineBackend(backend, resolve=hanging).connect_tcp("llm.test", 80, timeout=10.0)
+    finally:
+        release.set()
+    assert backend.hosts == []
+
+
+def test_a_name_is_resolved_and_its_addresses_tried_in_turn() -> None:
+    asked: list[str] = []
+
+    def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["::1", "127.0.0.1"]
+
+    backend = AddressBackend(refused={"::1"})  # as localhost when nothing listens on IPv6
+    with Deadline(FakeClock(), 3.0).bound():
+        DeadlineBackend(backend, resolve=resolve).connect_tcp("localhost", 80, timeout=10.0)
+        DeadlineBackend(backend, resolve=resolve).connect_tcp("10.0.0.1", 80, timeout=10.0)
+    assert asked == ["localhost"]  # an IP address is not looked up
+    assert backend.hosts == ["::1", "127.0.0.1", "10.0.0.1"]
+    assert backend.connects == [3.0, 3.0]
+
+
+def test_a_name_that_does_not_resolve_is_a_connect_error() -> None:
+    def failing(host: str, port: int) -> list[str]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    with (
+        Deadline(FakeClock(), 3.0).bound(),
+        pytest.raises(httpcore.ConnectError, match=r"could not resolve 'nowhere\.test'"),
+    ):
+        DeadlineBackend(RecordingBackend(), resolve=failing).connect_tcp("nowhere.test", 80)
+    backend = AddressBackend(refused={"127.0.0.1"})
+    with Deadline(FakeClock(), 3.0).bound(), pytest.raises(httpcore.ConnectError, match="refused"):
+        DeadlineBackend(backend, resolve=lambda h, p: ["127.0.0.1"]).connect_tcp("a.test", 80)
+
+
+def test_without_a_deadline_a_name_goes_to_the_backend_as_it_is() -> None:
+    backend = AddressBackend(set())
+
+    def unused(host: str, port: int) -> list[str]:
+        raise AssertionError("no lookup without a deadline")
+
+    DeadlineBackend(backend, resolve=unused).connect_tcp("llm.test", 80, timeout=4.0)
+    assert backend.hosts == ["llm.test"] and backend.connects == [4.0]
+
+
+def test_your_own_httpx_client_is_held_to_the_calls_deadlines() -> None:
+    own = httpx.Client(mounts={"http://proxied.test": httpx.HTTPTransport(proxy="http://p:1")})
+    with stormguard.Client(base_url="http://127.0.0.1:9/v1", http_client=own):
+        transports = [own._transport, *own._mounts.values()]
+        assert len(transports) == 2
+        assert all(isinstance(pool_backend(t), DeadlineBackend) for t in transports)  # type: ignore[arg-type]
+    stormguard.Client(base_url="http://127.0.0.1:9/v1", http_client=own)  # wrapped once only
+    assert not isinstance(pool_backend(own._transport)._backend, DeadlineBackend)  # type: ignore[attr-defined]
+    own.close()
+
+
+def test_a_multiplexing_or_foreign_transport_of_your_own_is_left_as_it_is() -> None:
+    h2 = httpx.Client(http2=True) if _has_h2() else None
+    mock = httpx.Client(transport=httpx.MockTransport(lambda r: httpx.Response(200)))
+    stormguard.Client(base_url="http://127.0.0.1:9/v1", http_client=mock)
+    assert isinstance(mock._transport, httpx.MockTransport)
+    if h2 is not None:
+        stormguard.Client(base_url="http://127.0.0.1:9/v1", http_client=h2)
+        assert not isinstance(pool_backend(h2._transport), DeadlineBackend)
+        h2.close()
+
+
+def _has_h2() -> bool:
+    try:
+        import h2  # noqa: F401
+    except ImportError:
+        return False
+    return True
