@@ -65,8 +65,8 @@ class Ticket:
     cost: int
     priority: Priority = Priority.STANDARD
     attempt: int = 1
-    # Tokens it may generate, when the front end knows them: how long it holds its
-    # tokens scales with this rather than with its prompt.
+    # Tokens it may generate (part of the cost), when the front end knows them: the
+    # wait estimate tells prefill from decoding with it.
     max_tokens: int | None = None
     # Absolute time (controller clock) after which the caller no longer waits.
     deadline: float | None = None
@@ -84,9 +84,11 @@ class Ticket:
         return self.attempt > 1
 
     @property
-    def work(self) -> int:
-        """What its hold time is taken to scale with: max_tokens, else the whole cost."""
-        return self.cost if self.max_tokens is None else self.max_tokens
+    def shape(self) -> tuple[int, int]:
+        """(prompt tokens, max_tokens) as far as known: the whole cost is taken for the
+        prompt when max_tokens is not."""
+        output = self.max_tokens or 0
+        return max(0, self.cost - output), output
 
     @property
     def order_key(self) -> tuple[int, int]:
@@ -298,7 +300,7 @@ class AdmissionController:
         The cost is counted in whole KV blocks (rounded up to the engine's block
         size), as the engine allocates them: admitted work then always fits the
         cache, however many sequences share it. ``max_tokens`` (part of the cost)
-        sharpens the wait estimate: generation, not the prompt, takes the time.
+        sharpens the wait estimate: a token generated takes longer than one of prompt.
         """
         now = self._clock()
         deadline = None if deadline_ms is None else now + deadline_ms / 1000.0
@@ -358,7 +360,7 @@ class AdmissionController:
         self._inflight.pop(ticket, None)
         self._inflight_tokens -= ticket.cost
         if served and ticket.admitted_at is not None:
-            self.holds.record(ticket.cost, ticket.work, self._clock() - ticket.admitted_at)
+            self.holds.record(ticket.cost, *ticket.shape, self._clock() - ticket.admitted_at)
         self._schedule = None
         self.pump()
 
@@ -591,15 +593,15 @@ class AdmissionController:
         """Seconds until ``tokens_needed`` more tokens fit (``wait_until_fits``): each
         request in flight is expected to end its measured hold after its admission;
         None before any request has ended."""
-        per_work, mean_hold = self.holds.seconds_per_work(), self.holds.mean_hold_s()
-        if per_work is None or mean_hold is None:
+        model, mean_hold = self.holds.model(), self.holds.mean_hold_s()
+        if model is None or mean_hold is None:
             return None
         free = max(0, self.budget(load) - self._inflight_tokens)
         if tokens_needed <= free:
             return 0.0
         if self._schedule is None:
             self._schedule = ReleaseSchedule(
-                ((t.admitted_at or 0.0) + per_work * t.work, t.cost) for t in self._inflight
+                ((t.admitted_at or 0.0) + model.hold_s(*t.shape), t.cost) for t in self._inflight
             )
         return wait_until_fits(tokens_needed, free, self._schedule, mean_hold, self._clock())
 

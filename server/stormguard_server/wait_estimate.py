@@ -6,11 +6,13 @@ rests on how long a request holds its tokens, which is measured
 (``HoldMeter``), and on how long the requests in flight have held theirs
 already (``wait_until_fits``):
 
-- a request is expected to hold its tokens for its *work* (the tokens it may
-  generate, or its whole cost when that is unknown) x the measured seconds per
-  unit of work; one in flight releases them when that time is up (at once if
-  it is overdue), so a batch that has just started frees nothing for a while,
-  and one that is nearly done frees its tokens soon;
+- a request is expected to hold its tokens for ``a x prompt tokens + b x
+  max_tokens`` seconds, a and b fitted (least squares) to the recent releases:
+  prefill grows with the prompt, decoding with the tokens generated, and the
+  fit learns how much of ``max_tokens`` requests really use. One in flight
+  gives its tokens back when its hold is up (at once if it is overdue), so a
+  batch that has just started frees nothing for a while, and one that is
+  nearly done frees its tokens soon;
 - the room a release leaves is taken by the queue, and given back one mean
   hold later: a wait longer than the requests in flight is counted in whole
   turnovers of the budget.
@@ -32,61 +34,105 @@ import itertools
 import math
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-__all__ = ["HoldMeter", "ReleaseSchedule", "wait_until_fits"]
+__all__ = ["HoldMeter", "HoldModel", "ReleaseSchedule", "wait_until_fits"]
 
 # Releases kept however old they are: a pause (idle, or a restart) must not
 # leave the estimate with nothing to go on.
 _MIN_SAMPLES = 16
+# Below this, prompt and output sizes are taken as proportional (all requests of
+# one shape): the two-variable fit is then ill-posed.
+_MIN_RELATIVE_DETERMINANT = 1e-6
+
+
+@dataclass(frozen=True, slots=True)
+class HoldModel:
+    """Seconds a request holds its tokens: ``per_prompt_s x prompt + per_output_s x
+    output`` (both >= 0)."""
+
+    per_prompt_s: float
+    per_output_s: float
+
+    def hold_s(self, prompt: int, output: int) -> float:
+        return self.per_prompt_s * prompt + self.per_output_s * output
 
 
 class HoldMeter:
     """Hold times of released requests over a sliding window of ``window_s`` (the
-    newest ``_MIN_SAMPLES`` kept however old): seconds per unit of work, and the
-    token-weighted mean hold."""
+    newest ``_MIN_SAMPLES`` kept however old): a ``HoldModel`` fitted to them, and
+    the token-weighted mean hold. Sums are kept as releases come and go, so both
+    cost O(1)."""
 
     def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
         self._window_s = window_s
         self._clock = clock
-        # (release time, tokens, work, seconds held)
-        self._releases: deque[tuple[float, int, int, float]] = deque()
-        self._held = 0.0
-        self._work = 0
-        self._token_held = 0.0
-        self._tokens = 0
+        # (release time, tokens, prompt, output bound, seconds held)
+        self._releases: deque[tuple[float, int, int, int, float]] = deque()
+        # Sums over the window: prompt², output², prompt·output, prompt·hold,
+        # output·hold, tokens·hold, tokens, hold.
+        self._sums = [0.0] * 8
+        self._model: HoldModel | None = None
 
-    def record(self, tokens: int, work: int, held_s: float) -> None:
-        """A request that held ``tokens`` for ``held_s`` seconds, for ``work`` units."""
-        held_s = max(0.0, held_s)
-        now = self._clock()
-        self._releases.append((now, tokens, work, held_s))
-        self._add(tokens, work, held_s, 1)
-        while len(self._releases) > _MIN_SAMPLES and self._releases[0][0] < now - self._window_s:
-            _, old_tokens, old_work, old_held = self._releases.popleft()
-            self._add(old_tokens, old_work, old_held, -1)
+    def record(self, tokens: int, prompt: int, output: int, held_s: float) -> None:
+        """A request of ``prompt`` tokens that could generate ``output`` tokens held its
+        ``tokens`` of budget for ``held_s`` seconds."""
+        release = (self._clock(), tokens, prompt, output, max(0.0, held_s))
+        self._releases.append(release)
+        self._add(release, 1)
+        oldest = release[0] - self._window_s
+        while len(self._releases) > _MIN_SAMPLES and self._releases[0][0] < oldest:
+            self._add(self._releases.popleft(), -1)
+        self._model = None
 
-    def seconds_per_work(self) -> float | None:
-        """Seconds a request holds its tokens per unit of its work; None before any release."""
-        if not self._releases:
-            return None
-        if self._work <= 0:
-            return self.mean_hold_s()  # only zero-work requests so far: one unit each
-        return max(0.0, self._held) / self._work
+    def model(self) -> HoldModel | None:
+        """The fitted model; None before any release."""
+        if self._model is None and self._releases:
+            self._model = self._fit()
+        return self._model
 
     def mean_hold_s(self) -> float | None:
         """Mean seconds an admitted token is held (weighted by tokens); None before any
         release."""
         if not self._releases:
             return None
-        if self._tokens <= 0:
-            return max(0.0, self._held) / len(self._releases)
-        return max(0.0, self._token_held) / self._tokens
+        token_held, tokens, held = self._sums[5], self._sums[6], self._sums[7]
+        if tokens <= 0:
+            return max(0.0, held) / len(self._releases)
+        return max(0.0, token_held) / tokens
 
-    def _add(self, tokens: int, work: int, held_s: float, sign: int) -> None:
-        self._held += sign * held_s
-        self._work += sign * work
-        self._token_held += sign * tokens * held_s
-        self._tokens += sign * tokens
+    def _add(self, release: tuple[float, int, int, int, float], sign: int) -> None:
+        _, tokens, prompt, output, held = release
+        terms = (
+            prompt * prompt,
+            output * output,
+            prompt * output,
+            prompt * held,
+            output * held,
+            tokens * held,
+            tokens,
+            held,
+        )
+        for i, term in enumerate(terms):
+            self._sums[i] += sign * term
+
+    def _fit(self) -> HoldModel:
+        """Least squares through the origin on (prompt, output); where that gives a
+        negative coefficient, or the sizes are proportional, the one size that
+        explains more on its own."""
+        pp, oo, po, ph, oh = self._sums[:5]
+        det = pp * oo - po * po
+        if det > _MIN_RELATIVE_DETERMINANT * pp * oo:
+            per_prompt, per_output = (ph * oo - oh * po) / det, (oh * pp - ph * po) / det
+            if per_prompt >= 0 and per_output >= 0:
+                return HoldModel(per_prompt, per_output)
+        by_output = (oh * oh / oo, HoldModel(0.0, max(0.0, oh / oo))) if oo > 0 else None
+        by_prompt = (ph * ph / pp, HoldModel(max(0.0, ph / pp), 0.0)) if pp > 0 else None
+        # On a tie (proportional sizes) the output wins: decoding is what takes time.
+        fits = [fit for fit in (by_output, by_prompt) if fit is not None]
+        if not fits:  # only empty requests so far
+            return HoldModel(0.0, 0.0)
+        return max(fits, key=lambda fit: fit[0])[1]
 
 
 class ReleaseSchedule:

@@ -204,8 +204,9 @@ def measure_holds(ctl: AdmissionController, clock: FakeClock, cost: int, held_s:
 
 async def test_retry_after_comes_from_how_long_requests_hold_their_tokens() -> None:
     ctl, clock, _ = make(max_queue_requests=1)
-    measure_holds(ctl, clock, 250, 0.5)  # 0.002 s per token of work: 500 tokens/s
-    assert ctl.holds.seconds_per_work() == pytest.approx(0.002)
+    measure_holds(ctl, clock, 250, 0.5)  # 0.002 s per token (no max_tokens: the cost)
+    model = ctl.holds.model()
+    assert model is not None and model.hold_s(1000, 0) == pytest.approx(2.0)
     assert ctl.holds.mean_hold_s() == pytest.approx(0.5)
     admitted(ctl.submit(ticket(ctl, 1000)))
     assert ctl.submit(ticket(ctl, 400)) is None
@@ -255,16 +256,20 @@ async def test_a_wait_beyond_the_running_work_counts_whole_turnovers() -> None:
     assert refusal.retry_after_s == pytest.approx(4.0)
 
 
-async def test_work_is_max_tokens_when_known_so_a_long_prompt_is_not_a_long_hold() -> None:
+async def test_a_long_prompt_is_not_taken_for_a_long_hold() -> None:
     ctl, clock, _ = make(max_queue_requests=1)
-    for _ in range(4):  # 100 tokens generated in 1 s, whatever the prompt
-        permit = admitted(ctl.submit(ctl.make_ticket(150, max_tokens=100)))
-        clock.now += 1.0
+    for prompt, held_s in ((50, 1.0), (850, 1.08)) * 4:  # decoding 100 tokens dominates
+        permit = admitted(ctl.submit(ctl.make_ticket(prompt + 100, max_tokens=100)))
+        clock.now += held_s
         ctl.release(permit)
-    admitted(ctl.submit(ctl.make_ticket(1000, max_tokens=100)))  # a 900-token prompt
+    model = ctl.holds.model()
+    assert model is not None
+    assert model.hold_s(50, 100) == pytest.approx(1.0)
+    assert model.hold_s(850, 100) == pytest.approx(1.08)
+    admitted(ctl.submit(ctl.make_ticket(1000, max_tokens=100)))  # the whole budget
     assert ctl.submit(ticket(ctl, 10)) is None
     refusal = shed(ctl.submit(ticket(ctl, 10, Priority.SHEDDABLE)))
-    assert refusal.retry_after_s == pytest.approx(1.0)  # not 1000/150 s
+    assert refusal.retry_after_s == pytest.approx(1.085)  # not 1000/150 x 1 s
 
 
 async def test_retry_after_right_after_a_restart_is_what_it_was_before() -> None:
@@ -301,7 +306,7 @@ async def test_deadline_zero_or_unmeetable_is_refused_at_once() -> None:
     ctl, clock, _ = make()
     zero = shed(ctl.submit(ticket(ctl, 10, deadline_ms=0)))
     assert zero.reason is ShedReason.DEADLINE and zero.should_retry is False
-    for _ in range(2):  # 0.01 s per token of work
+    for _ in range(2):  # 0.01 s per token
         permit = admitted(ctl.submit(ticket(ctl, 100)))
         clock.now += 1.0
         ctl.release(permit)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
+from stormguard_server.wait_estimate import HoldMeter, HoldModel, ReleaseSchedule, wait_until_fits
 
 
 class FakeClock:
@@ -16,27 +16,60 @@ class FakeClock:
         return self.now
 
 
-def test_hold_meter_weighs_by_tokens_and_work() -> None:
+def test_the_fit_tells_prefill_from_decoding() -> None:
     clock = FakeClock()
     meter = HoldMeter(5.0, clock)
-    assert meter.seconds_per_work() is None and meter.mean_hold_s() is None
-    meter.record(tokens=100, work=10, held_s=1.0)
-    meter.record(tokens=300, work=30, held_s=3.0)
-    assert meter.seconds_per_work() == pytest.approx(4.0 / 40)
-    assert meter.mean_hold_s() == pytest.approx((100 * 1.0 + 300 * 3.0) / 400)
+    assert meter.model() is None and meter.mean_hold_s() is None
+    # 1 ms per prompt token, 10 ms per output token.
+    for prompt, output in ((100, 10), (1000, 10), (100, 100), (500, 50)):
+        meter.record(
+            tokens=prompt + output,
+            prompt=prompt,
+            output=output,
+            held_s=0.001 * prompt + 0.01 * output,
+        )
+    model = meter.model()
+    assert model is not None
+    assert model.per_prompt_s == pytest.approx(0.001)
+    assert model.per_output_s == pytest.approx(0.01)
+    holds = [0.2, 1.1, 1.1, 1.0]
+    tokens = [110, 1010, 200, 550]
+    assert meter.mean_hold_s() == pytest.approx(
+        sum(t * h for t, h in zip(tokens, holds, strict=True)) / sum(tokens)
+    )
+
+
+def test_one_shape_of_request_is_fitted_on_its_output_and_never_negatively() -> None:
+    clock = FakeClock()
+    meter = HoldMeter(5.0, clock)
+    for _ in range(3):
+        meter.record(tokens=150, prompt=50, output=100, held_s=1.0)
+    model = meter.model()
+    assert model == HoldModel(per_prompt_s=0.0, per_output_s=pytest.approx(0.01))
+    # Bigger prompts that hold for less: no negative seconds per prompt token.
+    meter.record(tokens=1100, prompt=1000, output=100, held_s=0.5)
+    model = meter.model()
+    assert model is not None and model.per_prompt_s >= 0 and model.per_output_s > 0
+
+
+def test_without_max_tokens_the_whole_cost_is_the_prompt() -> None:
+    clock = FakeClock()
+    meter = HoldMeter(5.0, clock)
+    meter.record(tokens=200, prompt=200, output=0, held_s=1.0)
+    assert meter.model() == HoldModel(per_prompt_s=pytest.approx(0.005), per_output_s=0.0)
 
 
 def test_the_window_slides_but_a_pause_never_empties_it() -> None:
     clock = FakeClock()
     meter = HoldMeter(5.0, clock)
     for _ in range(20):
-        meter.record(tokens=10, work=10, held_s=1.0)
+        meter.record(tokens=10, prompt=5, output=5, held_s=1.0)
     clock.now = 3600.0  # an hour of nothing: idle, or an engine that restarted
-    meter.record(tokens=10, work=10, held_s=3.0)
+    meter.record(tokens=10, prompt=5, output=5, held_s=3.0)
     # The newest 16 are kept however old: 15 of 1 s and the new one of 3 s.
     assert meter.mean_hold_s() == pytest.approx((15 * 1.0 + 3.0) / 16)
     for _ in range(16):
-        meter.record(tokens=10, work=10, held_s=3.0)
+        meter.record(tokens=10, prompt=5, output=5, held_s=3.0)
     assert meter.mean_hold_s() == pytest.approx(3.0)
 
 

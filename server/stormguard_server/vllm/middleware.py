@@ -9,10 +9,10 @@ request's cost is its prompt tokens — counted with vLLM's own tokenizer and
 chat template — plus its ``max_tokens``; the budget is vLLM's KV capacity x
 the watermark; what does not fit waits in the bounded priority queue or is
 shed with the same 503, ``x-load-shed``, ``x-should-retry`` and a Retry-After
-from the measured drain rate. A request whose ``x-request-deadline-ms``
-cannot be met is refused at once; one whose caller leaves while queued never
-reaches vLLM; once running, vLLM itself aborts it when the client goes (about
-0.1 s). Every response carries the load headers.
+from the measured hold times and the requests still running. A request whose
+``x-request-deadline-ms`` cannot be met is refused at once; one whose caller
+leaves while queued never reaches vLLM; once running, vLLM itself aborts it
+when the client goes (about 0.1 s). Every response carries the load headers.
 
 vLLM instantiates the middleware with the app only, so its settings come from
 the environment: ``STORMGUARD_ADMISSION`` holds the ``AdmissionConfig`` as
@@ -181,6 +181,7 @@ class StormguardAdmission:
             priority=parse_priority(headers),
             attempt=parse_attempt(headers) or 1,
             deadline_ms=parse_deadline_ms(headers),
+            max_tokens=max_tokens,
         )
         try:
             permit = await unless_disconnected(receive, controller.acquire(ticket))
