@@ -25,7 +25,12 @@ from stormguard_server.admin import create_admin_app
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
-from stormguard_server.connections import ConnectionLimits, fit_to_fd_limit, uvicorn_config
+from stormguard_server.connections import (
+    ConnectionLimits,
+    fit_to_fd_limit,
+    summarize_accept_failures,
+    uvicorn_config,
+)
 from stormguard_server.logs import configure_logging
 from stormguard_server.memory import return_freed_buffers_to_os
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
@@ -457,6 +462,7 @@ def _tracing(config: ServerConfig) -> Generator[TracerProvider | None, None, Non
 async def _serve(state: ServerState) -> None:
     config = state.config
     return_freed_buffers_to_os()
+    summarize_accept_failures(asyncio.get_running_loop())
     main = uvicorn.Server(
         uvicorn_config(
             _limited_app(state),

@@ -4,6 +4,8 @@ end to end in tests/e2e/test_hostile_client.py.)"""
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import logging
 import resource
 
@@ -13,6 +15,7 @@ from stormguard_server.connections import (
     ConnectionLimits,
     HardenedH11Protocol,
     fit_to_fd_limit,
+    summarize_accept_failures,
     uvicorn_config,
 )
 
@@ -68,7 +71,7 @@ def test_the_soft_fd_limit_is_raised_when_the_hard_one_allows(
     monkeypatch.setattr(resource, "getrlimit", fake.getrlimit)
     monkeypatch.setattr(resource, "setrlimit", fake.setrlimit)
     assert fit_to_fd_limit(2048, reserve=128) == 2048
-    assert fake.soft == 2048 + 128
+    assert fake.soft == 1_048_576  # all of it: room for a burst past the limit
 
 
 @pytest.mark.parametrize("can_raise", [True, False])
@@ -87,3 +90,29 @@ def test_a_limit_that_fits_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> Non
     fake = FakeRlimit(soft=20_000, hard=20_000, can_raise=False)
     monkeypatch.setattr(resource, "getrlimit", fake.getrlimit)
     assert fit_to_fd_limit(2048) == 2048
+
+
+def test_accept_running_out_of_fds_is_one_warning_not_an_error_per_try(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.new_event_loop()
+    passed_on: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda loop, context: passed_on.append(context))
+    try:
+        handler = summarize_accept_failures(loop, every_s=10.0)
+        emfile = OSError(errno.EMFILE, "Too many open files")
+        with caplog.at_level(logging.WARNING, logger="stormguard_server.connections"):
+            for _ in range(4000):  # what one burst of accept() tries made asyncio log
+                handler(
+                    loop, {"message": "socket.accept() out of system resource", "exception": emfile}
+                )
+        assert [
+            r.getMessage().startswith("accept() out of file descriptors") for r in caplog.records
+        ] == [True]
+        assert caplog.records[0].event == "accept_out_of_fds"  # type: ignore[attr-defined]
+        other = {"message": "Task exception was never retrieved", "exception": emfile}
+        handler(loop, other)
+        assert passed_on == [other]  # anything else goes where it went before
+        assert loop.get_exception_handler() is handler
+    finally:
+        loop.close()
