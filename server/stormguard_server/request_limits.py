@@ -8,11 +8,12 @@ has gone. Past either limit it gets an OpenAI-shaped 503 with a Retry-After
 (and the load headers, with ``x-load-shed: queue_full``, when admission is on),
 then the connection closes, so a refused client frees its connection at once.
 
-With admission on, the admission queue refuses long before this limit is
-reached; this is the backstop that also holds with ``--admission off`` and for
-requests admission never sees (a body that is still arriving, ``/metrics``).
-Retry-After comes from the measured rate at which requests (or body bytes) are
-given back, as admission's does from its drain rate.
+With admission on, its queue refuses in steady overload long before this
+limit is reached (it holds 256 by default); this is the backstop for a burst of
+more requests at once than that, for ``--admission off``, and for requests
+admission never sees (a body that is still arriving, ``/metrics``). It ignores
+``x-priority``. Retry-After comes from the measured rate at which requests (or
+body bytes) are given back.
 """
 
 from __future__ import annotations
