@@ -35,6 +35,7 @@ from stormguard_server.middleware import (
     ResponseCountMiddleware,
 )
 from stormguard_server.refusals import refusal_headers
+from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
 from stormguard_server.schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
@@ -109,6 +110,15 @@ def create_app(
     app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
     if state.tracing is not None:  # the request span covers everything but the count
         app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
+    # Requests served at once and the body bytes they hold (request_limits.py): before
+    # any other work, and inside the count, so its 503s are counted like any answer.
+    app.add_middleware(
+        RequestLimits,
+        config=RequestLimitsConfig.for_server(state.config),
+        load_headers=state.load_headers,
+        shed_headers=state.admission is not None,
+        registry=state.metrics.registry,
+    )
     # Outermost, so that every status a client gets is counted: the error boundary's
     # 500 too, and the one Starlette sends for an error that escapes everything.
     app.add_middleware(

@@ -33,7 +33,6 @@ from stormguard_server.connections import (
 )
 from stormguard_server.logs import configure_logging
 from stormguard_server.memory import return_freed_buffers_to_os
-from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -364,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--drain-window-s",
         type=_non_negative,
         default=_ADMISSION.drain_window_s,
-        help="window over which the drain rate behind Retry-After is measured",
+        help="window of releases over which the hold times behind Retry-After are measured",
     )
     return parser
 
@@ -428,6 +427,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
+#: Connections the admin server keeps open at once (it serves a script or two).
+_ADMIN_MAX_CONNECTIONS = 64
+
+
 class _AdminServer(uvicorn.Server):
     """The admin server leaves signals to the main server, which stops it."""
 
@@ -465,7 +468,7 @@ async def _serve(state: ServerState) -> None:
     summarize_accept_failures(asyncio.get_running_loop())
     main = uvicorn.Server(
         uvicorn_config(
-            _limited_app(state),
+            create_app(state=state),
             host=config.host,
             port=config.port,
             limits=ConnectionLimits(
@@ -496,10 +499,16 @@ async def _serve(state: ServerState) -> None:
         await main.serve()
         return
     admin = _AdminServer(
-        uvicorn.Config(
+        uvicorn_config(
             create_admin_app(state, token=config.admin_token or _new_admin_token()),
             host="127.0.0.1",  # never configurable: faults are not for the network
             port=config.admin_port,
+            # The same slow-client bounds; a handful of connections is all it needs.
+            limits=ConnectionLimits(
+                header_timeout_s=config.header_timeout_s,
+                body_timeout_s=config.body_timeout_s,
+                max_connections=_ADMIN_MAX_CONNECTIONS,
+            ),
             log_config=None,
             access_log=config.access_log,
             lifespan="off",
@@ -511,25 +520,6 @@ async def _serve(state: ServerState) -> None:
     finally:
         admin.should_exit = True
         await admin_task
-
-
-def _limited_app(state: ServerState) -> RequestLimits:
-    """The app behind the limits on requests served at once and their body bytes."""
-    config = state.config
-    return RequestLimits(
-        create_app(state=state),
-        RequestLimitsConfig(
-            max_requests=config.max_concurrent_requests,
-            max_body_bytes_held=config.max_buffered_body_bytes,
-            max_body_bytes=config.max_body_bytes,
-            min_retry_after_s=config.admission.min_retry_after_s,
-            max_retry_after_s=config.admission.max_retry_after_s,
-            rate_window_s=config.admission.drain_window_s,
-        ),
-        load_headers=state.load_headers,
-        shed_headers=state.admission is not None,
-        registry=state.metrics.registry,
-    )
 
 
 def _new_admin_token() -> str:

@@ -81,7 +81,7 @@ class AdmissionConfig:
     # Retry-After bounds: never tell a client "0" nor "come back in an hour".
     min_retry_after_s: float = 0.05
     max_retry_after_s: float = 30.0
-    # Drain rate is measured over this sliding window of released tokens.
+    # Hold times behind Retry-After are measured over this sliding window of releases.
     drain_window_s: float = 5.0
 
 

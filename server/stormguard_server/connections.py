@@ -190,7 +190,6 @@ class HardenedH11Protocol(H11Protocol):
         """Written here, not by the app: the app is waiting for the body that is late."""
         message = f"request body not received within {self.limits.body_timeout_s:g} s"
         payload = error_body(message, status=408, code="body_timeout")
-        payload["error"]["type"] = "timeout"  # the client's, not the server's: as for 504
         body = json.dumps(payload, separators=(",", ":")).encode()
         headers = [
             *self.server_state.default_headers,

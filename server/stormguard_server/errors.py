@@ -16,6 +16,7 @@ _TYPE_BY_STATUS = {
     403: "invalid_request_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout",  # the client's body was late: a timeout, as for 504
     413: "invalid_request_error",
     415: "invalid_request_error",
     422: "invalid_request_error",

@@ -135,7 +135,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http" or scope.get("method") not in {"POST", "PUT", "PATCH"}:
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = declared_content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await self._refuse(scope, receive, send)
             return
@@ -165,7 +165,8 @@ class BodyLimitMiddleware:
         await response(scope, receive, send)
 
 
-def _content_length(scope: Scope) -> int | None:
+def declared_content_length(scope: Scope) -> int | None:
+    """The request's ``Content-Length`` (None: absent, or not a plain number)."""
     for name, value in scope.get("headers", []):
         if name.lower() == b"content-length":
             text = value.decode("latin-1").strip()

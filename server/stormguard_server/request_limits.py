@@ -1,7 +1,8 @@
 """How many requests the server serves at once, and how many body bytes they hold.
 
-An ASGI wrapper around the whole app: a request enters when its headers are
-complete, before any of its body is read, and holds a place and its body's
+The outermost middleware but the response count (so its refusals are counted as
+every answer is): a request enters when its headers are complete, before any of
+its body is read, and holds a place and its body's
 bytes (``Content-Length``, capped at the body-size limit; the whole limit for
 a chunked body, whose size is unknown) until its answer is sent or its client
 has gone. Past either limit it gets an OpenAI-shaped 503 with a Retry-After
@@ -28,7 +29,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormguard.protocol import ShedReason, format_retry_after
 from stormguard_server.admission import DrainMeter
+from stormguard_server.config import ServerConfig
 from stormguard_server.errors import error_response
+from stormguard_server.middleware import declared_content_length
 from stormguard_server.refusals import refusal_headers
 
 __all__ = ["RequestLimits", "RequestLimitsConfig"]
@@ -48,6 +51,18 @@ class RequestLimitsConfig:
     min_retry_after_s: float = 0.05
     max_retry_after_s: float = 30.0
     rate_window_s: float = 5.0
+
+    @classmethod
+    def for_server(cls, config: ServerConfig) -> RequestLimitsConfig:
+        """The limits ``config`` sets (Retry-After clamped as admission clamps it)."""
+        return cls(
+            max_requests=config.max_concurrent_requests,
+            max_body_bytes_held=config.max_buffered_body_bytes,
+            max_body_bytes=config.max_body_bytes,
+            min_retry_after_s=config.admission.min_retry_after_s,
+            max_retry_after_s=config.admission.max_retry_after_s,
+            rate_window_s=config.admission.drain_window_s,
+        )
 
     def __post_init__(self) -> None:
         if self.max_requests < 1:
@@ -134,16 +149,15 @@ class RequestLimits:
             self.body_bytes.give_back(body)
 
     def _body_bytes(self, scope: Scope) -> int:
-        """Bytes this request's body may hold: its Content-Length (h11 has checked it is
-        digits), else the whole limit for a chunked body, capped at the limit."""
-        limit = self.config.max_body_bytes
-        chunked = False
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                return min(int(value), limit)
-            if name == b"transfer-encoding":
-                chunked = True
-        return limit if chunked else 0
+        """Bytes this request's body may hold: its Content-Length, capped at the limit;
+        the whole limit when that is unknown (a chunked body, or a length that is not
+        a number: h11 refuses those, another server may not); 0 without a body."""
+        declared = declared_content_length(scope)
+        if declared is not None:
+            return min(declared, self.config.max_body_bytes)
+        framing = (b"content-length", b"transfer-encoding")
+        framed = any(name.lower() in framing for name, _ in scope.get("headers", []))
+        return self.config.max_body_bytes if framed else 0
 
     async def _refuse(
         self,

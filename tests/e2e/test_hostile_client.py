@@ -259,6 +259,9 @@ def test_requests_past_the_concurrency_limit_get_an_openai_503(
         conn.close()
     assert eventually_ok(server)
     assert server.metric('stormguard_http_refused_total{limit="requests"}') >= 1
+    # Counted with every other answer, as each 5xx is.
+    route = 'route="/v1/chat/completions",status="503"'
+    assert server.metric(f"stormguard_responses_total{{{route}}}") >= 1
 
 
 def test_request_bodies_held_at_once_are_bounded(

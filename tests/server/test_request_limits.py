@@ -186,3 +186,15 @@ def test_a_budget_smaller_than_one_body_is_refused() -> None:
         RequestLimitsConfig(max_requests=1, max_body_bytes_held=10, max_body_bytes=20)
     with pytest.raises(ValueError, match="max_requests"):
         RequestLimitsConfig(max_requests=0, max_body_bytes_held=10, max_body_bytes=10)
+
+
+@pytest.mark.parametrize("value", [b"", b"-5", b"1e3", b"\xff", b"9" * 40])
+async def test_a_length_that_is_not_a_number_holds_the_body_size_limit(value: bytes) -> None:
+    """h11 refuses these before the app; mounted under another server, they must not
+    raise here (a 500) nor hold nothing."""
+    app = Blocking()
+    gate = limits(app, max_requests=10, max_body_bytes_held=1200)
+    held = await started(app, gate, [(b"Content-Length", value)])
+    assert gate.body_bytes.held == 600
+    app.release.set()
+    assert (await held[0])[0] == 200
