@@ -54,7 +54,7 @@ pytestmark = pytest.mark.e2e
 
 MESSAGES = [{"role": "user", "content": "ping"}]
 #: The deadline of most calls here: short, so the file stays fast.
-DEADLINE = 1.5
+DEADLINE = 1.0
 #: How late a call may return past its deadline on a busy 2-core machine.
 SLACK = 1.5
 CHAT_JSON = {
