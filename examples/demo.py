@@ -153,7 +153,7 @@ def main() -> None:
             load = exc.server_load
             print(f"  refused: HTTP {exc.status_code} {type(exc).__name__}")
             print(f"  x-load-shed: {load.load_shed}")
-            print(f"  Retry-After: {load.retry_after:.3f} s (from the measured drain rate)")
+            print(f"  Retry-After: {load.retry_after:.3f} s (when running work frees room)")
             print(f"  x-should-retry: {load.should_retry}")
             show_load(load)
         finally:

@@ -13,8 +13,8 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
 * ``base_delay=0.5``, ``max_delay=8``: openai-python's bounds, so porting keeps
   the timing users already know.
 * ``Retry-After`` is the server's own estimate of when capacity returns (the
-  reference server computes it from its drain rate) and beats our guess; it is
-  clamped to ``max_retry_after`` (60 s, as openai-python) so a server cannot
+  reference server computes it from the work running and queued) and beats our
+  guess; it is clamped to ``max_retry_after`` (60 s, as openai-python) so a server cannot
   park a caller for an hour. Negative, malformed and absurd (over a day)
   values are ignored by ``stormguard.protocol`` and the jittered backoff applies.
 """
