@@ -17,10 +17,12 @@ stormguard's transport, made the call.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -123,6 +125,47 @@ async def calls(mode: str, hostile: HostileServer) -> AsyncIterator[Calls]:
     await helper.close()
 
 
+Case = Callable[..., Awaitable[None]]
+
+
+def in_both_modes(case: Case) -> Case:
+    """A test that runs ``case(calls, hostile, **params)`` sync and async *at once*,
+    each against a hostile server of its own: these cases wait for a deadline, so the
+    two modes take the time of one (the suite stays short). The sync run has a thread
+    and an event loop of its own, since its calls block. A failure names its mode.
+    (Cases that measure memory with tracemalloc, which is process-wide, use the
+    ``calls`` fixture and run one mode at a time.)"""
+    params = [p for name, p in inspect.signature(case).parameters.items() if name not in _GIVEN]
+
+    async def run(mode: str, params: dict[str, Any]) -> None:
+        with HostileServer() as server:
+            helper = Calls(mode, server)
+            try:
+                await case(helper, server, **params)
+            except BaseException as exc:
+                exc.add_note(f"(in {mode} mode)")
+                raise
+            finally:
+                await helper.close()
+
+    async def test(**params: Any) -> None:
+        outcomes = await asyncio.gather(
+            asyncio.to_thread(asyncio.run, run("sync", params)),
+            run("async", params),
+            return_exceptions=True,
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+
+    test.__name__, test.__qualname__, test.__doc__ = case.__name__, case.__qualname__, case.__doc__
+    test.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return test
+
+
+_GIVEN = ("calls", "hostile")
+
+
 class Clock:
     """Seconds since the call began."""
 
@@ -149,6 +192,7 @@ def assert_ended_by_deadline(elapsed: float, error: BaseException, deadline: flo
     [never_answer(), drip(HEAD_JSON, interval=0.1)],
     ids=["never_answers", "drips_headers"],
 )
+@in_both_modes
 async def test_precheck_lookups_end_by_the_calls_deadline(
     calls: Calls, hostile: HostileServer, lookup: Any
 ) -> None:
@@ -165,6 +209,7 @@ async def test_precheck_lookups_end_by_the_calls_deadline(
     assert hostile.requests_to("/v1/chat/completions") == []  # no time was left to send it
 
 
+@in_both_modes
 async def test_a_lookup_is_held_to_its_own_timeout_within_a_longer_call(
     calls: Calls, hostile: HostileServer
 ) -> None:
@@ -207,6 +252,7 @@ async def test_gzip_bombed_lookups_fail_at_the_cap_and_the_call_goes_on(
 # -- the call itself --------------------------------------------------------------------
 
 
+@in_both_modes
 async def test_dripped_response_headers_end_at_the_deadline(
     calls: Calls, hostile: HostileServer
 ) -> None:
@@ -220,6 +266,7 @@ async def test_dripped_response_headers_end_at_the_deadline(
 
 
 @pytest.mark.parametrize("own", ["own_http_client", "host_name"])
+@in_both_modes
 async def test_dripped_headers_end_at_the_deadline_on_your_client_and_by_host_name(
     calls: Calls, hostile: HostileServer, own: str
 ) -> None:
@@ -247,6 +294,7 @@ LONG_DEADLINE = 2.0
 SLOW_BYTE = 0.95 * LONG_DEADLINE
 
 
+@in_both_modes
 async def test_a_dripped_body_ends_at_the_deadline(calls: Calls, hostile: HostileServer) -> None:
     hostile.behaviours["/v1/chat/completions"] = drip(
         HEAD_JSON + b"{", step=len(HEAD_JSON) + 1, interval=SLOW_BYTE
@@ -259,6 +307,7 @@ async def test_a_dripped_body_ends_at_the_deadline(calls: Calls, hostile: Hostil
     assert info.value.response_started
 
 
+@in_both_modes
 async def test_a_dripped_stream_ends_at_the_deadline_in_the_callers_loop(
     calls: Calls, hostile: HostileServer
 ) -> None:
@@ -296,6 +345,7 @@ async def test_a_gzip_bombed_stream_of_blank_lines_ends_at_the_cap(
     assert peak < 16 << 20, peak  # a 64 KiB piece at a time, never the body
 
 
+@in_both_modes
 async def test_a_gzip_bombed_stream_of_tiny_events_ends_at_the_deadline(
     calls: Calls, hostile: HostileServer
 ) -> None:
@@ -329,9 +379,11 @@ async def test_a_deflate_bombed_body_ends_at_the_cap(calls: Calls, hostile: Host
 # -- openai-python on stormguard's transport ----------------------------------------------
 
 
+@in_both_modes
 async def test_openai_on_the_transport_ends_a_header_drip_at_the_deadline(
-    mode: str, hostile: HostileServer
+    calls: Calls, hostile: HostileServer
 ) -> None:
+    mode = calls.mode
     hostile.behaviours["/v1/chat/completions"] = drip(HEAD_JSON, interval=0.1)
     options: dict[str, Any] = {"base_url": hostile.base_url, "model": "m", "timeout": DEADLINE}
     clock = Clock()
@@ -355,9 +407,11 @@ async def test_openai_on_the_transport_ends_a_header_drip_at_the_deadline(
     assert DEADLINE * 0.9 <= clock.elapsed < DEADLINE + SLACK
 
 
+@in_both_modes
 async def test_openai_on_the_transport_ends_a_dripped_stream_at_the_deadline(
-    mode: str, hostile: HostileServer
+    calls: Calls, hostile: HostileServer
 ) -> None:
+    mode = calls.mode
     prefix = HEAD_SSE + FIRST_EVENT
     hostile.behaviours["/v1/chat/completions"] = drip(
         prefix, step=len(prefix), interval=SLOW_BYTE, then=b":"
