@@ -176,6 +176,24 @@ def _p99(sorted_values: list[float]) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(0.99 * len(sorted_values)))]
 
 
+def timed_call(
+    client: httpx.Client, server: Server, result: Latencies, lock: threading.Lock
+) -> None:
+    """One chat call: its time when it succeeds, else what it ended with."""
+    start = time.perf_counter()
+    try:
+        response = client.post(server.url("/v1/chat/completions"), json=CHAT)
+        outcome = None if response.status_code == 200 else str(response.status_code)
+    except httpx.HTTPError as exc:
+        outcome = type(exc).__name__
+    elapsed = time.perf_counter() - start
+    with lock:
+        if outcome is None:
+            result.ok.append(elapsed)
+        else:
+            result.errors[outcome] = result.errors.get(outcome, 0) + 1
+
+
 def normal_traffic(server: Server, threads: int, duration: float) -> Latencies:
     """Chat calls from ``threads`` threads on keep-alive connections for ``duration`` s."""
     result = Latencies()
@@ -185,18 +203,7 @@ def normal_traffic(server: Server, threads: int, duration: float) -> Latencies:
     def caller() -> None:
         with httpx.Client(timeout=30) as client:
             while time.monotonic() < stop_at:
-                start = time.perf_counter()
-                try:
-                    response = client.post(server.url("/v1/chat/completions"), json=CHAT)
-                    outcome = None if response.status_code == 200 else str(response.status_code)
-                except httpx.HTTPError as exc:
-                    outcome = type(exc).__name__
-                elapsed = time.perf_counter() - start
-                with lock:
-                    if outcome is None:
-                        result.ok.append(elapsed)
-                    else:
-                        result.errors[outcome] = result.errors.get(outcome, 0) + 1
+                timed_call(client, server, result, lock)
 
     workers = [threading.Thread(target=caller) for _ in range(threads)]
     for worker in workers:
@@ -215,17 +222,7 @@ def calls_at_once(client: httpx.Client, server: Server, n: int) -> Latencies:
 
     def call() -> None:
         go.wait()
-        start = time.perf_counter()
-        try:
-            response = client.post(server.url("/v1/chat/completions"), json=CHAT)
-            outcome = None if response.status_code == 200 else str(response.status_code)
-        except httpx.HTTPError as exc:
-            outcome = type(exc).__name__
-        with lock:
-            if outcome is None:
-                result.ok.append(time.perf_counter() - start)
-            else:
-                result.errors[outcome] = result.errors.get(outcome, 0) + 1
+        timed_call(client, server, result, lock)
 
     workers = [threading.Thread(target=call) for _ in range(n)]
     for worker in workers:
