@@ -20,6 +20,7 @@ from ._budget import BudgetState, RetryBudget
 from ._client import Client
 from ._clock import Clock
 from ._deadline_transport import DeadlineTransport
+from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
 from ._endpoints import Endpoint
 from ._exceptions import (
     APIConnectionError,
@@ -117,7 +118,11 @@ __all__ = [
     "ConflictError",
     "ContextWindowExceededError",
     "DeadlineTransport",
+    "EjectionConfig",
+    "EjectionTransition",
     "Endpoint",
+    "EndpointHealth",
+    "EndpointStatus",
     "InternalServerError",
     "LimitState",
     "LocalQueueFullError",

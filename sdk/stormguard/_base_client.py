@@ -20,6 +20,7 @@ from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Unpack
+from ._ejection import EjectionConfig, EjectionListener, EjectionTracker
 from ._endpoints import Endpoint, EndpointPicker, normalize_base_url
 from ._events import Observer
 from ._limiter import ConcurrencyLimiter
@@ -43,6 +44,7 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
 DEFAULT_BREAKER = BreakerConfig()
+DEFAULT_EJECTION = EjectionConfig()
 #: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
 DEFAULT_TELEMETRY = Telemetry()
 
@@ -136,6 +138,8 @@ class ClientCore:
         fallback_models: Sequence[str] = (),
         breaker: BreakerConfig | None = DEFAULT_BREAKER,
         breaker_listeners: Sequence[BreakerListener] = (),
+        ejection: EjectionConfig | None = DEFAULT_EJECTION,
+        ejection_listeners: Sequence[EjectionListener] = (),
         throttle: AdaptiveThrottle | None = None,
         concurrency: ConcurrencyLimiter | NotGiven | None = NOT_GIVEN,
         telemetry: Observer | None = DEFAULT_TELEMETRY,
@@ -180,6 +184,27 @@ class ClientCore:
             None
             if breaker is None
             else BreakerRegistry(breaker, clock=self.clock, rng=self.rng, listeners=listeners)
+        )
+        if ejection is not None and not isinstance(ejection, EjectionConfig):
+            raise TypeError(
+                "ejection must be a stormguard.EjectionConfig or None, got"
+                f" {type(ejection).__name__}"
+            )
+        on_ejection = tuple(ejection_listeners)
+        endpoint_changed = getattr(telemetry, "endpoint_changed", None)
+        if callable(endpoint_changed):  # an observer written before ejection has none
+            on_ejection += (endpoint_changed,)
+        #: Which endpoints are in rotation (``_ejection.py``); None when turned off.
+        self.ejection = (
+            None
+            if ejection is None
+            else EjectionTracker(
+                ejection,
+                states=lambda: self.picker.states,
+                clock=self.clock,
+                rng=self.rng,
+                listeners=on_ejection,
+            )
         )
         self.throttle = throttle
         if concurrency is not None and not isinstance(concurrency, (ConcurrencyLimiter, NotGiven)):
@@ -336,7 +361,10 @@ class ClientOptions(TypedDict, total=False):
     ``fallback_models`` serve a call, in order, when the model asked for is
     overloaded or its breaker is open (the result says ``degraded``); ``breaker``
     configures the circuit breaker of every (endpoint, model), None turns them
-    off, ``breaker_listeners`` receive their state changes; ``concurrency`` is
+    off, ``breaker_listeners`` receive their state changes; ``ejection`` says
+    when an endpoint of several leaves rotation (unreachable at once, failing by
+    Envoy's outlier rules) and how it returns, None turns it off,
+    ``ejection_listeners`` receive every ``EjectionTransition``; ``concurrency`` is
     the adaptive concurrency limit per endpoint (a ``ConcurrencyLimiter`` of its
     own by default; pass one object to several clients to share it, None turns
     it off): calls over the limit wait locally within their deadline, and sheds
@@ -361,6 +389,8 @@ class ClientOptions(TypedDict, total=False):
     fallback_models: Sequence[str]
     breaker: BreakerConfig | None
     breaker_listeners: Sequence[BreakerListener]
+    ejection: EjectionConfig | None
+    ejection_listeners: Sequence[EjectionListener]
     throttle: AdaptiveThrottle | None
     concurrency: ConcurrencyLimiter | None
     telemetry: Observer | None
@@ -388,12 +418,14 @@ class BaseClient:
         return self._core.limiter
 
     def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, requeues, budget refusals, fallbacks,
-        retry amplification, every breaker's state and every endpoint's limit."""
-        breakers, limiter = self._core.breakers, self._core.limiter
+        """Logical calls, attempts, retries, failovers, requeues, budget refusals,
+        fallbacks, retry amplification, every breaker's state, every endpoint's limit
+        and ejection status."""
+        breakers, limiter, ejection = self._core.breakers, self._core.limiter, self._core.ejection
         return self._core.stats.snapshot(
             breakers=tuple(breakers.snapshot().values()) if breakers is not None else (),
             concurrency=limiter.state() if limiter is not None else (),
+            endpoints=ejection.snapshot() if ejection is not None else (),
         )
 
     def __repr__(self) -> str:

@@ -20,12 +20,16 @@ import random
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 
 from ._clock import Clock
 from ._redact import display_url
 from .protocol import ServerLoad
+
+if TYPE_CHECKING:
+    from ._ejection import _Record
 
 __all__ = [
     "DEFAULT_STALE_AFTER",
@@ -80,9 +84,20 @@ class Endpoint:
 
 
 class EndpointState:
-    """What the client knows of one endpoint right now."""
+    """What the client knows of one endpoint right now: the one place its per-endpoint
+    state lives (load, attempts in flight, ejection), so that a changing list of
+    endpoints keeps each one's state for as long as the endpoint stays in it."""
 
-    __slots__ = ("base_url", "in_flight", "load", "load_at", "models", "name", "weight")
+    __slots__ = (
+        "base_url",
+        "ejection",
+        "in_flight",
+        "load",
+        "load_at",
+        "models",
+        "name",
+        "weight",
+    )
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.base_url, default_name = normalize_base_url(endpoint.base_url)
@@ -92,6 +107,8 @@ class EndpointState:
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
+        #: Its ejection record (``_ejection.py``), made on first use.
+        self.ejection: _Record | None = None
 
     def serves(self, model: str | None) -> bool:
         return self.models is None or model is None or model in self.models
@@ -108,6 +125,12 @@ class EndpointState:
             if load.inflight_tokens is not None and load.token_capacity:
                 score += load.inflight_tokens / load.token_capacity
         return score / self.weight
+
+    def shedding(self, now: float, stale_after: float) -> bool:
+        """Whether its freshest load report came with a shed (``x-load-shed``): the
+        server says it has no room."""
+        load = self.load
+        return load is not None and now - self.load_at <= stale_after and bool(load.load_shed)
 
     def __repr__(self) -> str:
         return f"EndpointState({self.name!r}, in_flight={self.in_flight})"
@@ -147,17 +170,18 @@ class EndpointPicker:
         self,
         *,
         model: str | None = None,
-        avoid: str | None = None,
+        avoid: str | Collection[str] | None = None,
         usable: Callable[[EndpointState], bool] = lambda s: True,
     ) -> list[EndpointState]:
-        """Endpoints serving ``model`` in the order to try them: the
-        power-of-two-choices winner first, then the rest by load. ``avoid`` (the
-        endpoint of the previous attempt) goes last when another usable one exists."""
+        """Usable endpoints serving ``model`` in the order to try them: the
+        power-of-two-choices winner first, then the rest by load. Those in ``avoid``
+        (endpoints a retry has tried already) go last while another usable one exists."""
         serving = self.serving(model)
+        avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
+        usable_states = [s for s in serving if usable(s)]  # outside the lock: it may probe
         with self._lock:
             now = self._clock.now()
-            usable_states = [s for s in serving if usable(s)]
-            preferred = [s for s in usable_states if s.name != avoid] or usable_states
+            preferred = [s for s in usable_states if s.name not in avoided] or usable_states
             if len(preferred) <= 1:
                 first = preferred
             else:
@@ -166,9 +190,14 @@ class EndpointPicker:
                 first = [a if score_a <= score_b else b]
             rest = sorted(
                 (s for s in usable_states if s not in first),
-                key=lambda s: (s.name == avoid, s.score(now, self._stale_after)),
+                key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
             )
             return first + rest
+
+    def shedding(self, state: EndpointState) -> bool:
+        """Whether ``state``'s freshest load report says it sheds."""
+        with self._lock:
+            return state.shedding(self._clock.now(), self._stale_after)
 
     def _two_by_weight(self, states: list[EndpointState]) -> tuple[EndpointState, EndpointState]:
         first = self._rng.choices(states, weights=[s.weight for s in states])[0]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from ._breaker import BreakerTransition
     from ._budget import BudgetState
+    from ._ejection import EjectionTransition
     from .protocol import ServerLoad
 
 __all__ = [
@@ -101,13 +102,16 @@ class AttemptStarted:
     queued: float = 0.0
     #: The endpoint's concurrency limit when the slot was granted (None: no limiter).
     concurrency_limit: int | None = None
+    #: A retry that went to an endpoint the call had not tried, outside the retry budget.
+    failover: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class AttemptEnded:
     """An attempt is over as far as retries go.
 
-    ``outcome``: ``ok``, ``retry`` (another attempt follows), ``requeued`` (shed
+    ``outcome``: ``ok``, ``retry`` (another attempt follows), ``failover`` (another
+    attempt follows, on an endpoint the call has not tried), ``requeued`` (shed
     before processing: back to the local queue) or the reason the retry loop
     stopped here (``max_attempts``, ``budget``, ``requeue_budget``, ``deadline``,
     ``not_retryable``, ``should_retry_false``, ``circuit_open``...).
@@ -199,10 +203,15 @@ class CallObserver(Protocol):
 
 
 class Observer(Protocol):
-    """One per client: hands out a ``CallObserver`` per call, hears breaker changes."""
+    """One per client: hands out a ``CallObserver`` per call, hears breaker and
+    ejection changes."""
 
     def start_call(self, event: CallStarted) -> CallObserver | None:
         """None: nothing to record for this call (the pipeline then emits nothing)."""
 
     def breaker_changed(self, transition: BreakerTransition) -> None:
         """A breaker of the client changed state (called in the thread that caused it)."""
+
+    def endpoint_changed(self, transition: EjectionTransition) -> None:
+        """An endpoint of the client was ejected, put on probation or restored (called
+        in the thread that caused it; an observer without this method is not told)."""

@@ -15,9 +15,11 @@ class AttemptRecord:
     ``queued`` the seconds it waited in the local queue for a concurrency slot,
     and ``concurrency_limit`` the endpoint's limit when it got one (None without
     a limiter); ``outcome`` is ``"ok"``, ``"retry"`` (a retry followed),
-    ``"requeued"`` (shed before processing, the call went back to the local
-    queue) or the reason the call stopped here (see
-    ``StormguardError.retry_stopped_by``).
+    ``"failover"`` (a retry followed on an endpoint the call had not tried, outside
+    the retry budget), ``"requeued"`` (shed before processing, the call went back
+    to the local queue) or the reason the call stopped here (see
+    ``StormguardError.retry_stopped_by``); ``started_at`` is when it was sent, on
+    the client's clock (``time.monotonic()`` unless a test's clock was given).
     """
 
     number: int
@@ -30,3 +32,4 @@ class AttemptRecord:
     model: str | None = None
     queued: float = 0.0
     concurrency_limit: int | None = None
+    started_at: float | None = None

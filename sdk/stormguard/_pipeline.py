@@ -40,6 +40,7 @@ import tenacity
 from ._body import BodyLimit, BodyTooLargeError, read_response
 from ._breaker import CircuitState, is_breaker_failure
 from ._deadline import Deadline
+from ._ejection import evidence_of
 from ._events import (
     AttemptEnded,
     AttemptStarted,
@@ -96,6 +97,7 @@ R = TypeVar("R", bound=APIResult)
 
 _OK = "ok"
 _RETRY = "retry"
+_FAILOVER = "failover"
 _REQUEUED = "requeued"
 _NO_SCOPE: AbstractContextManager[None] = contextlib.nullcontext()
 _NO_RETRY = RetryDecision(False)
@@ -141,6 +143,12 @@ class LogicalCall:
         self._endpoint: EndpointState | None = None
         self._endpoint_choice: EndpointState | None = None
         self._last_endpoint: str | None = None
+        #: Endpoints this call has sent an attempt to (a failover goes only to others).
+        self._tried: set[str] = set()
+        #: The endpoint the next retry goes to, chosen when it was decided.
+        self._next_target: EndpointState | None = None
+        #: The next retry is a failover: to an endpoint not tried yet, outside the budget.
+        self._failover = False
         self._permit: Permit | None = None
         self._attempt_error: BaseException | None = None
         self._settled = True  # no attempt yet
@@ -352,6 +360,8 @@ class LogicalCall:
         self.attempt_number = 0
         self._requeues = 0
         self._resending = False
+        self._next_target = None
+        self._failover = False
         self.retry_stopped_by = None
         self._delay_before = 0.0
         self.core.stats.fallback()
@@ -399,13 +409,16 @@ class LogicalCall:
     def _wait(self, state: tenacity.RetryCallState) -> float:
         """The wait before the next attempt; for a shed, first whether it is requeued.
         A requeue the requeue budget (or the deadline, or open breakers) refuses is
-        then an ordinary retry, if the retry policy and the retry budget allow one."""
+        then an ordinary retry, if the retry policy and the retry budget allow one.
+        A retry's endpoint is chosen here, since it decides the wait and whether the
+        retry is a failover."""
         error = _outcome_error(state)
         self._forced_stop = None
+        self._next_target, self._failover = None, False
         if self._requeue_next:
             # Back in the local queue at once when the limit is full of other calls:
             # the slot it waits for is one the server has room behind.
-            delay = 0.0 if not self._requeue_must_wait() else self._retry_delay(error)
+            delay = 0.0 if not self._requeue_must_wait() else self._retry_delay(error, None)
             refusal = self._requeue_refusal(delay, error)
             if refusal is None:
                 self._next_delay = delay
@@ -415,12 +428,38 @@ class LogicalCall:
                 self._forced_stop = refusal
                 self._next_delay = 0.0
                 return 0.0
-        self._next_delay = self._retry_delay(error)
+        self._next_target, self._failover = self._retry_target()
+        self._next_delay = self._retry_delay(error, self._next_target)
         return self._next_delay
 
-    def _retry_delay(self, error: BaseException | None) -> float:
+    def _retry_target(self) -> tuple[EndpointState | None, bool]:
+        """The endpoint of the next retry (None: none can take it), and whether the
+        retry is a **failover**: to an endpoint this call has not tried, which has
+        room by its own signals (not paused by its limiter, no fresh shed in its
+        load headers). A failover adds nothing to the endpoint that failed, so it is
+        not paid from the retry budget that protects that endpoint; it takes a slot
+        of the new endpoint's concurrency limit like any call (docs/retries.md)."""
+        try:
+            target = self._pick_endpoint(retry=True)
+        except CircuitOpenError:
+            return None, False
+        return target, target.name not in self._tried and self._has_room_for(target)
+
+    def _has_room_for(self, target: EndpointState) -> bool:
+        if self.core.picker.shedding(target):
+            return False
+        limiter = self.core.limiter
+        return limiter is None or limiter.endpoint(target.name).state().paused_for <= 0
+
+    def _retry_delay(self, error: BaseException | None, target: EndpointState | None) -> float:
         policy = self.core.retry_policy
-        if self._can_retry_elsewhere():
+        if self._failover:
+            # The failed endpoint sees nothing more of this call and the new one has
+            # room: a wait would only delay the caller (its limiter still paces it).
+            return 0.0
+        last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
+        elsewhere = self._can_retry_elsewhere() if target is None else target.name != last
+        if elsewhere:
             # Retry-After is the advice of the server that sent it; a retry that goes
             # to another, healthy endpoint only needs the jittered backoff.
             return policy.backoff(self.attempt_number, self.core.rng)
@@ -459,10 +498,9 @@ class LogicalCall:
 
     def _can_retry_elsewhere(self) -> bool:
         last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
-        registry, model = self.core.breakers, self.spec.model
         return any(
-            state.name != last and (registry is None or registry.get(state.name, model).accepting)
-            for state in self.core.picker.serving(model)
+            state.name != last and self._usable(state)
+            for state in self.core.picker.serving(self.spec.model)
         )
 
     def _stop(self, state: tenacity.RetryCallState) -> bool:
@@ -474,8 +512,10 @@ class LogicalCall:
             reason = "max_attempts"
         elif not self.deadline.allows_sleep(self._next_delay):
             reason = "deadline"
-        elif not self.any_endpoint_accepting():
+        elif self._next_target is None and not self.any_endpoint_accepting():
             reason = "circuit_open"
+        elif self._failover:
+            return False  # paid by nobody: the failed endpoint sees no more of this call
         elif not self.core.budget.try_spend():
             self.core.stats.budget_refusal()
             if self._trace is not None:
@@ -491,7 +531,13 @@ class LogicalCall:
         if self._requeue_next:
             self._requeues += 1
             self.core.stats.requeue()
-        self._close_record(_REQUEUED if self._requeue_next else _RETRY)
+            outcome = _REQUEUED
+        elif self._failover:
+            self.core.stats.failover()
+            outcome = _FAILOVER
+        else:
+            outcome = _RETRY
+        self._close_record(outcome)
         self._delay_before = self._next_delay
 
     def _stopped(self, reason: str) -> None:
@@ -507,7 +553,14 @@ class LogicalCall:
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
         self._check_throttle()
-        endpoint = self._pick_endpoint()
+        target, self._next_target = self._next_target, None
+        if target is not None and self._usable(target):
+            endpoint = target
+        else:  # none chosen (a first attempt, a requeue), or it left rotation meanwhile
+            endpoint = self._pick_endpoint(
+                retry=self.attempt_number > 0 and not self._resending,
+                untried_only=self._failover,
+            )
         self._endpoint_choice = endpoint
         self._queued_before = 0.0
         limiter = self.core.limiter
@@ -548,6 +601,7 @@ class LogicalCall:
             raise
         self.core.picker.started(endpoint)
         self._endpoint = endpoint
+        self._tried.add(endpoint.name)
         self._attempt_error = None
         self._settled = False
         self.attempt_number += 1
@@ -592,6 +646,7 @@ class LogicalCall:
             breaker_state=state,
             queued=self._queued_before,
             concurrency_limit=None if lease is None else lease.limit,
+            failover=self._failover,
         )
 
     def _check_throttle(self) -> None:
@@ -603,20 +658,26 @@ class LogicalCall:
                 probability=throttle.probability(),
             )
 
-    def _pick_endpoint(self) -> EndpointState:
-        """The endpoint of the next attempt. A retry avoids the previous endpoint;
-        endpoints whose breaker is open are skipped, and with all of them open the
-        call fails now, with no I/O (``CircuitOpenError``); of the rest, one with a
-        free concurrency slot comes first, else the one with the shortest queue."""
+    def _pick_endpoint(self, *, retry: bool = False, untried_only: bool = False) -> EndpointState:
+        """The endpoint of the next attempt. Endpoints that are ejected or whose
+        breaker is open are skipped, and with none left the call fails now, with no
+        I/O (``CircuitOpenError``). A retry goes to an endpoint the call has not
+        tried when one is usable (only such one with ``untried_only``), else to
+        another than the last; a requeue avoids the last. Of those, one with a free
+        concurrency slot comes first, else the one with the shortest queue."""
         core = self.core
-        avoid = self._last_endpoint if self.attempt_number > 0 else None
-        registry, model = core.breakers, self.spec.model
-        candidates = core.picker.candidates(model=model, avoid=avoid)
-        if registry is not None:
-            open_ = [s for s in candidates if not registry.get(s.name, model).accepting]
-            if len(open_) == len(candidates):
-                raise self._soonest_refusal(open_)
-            candidates = [s for s in candidates if s not in open_]
+        if retry:
+            avoid: set[str] = self._tried
+        elif self.attempt_number > 0 and self._last_endpoint is not None:
+            avoid = {self._last_endpoint}
+        else:
+            avoid = set()
+        candidates = core.picker.candidates(model=self.spec.model, avoid=avoid, usable=self._usable)
+        if retry:
+            untried = [s for s in candidates if s.name not in self._tried]
+            candidates = untried if untried or untried_only else candidates
+        if not candidates:
+            raise self._refusal()
         limiter = core.limiter
         if limiter is None or len(candidates) == 1:
             return candidates[0]
@@ -625,18 +686,39 @@ class LogicalCall:
                 return state
         return min(candidates, key=lambda s: limiter.endpoint(s.name).expected_wait())
 
-    def _soonest_refusal(self, states: list[EndpointState]) -> CircuitOpenError:
-        registry = self.core.breakers
-        assert registry is not None
+    def _usable(self, state: EndpointState) -> bool:
+        """Whether an attempt may go to ``state`` now: not ejected, breaker accepting."""
+        ejection, registry = self.core.ejection, self.core.breakers
+        if ejection is not None and not ejection.usable(state):
+            return False
+        return registry is None or registry.get(state.name, self.spec.model).accepting
+
+    def _refusal(self) -> CircuitOpenError:
+        """The error of a call no endpoint can take: the soonest to return of the
+        ejected endpoints and open breakers."""
+        registry, ejection, model = self.core.breakers, self.core.ejection, self.spec.model
         refusal: CircuitOpenError | None = None
-        for state in states:
-            try:
-                registry.get(state.name, self.spec.model).before_call().ignore()
-            except CircuitOpenError as exc:
-                if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
-                    refusal = exc
-        if refusal is None:  # one turned half-open meanwhile: the next attempt may go
-            refusal = CircuitOpenError("Every breaker was open", breaker=states[0].name)
+        for state in self.core.picker.serving(model):
+            wait = None if ejection is None else ejection.retry_in(state)
+            if wait is not None:
+                exc = CircuitOpenError(
+                    f"Endpoint {state.name} is ejected; it may return in {wait:.1f}s",
+                    breaker=state.name,
+                    retry_in=wait,
+                )
+            elif registry is not None:
+                try:
+                    registry.get(state.name, model).before_call().ignore()
+                    continue  # it turned half-open meanwhile: the next attempt may go
+                except CircuitOpenError as open_:
+                    exc = open_
+            else:
+                continue
+            if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
+                refusal = exc
+        if refusal is None:
+            name = self.core.picker.serving(model)[0].name
+            refusal = CircuitOpenError("Every endpoint was out of rotation", breaker=name)
         return refusal
 
     def _breaker_permit(self, endpoint: EndpointState) -> Permit | None:
@@ -646,14 +728,9 @@ class LogicalCall:
         return registry.get(endpoint.name, self.spec.model).before_call()
 
     def any_endpoint_accepting(self) -> bool:
-        """Whether a retry could be sent now (some endpoint's breaker lets calls in)."""
-        registry = self.core.breakers
-        if registry is None:
-            return True
-        model = self.spec.model
-        return any(
-            registry.get(state.name, model).accepting for state in self.core.picker.serving(model)
-        )
+        """Whether a retry could be sent now (some endpoint is in rotation with its
+        breaker letting calls in)."""
+        return any(self._usable(state) for state in self.core.picker.serving(self.spec.model))
 
     def remaining_or_none(self) -> float | None:
         """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
@@ -727,6 +804,7 @@ class LogicalCall:
                 model=self.spec.model,
                 queued=self._queued_before,
                 concurrency_limit=None if lease is None else lease.limit,
+                started_at=self._started,
             )
         )
         self._pending = None
@@ -751,6 +829,11 @@ class LogicalCall:
             permit.settle(error)
             if self._endpoint is not None and is_breaker_failure(error):
                 self._after_breaker_failure(self._endpoint)
+        ejection, endpoint = self.core.ejection, self._endpoint
+        if ejection is not None and endpoint is not None:
+            evidence = evidence_of(error, response_seen=self._pending is not None)
+            if ejection.record(endpoint, evidence, sent_at=self._started):
+                self._after_ejection(endpoint)
         if self.core.throttle is not None:
             self.core.throttle.record(error)
 
@@ -762,6 +845,12 @@ class LogicalCall:
             return
         if registry.get(endpoint.name, self.spec.model).state is CircuitState.OPEN:
             limiter.endpoint(endpoint.name).went_down()
+
+    def _after_ejection(self, endpoint: EndpointState) -> None:
+        """An ejected endpoint gets the same recovery ramp as one whose breaker
+        opened: when it returns, its limit starts from the bottom."""
+        if self.core.limiter is not None:
+            self.core.limiter.endpoint(endpoint.name).went_down()
 
     def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
         """The result of a read response, or the status error to raise (and retry).

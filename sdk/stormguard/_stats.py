@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._breaker import BreakerState
+    from ._ejection import EndpointHealth
     from ._limiter import LimitState
 
 __all__ = ["CallStats", "StatsRecorder"]
@@ -32,6 +33,12 @@ class CallStats:
     #: Each endpoint's concurrency limit, in flight and waiting (shared limiters:
     #: every client's calls).
     concurrency: tuple[LimitState, ...] = ()
+    #: Retries that went to an endpoint the call had not tried, outside the retry
+    #: budget (counted in ``retries`` too).
+    failovers: int = 0
+    #: Each endpoint's ejection status: active, ejected (why, for how long still) or
+    #: on probation.
+    endpoints: tuple[EndpointHealth, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -45,7 +52,7 @@ class StatsRecorder:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
-        self._requeues = self._requeues_refused = 0
+        self._requeues = self._requeues_refused = self._failovers = 0
 
     def call(self) -> None:
         with self._lock:
@@ -69,6 +76,10 @@ class StatsRecorder:
         with self._lock:
             self._requeues += 1
 
+    def failover(self) -> None:
+        with self._lock:
+            self._failovers += 1
+
     def requeue_refusal(self) -> None:
         with self._lock:
             self._requeues_refused += 1
@@ -78,6 +89,7 @@ class StatsRecorder:
         *,
         breakers: tuple[BreakerState, ...] = (),
         concurrency: tuple[LimitState, ...] = (),
+        endpoints: tuple[EndpointHealth, ...] = (),
     ) -> CallStats:
         with self._lock:
             return CallStats(
@@ -90,4 +102,6 @@ class StatsRecorder:
                 self._requeues,
                 self._requeues_refused,
                 concurrency,
+                self._failovers,
+                endpoints,
             )

@@ -14,6 +14,11 @@ from stormguard.testing import FakeClock
 BASE = "http://llm.test/v1"
 
 
+def unreachable(host: str, port: int, timeout: float) -> bool:
+    """A connect check that makes no connection: the test hosts do not exist."""
+    return False
+
+
 class Api:
     """Builds a sync or async client and awaits its results uniformly."""
 
@@ -32,6 +37,8 @@ class Api:
             "retry_budget",
             stormguard.RetryBudget(ratio=1.0, min_retries_per_second=10, clock=self.clock),
         )
+        # No connect check leaves the process: an unreachable endpoint stays out.
+        kwargs.setdefault("ejection", stormguard.EjectionConfig(probe=unreachable))
         cls = stormguard.Client if self.mode == "sync" else stormguard.AsyncClient
         client = cls(**kwargs)
         self._clients.append(client)

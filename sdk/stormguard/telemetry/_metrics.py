@@ -15,10 +15,12 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from . import _names as n
 
-__all__ = ["BREAKER_STATE_VALUES", "ClientMetrics"]
+__all__ = ["BREAKER_STATE_VALUES", "ENDPOINT_STATUS_VALUES", "ClientMetrics"]
 
 #: ``stormguard.client.breaker.state``: 0 closed, 1 half open, 2 open (higher is worse).
 BREAKER_STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}
+#: ``stormguard.client.endpoint.status``: 0 active, 1 probation, 2 ejected (the same order).
+ENDPOINT_STATUS_VALUES = {"active": 0, "probation": 1, "ejected": 2}
 
 
 class ClientMetrics:
@@ -61,6 +63,11 @@ class ClientMetrics:
             unit="{transition}",
             description="Circuit breaker state changes, by breaker and new state.",
         )
+        self.endpoint_transitions = meter.create_counter(
+            n.METRIC_ENDPOINT_TRANSITIONS,
+            unit="{transition}",
+            description="Endpoint ejections, probations and returns, by endpoint, status, reason.",
+        )
         self.queue_duration = meter.create_histogram(
             n.METRIC_QUEUE_DURATION,
             unit="s",
@@ -68,6 +75,7 @@ class ClientMetrics:
             explicit_bucket_boundaries_advisory=[0.0, *n.DURATION_BUCKETS],
         )
         self._breaker_states: dict[str, int] = {}
+        self._endpoint_statuses: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._lock = threading.Lock()
         meter.create_observable_gauge(
@@ -82,10 +90,20 @@ class ClientMetrics:
             unit="1",
             description="Breaker state per (endpoint, model): 0 closed, 1 half open, 2 open.",
         )
+        meter.create_observable_gauge(
+            n.METRIC_ENDPOINT_STATUS,
+            callbacks=[self._observe_endpoints],
+            unit="1",
+            description="Endpoint status in rotation: 0 active, 1 probation, 2 ejected.",
+        )
 
     def breaker_state(self, name: str, state: str) -> None:
         with self._lock:
             self._breaker_states[name] = BREAKER_STATE_VALUES.get(state, 0)
+
+    def endpoint_status(self, endpoint: str, status: str) -> None:
+        with self._lock:
+            self._endpoint_statuses[endpoint] = ENDPOINT_STATUS_VALUES.get(status, 0)
 
     def concurrency_limit(self, endpoint: str, limit: int) -> None:
         with self._lock:
@@ -100,3 +118,8 @@ class ClientMetrics:
         with self._lock:
             items = list(self._breaker_states.items())
         return [Observation(value, {n.BREAKER_NAME: name}) for name, value in items]
+
+    def _observe_endpoints(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._endpoint_statuses.items())
+        return [Observation(value, {n.ATTEMPT_ENDPOINT: name}) for name, value in items]

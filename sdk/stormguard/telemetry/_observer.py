@@ -56,6 +56,7 @@ from ._metrics import ClientMetrics
 if TYPE_CHECKING:
     from .._breaker import BreakerTransition
     from .._budget import BudgetState
+    from .._ejection import EjectionTransition
     from ..protocol import ServerLoad
 
 __all__ = ["Telemetry"]
@@ -200,6 +201,31 @@ class Telemetry:
                 attributes[n.BREAKER_OPEN_FOR] = transition.open_for
             call.span.add_event(n.EVENT_BREAKER_TRANSITION, attributes)
 
+    def endpoint_changed(self, transition: EjectionTransition) -> None:
+        status = transition.to_status.value
+        instruments = self.metrics()
+        if instruments is not None:
+            instruments.endpoint_status(transition.endpoint, status)
+            instruments.endpoint_transitions.add(
+                1,
+                {
+                    n.ATTEMPT_ENDPOINT: transition.endpoint,
+                    n.ENDPOINT_STATUS: status,
+                    n.ENDPOINT_REASON: transition.reason,
+                },
+            )
+        call = _CURRENT.get()
+        if call is not None and call.recording:
+            attributes: dict[str, Any] = {
+                n.ATTEMPT_ENDPOINT: transition.endpoint,
+                n.ENDPOINT_FROM_STATUS: transition.from_status.value,
+                n.ENDPOINT_STATUS: status,
+                n.ENDPOINT_REASON: transition.reason,
+            }
+            if transition.ejected_for is not None:
+                attributes[n.ENDPOINT_EJECTED_FOR] = transition.ejected_for
+            call.span.add_event(n.EVENT_ENDPOINT_TRANSITION, attributes)
+
 
 class _CallTrace:
     """The spans and measurements of one logical call (a ``CallObserver``)."""
@@ -317,6 +343,8 @@ class _CallTrace:
             if event.concurrency_limit is not None:
                 attributes[n.CONCURRENCY_LIMIT] = event.concurrency_limit
                 attributes[n.ATTEMPT_QUEUED] = event.queued
+            if event.failover:
+                attributes[n.ATTEMPT_FAILOVER] = True
             attempt.set_attributes(attributes)
         headers: dict[str, str] = {}
         propagate.inject(headers, context=trace.set_span_in_context(attempt))
