@@ -1,6 +1,7 @@
 """The drill end to end with a tiny workload: it completes and reports every field.
 
-Every scenario once (the avalanche, the burst, the rebound), each at the ``--tiny`` size.
+Every scenario once (the avalanche, the burst, the rebound, the fleet), each at the
+``--tiny`` size.
 Figures are not asserted: they depend on the machine (docs/benchmarks.md has a full
 run's); only facts that hold however slow the machine is (admission keeps the engine
 from any OOM; the rebound's crash is made and counted). Several pairings at a time keep
@@ -204,3 +205,132 @@ def test_drill_rebound_tiny_crashes_the_engine_once_per_pairing(tmp_path: Path) 
             assert pairing["oom_count"] == 0  # admission: what comes back cannot OOM it
     assert done.stdout.startswith("scenario rebound:")
     assert "2nd crash" in done.stdout
+
+
+FLEET_TOP_LEVEL = (TOP_LEVEL - {"cold_start_s", "concurrency", "calibration"}) | {
+    "replicas",
+    "processes",
+    "timeline",
+    "targets",
+    "skipped",
+}
+FLEET_PAIRING = {
+    "client",
+    "admission",
+    "logical_requests",
+    "app_calls",
+    "success_rate",
+    "errors",
+    "server_attempts",
+    "retry_amplification_server",
+    "client_attempts",
+    "retry_amplification_client",
+    "replicas",
+    "sick_share",
+    "dead_replica",
+    "crash_loop",
+    "slow_replica",
+    "latency_p50_s",
+    "latency_p99_s",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "recovered_s",
+    "recovery_s",
+    "rejoin_s",
+    "fault_errors",
+    "processes",
+    "client_cpu_s",
+    "timeseries",
+    "targets",
+    "missed",
+}
+FLEET_SERIES = {
+    "attempts_per_s_by_replica",
+    "client_attempts_per_s_by_replica",
+    "successes_per_s",
+    "replica_states",
+}
+FLEET_PLOTS = {
+    "attempts_per_replica.png",
+    "client_attempts_per_replica.png",
+    "successes_per_s.png",
+    "replica_states.png",
+}
+
+
+@pytest.mark.timeout(120)
+def test_drill_fleet_tiny_does_every_fault_and_reports_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "fleet"
+    # openai and stormguard: LiteLLM's import costs ~5 s of CPU in each client process.
+    done = run_drill(out, "--scenario", "fleet", "--clients", "openai,stormguard", timeout=110)
+
+    document: dict[str, Any] = json.loads((out / "drill.json").read_text())
+    assert document.keys() >= FLEET_TOP_LEVEL, FLEET_TOP_LEVEL - document.keys()
+    assert (document["scenario"], document["replicas"], document["processes"]) == ("fleet", 4, 3)
+    assert [p["client"] for p in document["pairings"]] == ["openai", "stormguard"]
+    assert {p.name for p in out.glob("*.png")} >= FLEET_PLOTS
+    assert (out / "table.md").read_text().startswith("**scenario fleet:")
+    assert done.stdout.startswith("scenario fleet:")
+    assert "targets: success >= 99.9%" in done.stdout
+    for pairing in document["pairings"]:
+        assert pairing.keys() >= FLEET_PAIRING, FLEET_PAIRING - pairing.keys()
+        assert pairing["timeseries"].keys() >= FLEET_SERIES
+        assert pairing["logical_requests"] == document["logical_requests_per_pairing"]
+        assert sum(p["calls"] for p in pairing["processes"]) == pairing["logical_requests"]
+        assert pairing["fault_errors"] == []  # every fault was done
+        assert pairing["targets"].keys() == {
+            "success",
+            "attempts/call",
+            "dead share",
+            "p99 vs router",
+        }
+        assert pairing["targets"]["p99 vs router"]["measured"] is None  # no Router row
+        assert set(pairing["missed"]) <= pairing["targets"].keys()
+        # The dead replica: its port refused connections from the kill to the restart,
+        # it answered nothing meanwhile, and it was restarted after the recovery began.
+        dead = pairing["dead_replica"]
+        assert dead["port_refused"] == [True, True]
+        assert dead["server_attempts_while_dead"] == 0
+        assert dead["answered_while_dead"] == 0
+        assert dead["killed_s"] >= 0.5
+        assert dead["back_s"] >= pairing["recovered_s"] >= 6.5
+        # stormguard's processes say when each took the dead replica out (the others: no
+        # ejections); a refused attempt to it took it out as unreachable.
+        r0 = pairing["replicas"][0]
+        if pairing["client"] == "stormguard":
+            assert len(dead["ejected_after_s"]) == 3
+            assert all("failovers" in p["client_stats"] for p in pairing["processes"])
+            if dead["client_attempts_while_dead"]:
+                assert r0["ejections"].get("unreachable", 0) >= 1, r0
+        else:
+            assert dead["ejected_after_s"] == [] and r0["ejections"] == {}
+        # The crash loop: crashed again after coming back, as its engine counted.
+        loop = pairing["crash_loop"]
+        assert loop["crashes_sent"] >= 2
+        assert loop["crashes_counted"] >= 2
+        assert loop["restart_loops"] >= 1
+        assert loop["back_s"]  # back at least once, between two crashes
+        assert loop["down_s"] > 0 and loop["client_attempts_while_down"] >= 0
+        slow = pairing["slow_replica"]
+        assert slow["set_s"] is not None and slow["cleared_s"] is not None
+        assert {kind: s["calls"] > 0 for kind, s in pairing["sick_share"].items()} == {
+            "dead": True,
+            "crash_loop": True,
+            "slow": True,
+        }
+        # The clients' records agree with the live replicas' own counts; to the dead one
+        # they also hold what no server saw (refused connections).
+        r0, *live = pairing["replicas"]
+        for replica in live:
+            assert replica["client_attempts"] == replica["server_attempts"], replica
+        assert r0["client_attempts"] >= r0["server_attempts"] + dead["client_attempts_while_dead"]
+        assert pairing["server_attempts"] == sum(r["server_attempts"] for r in pairing["replicas"])
+        states = {
+            r: {s for _, _, s in segments}
+            for r, segments in pairing["timeseries"]["replica_states"].items()
+        }
+        assert "dead" in states["0"] and "restarting" in states["1"] and "slow" in states["2"]
+        assert states["3"] == {"healthy"}
+    # openai picks a replica at random: its calls meet the closed port.
+    (openai,) = (p for p in document["pairings"] if p["client"] == "openai")
+    assert openai["dead_replica"]["client_attempts_while_dead"] > 0

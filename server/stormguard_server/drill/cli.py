@@ -3,7 +3,9 @@
 ``--scenario`` picks what is replayed (config.py): the OOM avalanche (the default), the
 burst against a server that sheds, or the rebound after a cold start. Each has its own
 engine flags, schedule, patience, default clients and server modes; the calibration,
-the replay, the sampler and the summary are the same code for all three.
+the replay, the sampler and the summary are the same code for all three. The fourth,
+``fleet`` (a partial outage of several replicas under several client processes), has
+its own runner, figures and plots (``fleet*.py``) and shares the rest.
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ from stormguard_server.drill.config import (
     engine_args,
     preset,
 )
+from stormguard_server.drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
+from stormguard_server.drill.fleet_clients import FLEET_CLIENTS
+from stormguard_server.drill.fleet_config import fleet_preset
+from stormguard_server.drill.fleet_plots import plot_fleet
 from stormguard_server.drill.plots import plot_all
 from stormguard_server.drill.report import (
     load_average,
@@ -67,7 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
         "stormguard), burst (300 calls at once against a server that sheds; admission on "
         "only) and rebound (the engine crashes while a backlog waits; no second crash may "
         "follow), the last two with every client, openai on stormguard's httpx transport "
-        "and LiteLLM included. Traffic goes to 127.0.0.1 only.",
+        "and LiteLLM included. fleet: a partial outage of four replicas under three client "
+        "processes, each with its own client: steady traffic, then one replica killed (its "
+        "port closed), one crashed again each time it comes back (an OOM restart loop), one "
+        "slowed by 2 s a request, then all recovered (the dead one restarted on its port) "
+        "and the traffic's rebound; openai picking a replica at random per call, LiteLLM "
+        "Router over the replicas and stormguard over the replicas, each on a fresh fleet, "
+        "admission on by default. Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -90,22 +102,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency",
         type=int,
         default=1,
-        help="pairings run at once, each on its own server; 1 keeps them from competing for CPU",
+        help="pairings run at once, each on its own server; 1 keeps them from competing for CPU"
+        " (the fleet runs one pairing at a time)",
     )
     parser.add_argument(
         "--clients",
         default=None,
         help="comma-separated subset of clients, of: "
         + ", ".join(CLIENT_NAMES)
-        + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, all in the others)",
+        + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, "
+        + f"{', '.join(FLEET_CLIENTS)} in the fleet (its only clients), all in the others)",
     )
     parser.add_argument(
-        "--admission", default="off,on", help="comma-separated subset of server modes"
+        "--admission",
+        default=None,
+        help="comma-separated subset of server modes (default: off,on; on in the fleet)",
     )
     return parser
 
 
 def default_clients(scenario: Scenario) -> tuple[ClientName, ...]:
+    if scenario == "fleet":
+        return FLEET_CLIENTS
     return AVALANCHE_CLIENTS if scenario == "avalanche" else CLIENT_NAMES
 
 
@@ -119,11 +137,15 @@ def _pairings(
         clients = list(default_clients(scenario))
     else:
         asked = [c.strip() for c in args.clients.split(",") if c.strip()]
-        unknown = sorted(set(asked) - set(CLIENT_NAMES))
+        known = FLEET_CLIENTS if scenario == "fleet" else CLIENT_NAMES
+        unknown = sorted(set(asked) - set(known))
         if unknown:
-            raise SystemExit(f"unknown clients {unknown}: choose from {', '.join(CLIENT_NAMES)}")
-        clients = [c for c in CLIENT_NAMES if c in asked]
-    admissions = [a for a in ADMISSIONS if a in args.admission.split(",")]
+            raise SystemExit(
+                f"unknown clients {unknown} for the {scenario}: choose from {', '.join(known)}"
+            )
+        clients = [c for c in known if c in asked]
+    admission = args.admission or ("on" if scenario == "fleet" else "off,on")
+    admissions = [a for a in ADMISSIONS if a in admission.split(",")]
     if args.engine == "vllm" and "off" in admissions:
         skipped["admission off"] = SKIP_OFF_REASON
         admissions.remove("off")
@@ -217,6 +239,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     scenario: Scenario = args.scenario
     if scenario != "avalanche" and args.engine != "sim":
         raise SystemExit(f"--scenario {scenario} runs on the sim engine only")
+    if scenario == "fleet":
+        _fleet_main(args, mode)
+        return
     config = preset(
         mode,
         seed=args.seed,
@@ -244,6 +269,28 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if config.targets is not None:
         print(f"targets: {_targets_line(config)}")
+    print(f"JSON: {out / 'drill.json'}; plots: {', '.join(p.name for p in plots)}")
+
+
+def _fleet_main(args: argparse.Namespace, mode: Mode) -> None:
+    config = fleet_preset(mode, seed=args.seed)
+    out: Path = args.out or Path("bench/results") / f"drill-fleet-{mode}"
+    skipped: dict[str, str] = {}
+    pairings = _pairings(args, skipped)
+    try:
+        document = asyncio.run(fleet_drill(config, out, pairings, skipped))
+    except KeyboardInterrupt:
+        print("interrupted: every server and client process was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    write_json(out / "drill.json", document)
+    plots = plot_fleet(document["pairings"], fleet_marks(config), out)
+    (out / "table.md").write_text(markdown_table(document["pairings"], "fleet") + "\n")
+    print(table(document["pairings"], "fleet"))
+    print(f"\nwall time {document['wall_time_s']} s")
+    for pairing in document["pairings"]:
+        if pairing["fault_errors"]:
+            print(f"faults not done ({pairing['client']}): {pairing['fault_errors']}")
+    print(f"targets: {fleet_targets_line(config)}")
     print(f"JSON: {out / 'drill.json'}; plots: {', '.join(p.name for p in plots)}")
 
 

@@ -9,12 +9,14 @@
 - ``openai+sg-httpx``: ``openai.AsyncOpenAI(max_retries=0)`` on
   ``stormguard.async_httpx_client`` (stormguard's whole pipeline as the transport).
 - ``litellm``: ``litellm.acompletion(model="openai/...", num_retries=2, timeout=...)``.
-- ``litellm-router``: a one-deployment ``litellm.Router(num_retries=2, timeout=...)``.
+- ``litellm-router``: ``litellm.Router(num_retries=2, timeout=...)``, one deployment
+  per server (one server; every replica in the fleet).
 
 The avalanche runs the first three (``AVALANCHE_CLIENTS``), the burst and the rebound
-all of them. LiteLLM is imported lazily, offline (``LITELLM_LOCAL_MODEL_COST_MAP``:
-otherwise its import fetches a model cost map from the internet), so the drill works
-without it: ``unavailable()`` says why a client cannot run, and the drill skips it.
+all of them, the fleet three over several replicas (``fleet_clients.py``). LiteLLM is
+imported lazily, offline (``LITELLM_LOCAL_MODEL_COST_MAP``: otherwise its import
+fetches a model cost map from the internet), so the drill works without it:
+``unavailable()`` says why a client cannot run, and the drill skips it.
 
 Every call streams (time to first token is measured at the first chunk) and asks
 for the usage chunk, whose completion tokens are what goodput counts. Attempts
@@ -28,15 +30,17 @@ from __future__ import annotations
 import importlib
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
+import httpx
 import openai
 import tenacity
 from openai.types.chat import ChatCompletionUserMessageParam
 
 import stormguard
+from stormguard_server.drill import attempt_log
 from stormguard_server.drill.workload import Arrival
 
 ClientName = Literal[
@@ -113,6 +117,7 @@ def _stormguard_stats(snapshot: stormguard.CallStats) -> dict[str, float]:
         "retry_amplification": snapshot.retry_amplification,
         "requeues": snapshot.requeues,
         "requeues_refused_by_budget": snapshot.requeues_refused_by_budget,
+        "failovers": snapshot.failovers,
     }
     for state in snapshot.concurrency[:1]:
         stats.update(
@@ -159,8 +164,9 @@ class OpenAIClient:
             http_client=openai.DefaultAsyncHttpxClient(event_hooks={"request": [self._count]}),
         )
 
-    async def _count(self, request: object) -> None:  # httpx2 on openai 3, httpx before
+    async def _count(self, request: Any) -> None:  # httpx2 on openai 3, httpx before
         self._attempts += 1
+        attempt_log.record(str(request.url))  # the fleet's record (elsewhere: ignored)
 
     def attempts(self) -> int | None:
         return self._attempts
@@ -252,19 +258,36 @@ class OpenAIOnStormguardClient:
 
 
 class StormguardClient:
-    """stormguard.AsyncClient with its default retry policy, budget and breakers."""
+    """stormguard.AsyncClient with its default retry policy, budget and breakers; over
+    several servers when ``base_url`` lists them (the fleet)."""
 
     name: ClientName = "stormguard"
 
-    def __init__(self, base_url: str, timeout_s: float, *, paced: bool = True) -> None:
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        timeout_s: float,
+        *,
+        paced: bool = True,
+        record: bool = False,
+        ejection_listeners: Sequence[Callable[[stormguard.EjectionTransition], None]] = (),
+    ) -> None:
         # Paced: a limiter of its own, as the default client has; not paced: none (the
-        # calibration's closed loop paces itself).
+        # calibration's closed loop paces itself). Record: each attempt goes into the
+        # fleet's record (attempt_log), through an httpx client like the default one
+        # (``httpx.AsyncClient()``) with a request hook; ejection_listeners see each
+        # endpoint leave and rejoin the rotation (the fleet's record of them).
+        self._http = (
+            httpx.AsyncClient(event_hooks={"request": [attempt_log.httpx_hook]}) if record else None
+        )
         self._client = stormguard.AsyncClient(
-            base_url=base_url,
+            base_url=base_url if isinstance(base_url, str) else list(base_url),
             api_key=_API_KEY,
             model=MODEL,
             timeout=timeout_s,
             concurrency=stormguard.ConcurrencyLimiter() if paced else None,
+            http_client=self._http,
+            ejection_listeners=ejection_listeners,
         )
 
     def attempts(self) -> int | None:
@@ -294,6 +317,8 @@ class StormguardClient:
 
     async def aclose(self) -> None:
         await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
 
 
 def import_litellm() -> Any:
@@ -315,22 +340,34 @@ def import_litellm() -> Any:
 
 
 class LiteLLMClient:
-    """``litellm.acompletion`` with 2 retries, or a one-deployment ``litellm.Router``
-    with 2 retries; the caller's timeout is LiteLLM's ``timeout``."""
+    """``litellm.acompletion`` with 2 retries, or a ``litellm.Router`` with 2 retries
+    over one deployment per server of ``base_url`` (one, or several: the fleet); the
+    caller's timeout is LiteLLM's ``timeout``."""
 
-    def __init__(self, base_url: str, timeout_s: float, *, router: bool) -> None:
+    def __init__(self, base_url: str | Sequence[str], timeout_s: float, *, router: bool) -> None:
         self.name: ClientName = "litellm-router" if router else "litellm"
         self._litellm = import_litellm()
-        self._base_url = base_url
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        self._base_url = urls[0]
         self._timeout_s = timeout_s
         self._router: Any = None
         if router:
-            params = {"model": f"openai/{MODEL}", "api_base": base_url, "api_key": _API_KEY}
+            deployments = [
+                {
+                    "model_name": MODEL,
+                    "litellm_params": {
+                        "model": f"openai/{MODEL}",
+                        "api_base": url,
+                        "api_key": _API_KEY,
+                    },
+                }
+                for url in urls
+            ]
             self._router = self._litellm.Router(
-                model_list=[{"model_name": MODEL, "litellm_params": params}],
-                num_retries=_LITELLM_RETRIES,
-                timeout=timeout_s,
+                model_list=deployments, num_retries=_LITELLM_RETRIES, timeout=timeout_s
             )
+        elif len(urls) > 1:
+            raise ValueError("litellm.acompletion takes one server: use the Router for several")
 
     def attempts(self) -> int | None:
         return None  # counted at the server

@@ -1,6 +1,7 @@
 """The drill's knobs: the engine every server runs, the workload, the callers' patience.
 
-Three scenarios (``--scenario``), each with its own engine, workload and patience:
+Three scenarios (``--scenario``), each with its own engine, workload and patience (a
+fourth, ``fleet``, has its knobs in ``fleet_config.py``):
 
 - ``avalanche`` (the default): the OOM avalanche. One engine for every pairing (only
   ``--admission`` differs), sized so that a few long prompts overflow its KV cache.
@@ -29,8 +30,8 @@ from typing import Literal
 Mode = Literal["full", "quick", "tiny"]
 Engine = Literal["sim", "vllm"]
 ENGINES: tuple[Engine, ...] = ("sim", "vllm")
-Scenario = Literal["avalanche", "burst", "rebound"]
-SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound")
+Scenario = Literal["avalanche", "burst", "rebound", "fleet"]
+SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound", "fleet")
 Kind = Literal["short", "medium", "long"]
 
 # Engine flags passed to every `python -m stormguard_server`. The KV cache holds

@@ -28,7 +28,7 @@ PLOTS = (
 # Only where a pairing has the series (stormguard's clients: their concurrency limit).
 OPTIONAL_PLOTS = (("client_limit", "client concurrency limit", "client_limit.png"),)
 _STYLE = {"off": "--", "on": "-"}
-_COLORS = {
+CLIENT_COLORS = {
     "openai": "tab:red",
     "openai+tenacity": "tab:orange",
     "stormguard": "tab:blue",
@@ -38,7 +38,7 @@ _COLORS = {
 }
 
 
-def _shrink(path: Path) -> None:
+def shrink_png(path: Path) -> None:
     """A 64-colour palette: a third of the bytes, no visible loss for line plots."""
     with Image.open(path) as image:
         small = image.convert("RGB").quantize(colors=64)
@@ -71,7 +71,7 @@ def plot_all(
                 xs,
                 ys,
                 _STYLE.get(p["admission"], "-"),
-                color=_COLORS.get(p["client"]),
+                color=CLIENT_COLORS.get(p["client"]),
                 linewidth=1.2,
                 label=f"{p['client']}, admission {p['admission']}",
             )
@@ -83,6 +83,6 @@ def plot_all(
         path = out_dir / filename
         fig.savefig(path)
         plt.close(fig)
-        _shrink(path)
+        shrink_png(path)
         paths.append(path)
     return paths

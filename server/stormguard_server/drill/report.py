@@ -69,13 +69,46 @@ _BACKLOG_COLUMNS = (
     ("failed as", "errors", "errors"),
     ("missed", "missed", "list"),
 )
-_COLUMNS_OF = {"avalanche": _COLUMNS, "burst": _BACKLOG_COLUMNS, "rebound": _BACKLOG_COLUMNS}
+# The fleet's: attempts per call counted at the replicas ("srv", the live ones) and in
+# the client processes' records ("cli", refused connections included), then per replica
+# at the replicas (r0/r1/...); "dead/loop/slow share" the share of calls that sent an
+# attempt to that sick replica after the fault's first second; "rejoin s" how long the
+# restarted replica took to get half its fair share again; "crashes" the looping
+# replica's engine crashes. Dotted keys reach into the pairing's nested figures.
+_FLEET_COLUMNS = (
+    ("client", "client", "{}"),
+    ("adm", "admission", "{}"),
+    ("logical", "logical_requests", "{}"),
+    ("success", "success_rate", "{:.1%}"),
+    ("att/call srv", "retry_amplification_server", "{:.2f}"),
+    ("att/call cli", "retry_amplification_client", "{:.2f}"),
+    ("per replica srv", "replicas", "replicas"),
+    ("dead share", "sick_share.dead.share", "{:.1%}"),
+    ("loop share", "sick_share.crash_loop.share", "{:.1%}"),
+    ("slow share", "sick_share.slow.share", "{:.1%}"),
+    ("p50 s", "latency_p50_s", "{:.2f}"),
+    ("p99 s", "latency_p99_s", "{:.2f}"),
+    ("recovery s", "recovery_s", "{:.1f}"),
+    ("rejoin s", "rejoin_s", "{:.1f}"),
+    ("crashes", "crash_loop.crashes_counted", "{}"),
+    ("cpu s", "client_cpu_s", "{:.1f}"),
+    ("failed as", "errors", "errors"),
+    ("missed", "missed", "list"),
+)
+_COLUMNS_OF = {
+    "avalanche": _COLUMNS,
+    "burst": _BACKLOG_COLUMNS,
+    "rebound": _BACKLOG_COLUMNS,
+    "fleet": _FLEET_COLUMNS,
+}
 # Columns of a scenario that say nothing about it: the burst has no crash.
 _HIDDEN = {"burst": {"crash_count", "extra_crashes", "back_s"}}
 SCENARIO_TITLES = {
     "avalanche": "the OOM avalanche (a burst of long prompts overflows the KV cache)",
     "burst": "a burst against a server that sheds (all calls at t = 0)",
     "rebound": "a cold start, then the backlog's rebound (engine crashed at ~1 s)",
+    "fleet": "a partial outage of a fleet (one replica dead, one crash-looping, one slow;"
+    " then recovery)",
 }
 
 
@@ -90,7 +123,17 @@ def _cell(value: Any, fmt: str) -> str:
         return ",".join(value) if value else "none"
     if fmt == "errors":  # {"APIStatusError": 12, "deadline": 3} -> "12 APIStatusError, 3 deadline"
         return ", ".join(f"{n} {name}" for name, n in value.items()) if value else "-"
+    if fmt == "replicas":  # the fleet's replicas -> "0.12/0.45/0.20/0.31" attempts per call
+        return "/".join(_cell(r.get("server_attempts_per_call"), "{:.2f}") for r in value)
     return fmt.format(value)
+
+
+def _value(pairing: dict[str, Any], key: str) -> Any:
+    """``pairing[key]``; a dotted key reaches into nested figures (None where absent)."""
+    value: Any = pairing
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _columns(scenario: str) -> tuple[tuple[str, str, str], ...]:
@@ -107,7 +150,7 @@ def table(pairings: Sequence[dict[str, Any]], scenario: str = "avalanche") -> st
     """A fixed-width table, one row per pairing, under the scenario's title."""
     columns = _columns(scenario)
     rows = [[name for name, _, _ in columns]]
-    rows += [[_cell(p.get(key), fmt) for _, key, fmt in columns] for p in pairings]
+    rows += [[_cell(_value(p, key), fmt) for _, key, fmt in columns] for p in pairings]
     widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -120,7 +163,7 @@ def markdown_table(pairings: Sequence[dict[str, Any]], scenario: str = "avalanch
     head = "| " + " | ".join(name for name, _, _ in columns) + " |"
     rule = "|" + "---|" * len(columns)
     body = [
-        "| " + " | ".join(_cell(p.get(key), fmt) for _, key, fmt in columns) + " |"
+        "| " + " | ".join(_cell(_value(p, key), fmt) for _, key, fmt in columns) + " |"
         for p in pairings
     ]
     return "\n".join([f"**{title(scenario)}**", "", head, rule, *body])

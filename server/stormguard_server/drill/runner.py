@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import httpx
 
@@ -169,7 +169,6 @@ async def run_pairing(
     actions: list[tuple[float, Action]] = []
     if crash_at is not None:
         actions.append((crash_at, _crash))
-    tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
     in_flight = max_in_flight = 0
 
     async def logical(arrival: Arrival) -> LogicalResult:
@@ -191,22 +190,9 @@ async def run_pairing(
             await action(server, t0, events)
 
     try:
-        for arrival in schedule:
-            await act_until(arrival.at_s)
-            await _sleep_until(t0 + arrival.at_s)
-            tasks[asyncio.create_task(logical(arrival))] = arrival
-        await act_until(float("inf"))
         deadline = t0 + config.workload.duration_s + config.workload.grace_s
-        _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - time.monotonic()))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        stopped = time.monotonic() - t0
+        results = await replay(schedule, t0, logical, deadline, before=act_until)
         cpu = time.process_time() - cpu0
-        results = [
-            unfinished(tasks[task], tasks[task].at_s, stopped) if task in pending else task.result()
-            for task in tasks
-        ]
         sampler_task.cancel()
         await asyncio.gather(sampler_task, return_exceptions=True)
         final = await sampler.final()
@@ -214,7 +200,7 @@ async def run_pairing(
             client=client_name,
             admission=admission,
             engine=config.engine,
-            results=sorted(results, key=lambda r: r.index),
+            results=results,
             client_attempts=client.attempts(),
             samples=sampler.samples,
             final_metrics=final,
@@ -224,13 +210,48 @@ async def run_pairing(
             client_cpu_s=round(cpu, 2),
         )
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
         sampler_task.cancel()
         await asyncio.gather(sampler_task, return_exceptions=True)
         await client.aclose()
         fleet.stop(server)
+
+
+async def replay(
+    schedule: Sequence[Arrival],
+    t0: float,
+    logical: Callable[[Arrival], Coroutine[Any, Any, LogicalResult]],
+    end_at: float,
+    *,
+    before: Callable[[float], Awaitable[None]] | None = None,
+) -> list[LogicalResult]:
+    """Fire every arrival at ``t0`` + its time, open loop (``before(at_s)`` first: the
+    mid-run actions due by then), wait for the calls until ``end_at`` at most, cancel
+    what still runs (each an ``unfinished`` failure); the results in arrival order."""
+    tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
+    try:
+        for arrival in schedule:
+            if before is not None:
+                await before(arrival.at_s)
+            await _sleep_until(t0 + arrival.at_s)
+            tasks[asyncio.create_task(logical(arrival))] = arrival
+        if before is not None:
+            await before(float("inf"))
+        if not tasks:
+            return []
+        _, pending = await asyncio.wait(tasks, timeout=max(0.0, end_at - time.monotonic()))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        stopped = time.monotonic() - t0
+        results = [
+            unfinished(arrival, arrival.at_s, stopped) if task in pending else task.result()
+            for task, arrival in tasks.items()
+        ]
+        return sorted(results, key=lambda r: r.index)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _sleep_until(when: float) -> None:

@@ -118,11 +118,14 @@ class ServerFleet:
         self._servers: list[ServerProcess] = []
         atexit.register(self.stop_all)
 
-    async def start(self, name: str, *args: str, admin: bool = False) -> ServerProcess:
+    async def start(
+        self, name: str, *args: str, admin: bool = False, port: int | None = None
+    ) -> ServerProcess:
         """Start a server with the drill's engine flags plus ``args``; return it ready.
         ``admin``: with the admin endpoint (faults, ``POST /admin/crash``) on another
-        free loopback port, behind a token of our own (in the environment, not argv)."""
-        port = free_port()
+        free loopback port, behind a token of our own (in the environment, not argv).
+        ``port``: this one (a replica restarted where it was) instead of a free one."""
+        port = free_port() if port is None else port
         admin_port = free_port() if admin else None
         while admin_port == port:  # both ports were free, then closed again: not the same one
             admin_port = free_port()

@@ -106,12 +106,18 @@ def success_bins(results: Sequence[LogicalResult], until: float) -> list[tuple[i
 
 def recovery_s(results: Sequence[LogicalResult], workload: Workload) -> float | None:
     """Seconds from the end of the burst until success >= 95% for 5 s (see module doc)."""
-    bins = success_bins(results, workload.duration_s)
-    first_bin = int(workload.burst_end_s // BIN_S)
+    return recovered_after(results, workload.burst_end_s, workload.duration_s)
+
+
+def recovered_after(results: Sequence[LogicalResult], since: float, until: float) -> float | None:
+    """Seconds from ``since`` until the success rate of the logical requests ending in
+    each 1 s bin is >= 95% for 5 bins in a row, bins up to ``until`` (None: never)."""
+    bins = success_bins(results, until)
+    first_bin = int(since // BIN_S)
     good = [n > 0 and ok / n >= RECOVERY_RATE for ok, n in bins]
     for i in range(first_bin, len(bins) - RECOVERY_HOLD_BINS + 1):
         if all(good[i : i + RECOVERY_HOLD_BINS]):
-            return max(0.0, i * BIN_S - workload.burst_end_s)
+            return max(0.0, i * BIN_S - since)
     return None
 
 
@@ -155,7 +161,9 @@ def incident_amplification(run: PairingRun, workload: Workload) -> float | None:
     return attempts / arrivals if arrivals else None
 
 
-def _rates(samples: list[tuple[float, dict[str, float]]], name: str) -> list[tuple[float, float]]:
+def counter_rates(
+    samples: list[tuple[float, dict[str, float]]], name: str
+) -> list[tuple[float, float]]:
     """Per-second rate of a counter between consecutive samples."""
     out = []
     for (t0, a), (t1, b) in itertools.pairwise(samples):
@@ -171,7 +179,7 @@ def timeseries(run: PairingRun) -> dict[str, list[list[float]]]:
     restarts = "stormguard_engine_restarts_total"
     restart_series = [[t, v.get(restarts, 0.0)] for t, v in samples]
     return {
-        "attempts_per_s": [[t, v] for t, v in _rates(samples, _attempts_series(run))],
+        "attempts_per_s": [[t, v] for t, v in counter_rates(samples, _attempts_series(run))],
         "successes_per_s": [[(i + 0.5) * BIN_S, ok / BIN_S] for i, (ok, _) in enumerate(successes)],
         "queue_depth": [[t, v.get("stormguard_queue_depth", 0.0)] for t, v in samples],
         "kv_cache_usage": [[t, v.get("stormguard_kv_cache_usage_ratio", 0.0)] for t, v in samples],
@@ -181,7 +189,7 @@ def timeseries(run: PairingRun) -> dict[str, list[list[float]]]:
     }
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
+def round_or_none(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
 
 
@@ -229,14 +237,14 @@ def _common(run: PairingRun) -> dict[str, Any]:
         "attempts_source": "server" if server_attempts is not None else "client",
         "admitted_requests": int(final[ADMITTED]) - WARMUP_REQUESTS if ADMITTED in final else None,
         "server_attempts_by_number": by_attempt if server_attempts is not None else None,
-        "retry_amplification_server": _round(_ratio(server_attempts, logical)),
-        "retry_amplification_client": _round(_ratio(run.client_attempts, logical)),
+        "retry_amplification_server": round_or_none(_ratio(server_attempts, logical)),
+        "retry_amplification_client": round_or_none(_ratio(run.client_attempts, logical)),
         "app_calls": sum(r.app_calls for r in results),
-        "success_rate": _round(len(ok) / logical if logical else None, 4),
-        "latency_p50_s": _round(percentile([r.latency_s for r in ok], 50)),
-        "latency_p99_s": _round(percentile([r.latency_s for r in ok], 99)),
-        "ttft_p50_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
-        "ttft_p99_s": _round(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 99)),
+        "success_rate": round_or_none(len(ok) / logical if logical else None, 4),
+        "latency_p50_s": round_or_none(percentile([r.latency_s for r in ok], 50)),
+        "latency_p99_s": round_or_none(percentile([r.latency_s for r in ok], 99)),
+        "ttft_p50_s": round_or_none(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 50)),
+        "ttft_p99_s": round_or_none(percentile([r.ttft_s for r in ok if r.ttft_s is not None], 99)),
         "oom_count": _count(run, "stormguard_engine_oom_total"),
         "restart_count": _count(run, "stormguard_engine_restarts_total"),
         "crash_count": _count(run, "stormguard_engine_crashes_total"),
@@ -287,16 +295,16 @@ def _summarize_backlog(
         after_restart = streamed_tokens(results, back, drain) / (drain - back)
     figures: dict[str, Any] = {
         **common,
-        "drain_s": _round(drain),
-        "goodput_tps": _round(goodput, 1),
-        "goodput_ratio": _round(_ratio(goodput, capacity_tps)),
-        "ideal_drain_s": _round(ideal),
-        "p99_over_drain": _round(_ratio(p99, drain)),
-        "p99_over_ideal_drain": _round(_ratio(p99, ideal)),
+        "drain_s": round_or_none(drain),
+        "goodput_tps": round_or_none(goodput, 1),
+        "goodput_ratio": round_or_none(_ratio(goodput, capacity_tps)),
+        "ideal_drain_s": round_or_none(ideal),
+        "p99_over_drain": round_or_none(_ratio(p99, drain)),
+        "p99_over_ideal_drain": round_or_none(_ratio(p99, ideal)),
         "crash_sent_s": crash_sent,
-        "back_s": _round(back, 2),
-        "goodput_after_restart_tps": _round(after_restart, 1),
-        "goodput_after_restart_ratio": _round(_ratio(after_restart, capacity_tps)),
+        "back_s": round_or_none(back, 2),
+        "goodput_after_restart_tps": round_or_none(after_restart, 1),
+        "goodput_after_restart_ratio": round_or_none(_ratio(after_restart, capacity_tps)),
         "extra_crashes": extra_crashes,
     }
     checks = check_targets(figures, targets)
@@ -342,14 +350,16 @@ def _summarize_avalanche(
     long_results = [r for r in results if r.kind == "long"]
     return {
         **_common(run),
-        "incident_retry_amplification_server": _round(incident_amplification(run, workload)),
-        "long_success_rate": _round(
+        "incident_retry_amplification_server": round_or_none(incident_amplification(run, workload)),
+        "long_success_rate": round_or_none(
             sum(r.ok for r in long_results) / len(long_results) if long_results else None, 4
         ),
-        "goodput_tps": _round(goodput, 1),
-        "goodput_ratio": _round(goodput / capacity_tps if capacity_tps else None),
-        "burst_goodput_tps": _round(burst_goodput, 1),
-        "burst_goodput_ratio": _round(burst_goodput / capacity_tps if capacity_tps else None),
-        "burst_demand_tps": _round(burst_demand, 1),
-        "recovery_s": _round(recovery_s(results, workload), 2),
+        "goodput_tps": round_or_none(goodput, 1),
+        "goodput_ratio": round_or_none(goodput / capacity_tps if capacity_tps else None),
+        "burst_goodput_tps": round_or_none(burst_goodput, 1),
+        "burst_goodput_ratio": round_or_none(
+            burst_goodput / capacity_tps if capacity_tps else None
+        ),
+        "burst_demand_tps": round_or_none(burst_demand, 1),
+        "recovery_s": round_or_none(recovery_s(results, workload), 2),
     }

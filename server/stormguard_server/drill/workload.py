@@ -1,15 +1,16 @@
 """The seeded schedule of requests: every pairing replays exactly the same one.
 
-One builder per kind of workload, both behind ``build_schedule``. The avalanche:
+One builder per kind of workload, all behind ``build_schedule``. The avalanche:
 short prompts arrive as a Poisson process the whole time; a fixed number of long
 prompts arrive evenly spread over the burst window (a fixed count, so that a short
 window does not leave the burst to chance). The burst and the rebound
 (``BacklogWorkload``): waves of a fixed count each, evenly spread over their window
-(all at its start when the window is empty). Prompt lengths are drawn per
-request; the text is built from one-token words of the sim tokenizer, so a prompt of
-n words costs about n tokens at the server. Tokenizers that split those words
-(vLLM's tiny model: ~2.1 tokens a word) get ``tokens / tokens_per_word`` words, so
-the shapes stay in server tokens.
+(all at its start when the window is empty). The fleet (``FleetWorkload``): Poisson
+arrivals of one shape the whole time. Prompt lengths are drawn per request; the
+text is built from one-token words of the sim tokenizer, so a prompt of n words
+costs about n tokens at the server. Tokenizers that split those words (vLLM's tiny
+model: ~2.1 tokens a word) get ``tokens / tokens_per_word`` words, so the shapes
+stay in server tokens.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from stormguard_server.drill.config import (
     Wave,
     Workload,
 )
+from stormguard_server.drill.fleet_config import FleetWorkload
 
 __all__ = ["Arrival", "Kind", "build_schedule", "calibration_pool"]
 
@@ -71,8 +73,10 @@ def _prompt(rng: random.Random, shape: PromptShape, index: int, tokens_per_word:
     return f"request {index}: {body}"
 
 
-def build_schedule(workload: AnyWorkload, seed: int) -> list[Arrival]:
+def build_schedule(workload: AnyWorkload | FleetWorkload, seed: int) -> list[Arrival]:
     """Every arrival of one pairing, sorted by time."""
+    if isinstance(workload, FleetWorkload):
+        return _fleet_schedule(workload, seed)
     if isinstance(workload, BacklogWorkload):
         return _backlog_schedule(workload, seed)
     return _avalanche_schedule(workload, seed)
@@ -134,3 +138,19 @@ def _avalanche_schedule(workload: Workload, seed: int) -> list[Arrival]:
             )
         )
     return arrivals
+
+
+def _fleet_schedule(workload: FleetWorkload, seed: int) -> list[Arrival]:
+    rng = random.Random(seed)
+    times = _poisson_times(rng, workload.rate, 0.0, workload.duration_s)
+    shape = workload.shape
+    return [
+        Arrival(
+            index=index,
+            at_s=at,
+            kind="short",
+            prompt=_prompt(rng, shape, index, workload.tokens_per_word),
+            max_tokens=shape.max_tokens,
+        )
+        for index, at in enumerate(times)
+    ]
