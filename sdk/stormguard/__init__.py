@@ -20,8 +20,9 @@ from ._budget import BudgetState, RetryBudget
 from ._client import Client
 from ._clock import Clock
 from ._deadline_transport import DeadlineTransport
+from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoveryState
 from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
-from ._endpoints import Endpoint
+from ._endpoints import Endpoint, SpillOver
 from ._exceptions import (
     APIConnectionError,
     APIError,
@@ -118,6 +119,10 @@ __all__ = [
     "ConflictError",
     "ContextWindowExceededError",
     "DeadlineTransport",
+    "DiscoveryChange",
+    "DiscoveryConfig",
+    "DiscoveryError",
+    "DiscoveryState",
     "EjectionConfig",
     "EjectionTransition",
     "Endpoint",
@@ -141,6 +146,7 @@ __all__ = [
     "ServerLoad",
     "ServiceUnavailableError",
     "ShedReason",
+    "SpillOver",
     "StormguardError",
     "StormguardTransport",
     "Stream",

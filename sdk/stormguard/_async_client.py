@@ -77,6 +77,8 @@ class AsyncClient(BaseClient):
 
     async def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
+        if self._core.discovery is not None:
+            await self._core.discovery.ready_async(call.deadline)  # a first look, if running
         precheck = call.precheck_flow()
         if precheck is not None:
             max_bytes = self._core.max_response_bytes

@@ -10,8 +10,8 @@ import math
 import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, ClassVar, TypedDict
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal, TypedDict
 
 import httpx
 
@@ -20,8 +20,14 @@ from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Unpack
-from ._ejection import EjectionConfig, EjectionListener, EjectionTracker
-from ._endpoints import Endpoint, EndpointPicker, normalize_base_url
+from ._discovery import (
+    Discovery,
+    DiscoveryConfig,
+    DiscoveryListener,
+    split_dns_scheme,
+)
+from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
+from ._endpoints import Endpoint, EndpointPicker, SpillOver, check_served, normalize_base_url
 from ._events import Observer
 from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
@@ -31,7 +37,12 @@ from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._throttle import AdaptiveThrottle
 from ._version import __version__
-from .protocol import HEADER_ENDPOINT_LOAD_METRICS_FORMAT, HEADER_PRIORITY, Priority
+from .protocol import (
+    HEADER_ENDPOINT_LOAD_METRICS_FORMAT,
+    HEADER_PRIORITY,
+    Priority,
+    parse_priority,
+)
 from .telemetry import Telemetry
 from .tokens import TokenPolicy
 
@@ -104,7 +115,11 @@ GenerationEndpoint.COMPLETION = GenerationEndpoint(
 BaseURL = str | httpx.URL | Endpoint | Sequence[str | httpx.URL | Endpoint]
 
 
-def _endpoints_from(base_url: BaseURL) -> list[Endpoint]:
+def _endpoints_from(base_url: BaseURL, discover: str | None) -> list[tuple[Endpoint, bool]]:
+    """The client's endpoints, each with whether it is a DNS name to discover
+    (``discover="dns"``, or a ``dns+http(s)://`` URL); the ``dns+`` is taken off."""
+    if discover not in (None, "dns"):
+        raise ValueError(f'discover must be "dns" or None, got {discover!r}')
     items: Sequence[str | httpx.URL | Endpoint]
     if isinstance(base_url, (str, httpx.URL, Endpoint)):
         items = [base_url]
@@ -112,10 +127,15 @@ def _endpoints_from(base_url: BaseURL) -> list[Endpoint]:
         items = list(base_url)
         if not items:
             raise ValueError("base_url is an empty list: give at least one server")
-    endpoints = [e if isinstance(e, Endpoint) else Endpoint(str(e)) for e in items]
-    for endpoint in endpoints:
+    entries: list[tuple[Endpoint, bool]] = []
+    for item in items:
+        endpoint = item if isinstance(item, Endpoint) else Endpoint(str(item))
+        url, dns = split_dns_scheme(str(endpoint.base_url))
+        if dns:
+            endpoint = replace(endpoint, base_url=url)
         normalize_base_url(endpoint.base_url)  # a clear error now, not at the first call
-    return endpoints
+        entries.append((endpoint, dns or discover == "dns"))
+    return entries
 
 
 class ClientCore:
@@ -144,6 +164,10 @@ class ClientCore:
         concurrency: ConcurrencyLimiter | NotGiven | None = NOT_GIVEN,
         telemetry: Observer | None = DEFAULT_TELEMETRY,
         clock: Clock | None = None,
+        discover: Literal["dns"] | None = None,
+        discovery: DiscoveryConfig | None = None,
+        discovery_listeners: Sequence[DiscoveryListener] = (),
+        spill_over: SpillOver | None = None,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -151,7 +175,22 @@ class ClientCore:
                 or os.environ.get("OPENAI_BASE_URL")
                 or DEFAULT_BASE_URL
             )
-        self.endpoints = _endpoints_from(base_url)
+        entries = _endpoints_from(base_url, discover)
+        #: The endpoints as given (a DNS name stands for all its addresses).
+        self.endpoints = [endpoint for endpoint, _ in entries]
+        discovered = any(dns for _, dns in entries)
+        if discovery is not None and not isinstance(discovery, DiscoveryConfig):
+            raise TypeError(
+                "discovery must be a stormguard.DiscoveryConfig or None, got"
+                f" {type(discovery).__name__}"
+            )
+        if spill_over is not None and not isinstance(spill_over, SpillOver):
+            raise TypeError(
+                "spill_over must be a stormguard.SpillOver or None, got"
+                f" {type(spill_over).__name__}"
+            )
+        #: Which other pools' endpoints a call of a class may use (None: none).
+        self.spill_over = spill_over
         if api_key is None:
             api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
         self.api_key = api_key or None
@@ -170,10 +209,21 @@ class ClientCore:
         self.fallback_models = tuple(fallback_models)
         self.rng = random.Random()
         self.stats = StatsRecorder()
-        self.picker = EndpointPicker(self.endpoints, clock=self.clock, rng=self.rng)
+        self.picker = EndpointPicker(
+            [endpoint for endpoint, dns in entries if not dns],
+            clock=self.clock,
+            rng=self.rng,
+            discovered=discovered,
+        )
+        #: The class of the client's calls (its ``x-priority``), which picks their pool.
+        self.priority = (
+            Priority(priority)
+            if priority is not None
+            else parse_priority({k.lower(): v for k, v in (default_headers or {}).items()})
+        )
         for served in (model, *self.fallback_models):
-            if served is not None:
-                self.picker.serving(served)  # a clear error now for a model no endpoint serves
+            # A clear error now for a model, or a class, that no endpoint serves.
+            check_served(self.endpoints, served, self.priority)
         #: Receives every call's events (spans, metrics); None: no events at all.
         self.observer = telemetry
         listeners = tuple(breaker_listeners)
@@ -190,7 +240,7 @@ class ClientCore:
                 "ejection must be a stormguard.EjectionConfig or None, got"
                 f" {type(ejection).__name__}"
             )
-        on_ejection = tuple(ejection_listeners)
+        on_ejection = (*ejection_listeners, self._ejected)
         endpoint_changed = getattr(telemetry, "endpoint_changed", None)
         if callable(endpoint_changed):  # an observer written before ejection has none
             on_ejection += (endpoint_changed,)
@@ -218,8 +268,9 @@ class ClientCore:
             if isinstance(concurrency, NotGiven)
             else concurrency
         )
-        #: The first endpoint: token lookups and ``client.base_url`` use it.
-        self.base_url = self.picker.states[0].base_url
+        #: The first endpoint as given (a DNS name as written): token lookups and
+        #: ``client.base_url`` use it.
+        self.base_url = normalize_base_url(self.endpoints[0].base_url)[0]
         first = httpx.URL(self.base_url)
         #: ``server.address`` / ``server.port`` of the call spans.
         self.server_address: str | None = first.host or None
@@ -241,8 +292,41 @@ class ClientCore:
         self.headers = headers
         #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
         self.redactor = Redactor.for_client(
-            headers=headers, urls=[state.base_url for state in self.picker.states]
+            headers=headers, urls=[endpoint.base_url for endpoint in self.endpoints]
         )
+        on_discovery = tuple(discovery_listeners)
+        endpoints_discovered = getattr(telemetry, "endpoints_discovered", None)
+        if callable(endpoints_discovered):  # an observer written before discovery has none
+            on_discovery += (endpoints_discovered,)
+        #: The DNS names this client follows (``_discovery.py``); None: no DNS name.
+        self.discovery = (
+            Discovery(
+                entries,
+                picker=self.picker,
+                config=discovery,
+                clock=self.clock,
+                listeners=on_discovery,
+                scrub=self.redactor.scrub,
+            )
+            if discovered
+            else None
+        )
+        if self.discovery is not None:
+            self.discovery.start()
+
+    def _ejected(self, transition: EjectionTransition) -> None:
+        """An endpoint ejected as unreachable may be gone for good (a pod replaced by
+        one at another address): its DNS name is looked at again, within the floor."""
+        discovery = getattr(self, "discovery", None)
+        if discovery is not None and transition.reason in ("unreachable", "probe_failed"):
+            discovery.request_refresh()
+
+    def netlocs(self) -> set[str]:
+        """``host:port`` of every endpoint, and of every DNS name as written."""
+        ours = {httpx.URL(state.base_url).netloc.decode("ascii") for state in self.picker.states}
+        if self.discovery is not None:
+            ours |= self.discovery.netlocs()
+        return ours
 
     def attempt_timeout(self, remaining: float) -> httpx.Timeout:
         """httpx timeouts for one attempt: each operation may take what is left."""
@@ -372,7 +456,13 @@ class ClientOptions(TypedDict, total=False):
     SRE-style adaptive throttling; ``telemetry`` records spans and metrics
     (``stormguard.telemetry.Telemetry``: the global OpenTelemetry providers by
     default, None turns it off); ``clock`` is for tests
-    (``stormguard.testing.FakeClock``).
+    (``stormguard.testing.FakeClock``). ``discover="dns"`` makes every
+    ``base_url`` a DNS name whose addresses are the endpoints (a ``dns+http://``
+    URL does it for one), ``discovery`` tunes how they are looked up
+    (``DiscoveryConfig``), ``discovery_listeners`` receive every
+    ``DiscoveryChange``; ``spill_over`` lets calls of some classes use another
+    class's endpoints when those report headroom (``SpillOver``; None: never).
+    docs/discovery.md has both.
     """
 
     base_url: BaseURL | None
@@ -395,6 +485,10 @@ class ClientOptions(TypedDict, total=False):
     concurrency: ConcurrencyLimiter | None
     telemetry: Observer | None
     clock: Clock | None
+    discover: Literal["dns"] | None
+    discovery: DiscoveryConfig | None
+    discovery_listeners: Sequence[DiscoveryListener]
+    spill_over: SpillOver | None
 
 
 class BaseClient:
@@ -420,12 +514,15 @@ class BaseClient:
     def stats(self) -> CallStats:
         """Logical calls, attempts, retries, failovers, requeues, budget refusals,
         fallbacks, retry amplification, every breaker's state, every endpoint's limit
-        and ejection status."""
-        breakers, limiter, ejection = self._core.breakers, self._core.limiter, self._core.ejection
-        return self._core.stats.snapshot(
+        and ejection status, and what DNS discovery found."""
+        core = self._core
+        breakers, limiter, ejection = core.breakers, core.limiter, core.ejection
+        return core.stats.snapshot(
             breakers=tuple(breakers.snapshot().values()) if breakers is not None else (),
             concurrency=limiter.state() if limiter is not None else (),
             endpoints=ejection.snapshot() if ejection is not None else (),
+            endpoint_names=tuple(state.name for state in core.picker.states),
+            discovery=core.discovery.snapshot() if core.discovery is not None else (),
         )
 
     def __repr__(self) -> str:

@@ -83,6 +83,8 @@ class Client(BaseClient):
 
     def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         """Pre-check, then attempts with retries, on the call's current model."""
+        if self._core.discovery is not None:
+            self._core.discovery.ready(call.deadline)  # a DNS name's first look, if running
         precheck = call.precheck_flow()
         if precheck is not None:
             max_bytes = self._core.max_response_bytes

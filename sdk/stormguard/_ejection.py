@@ -71,7 +71,7 @@ import socket
 import statistics
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -81,6 +81,7 @@ from ._breaker import is_breaker_failure
 from ._clock import Clock
 from ._exceptions import APIConnectionError, APITimeoutError
 from ._window import WindowedPair
+from .protocol import Priority
 
 if TYPE_CHECKING:
     from ._endpoints import EndpointState
@@ -492,15 +493,17 @@ class EjectionTracker:
         return True
 
     def _may_eject(self, state: EndpointState, *, counted: bool) -> bool:
-        """Never the last endpoint of a model; failures eject at most the share."""
+        """Never the last endpoint of a model, nor of a pool (a priority class, for
+        that model); failures eject at most the share."""
         states = list(self._states())
         serving = [s for s in states if s is not state and not _ejected(s)]
-        if state.models is None:
-            covered = any(s.models is None for s in serving)
-        else:
-            covered = all(any(s.serves(model) for s in serving) for model in state.models)
-        if not covered:
-            return False
+        models: Iterable[str | None] = (None,) if state.models is None else state.models
+        classes = tuple(Priority) if state.classes is None else state.classes
+        for model in models:
+            # An endpoint serving any model is covered only by another one that does.
+            peers = [s for s in serving if (s.models is None if model is None else s.serves(model))]
+            if not all(any(s.serves_class(c) for s in peers) for c in classes):
+                return False
         if not counted:
             return True
         ejected = sum(1 for s in states if s is not state and _ejected_on_failures(s))

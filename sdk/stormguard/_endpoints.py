@@ -12,6 +12,17 @@ while its last report is fresh (``stale_after``, 5 s) — the server's
 ``x-token-capacity``). A stale report is ignored rather than trusted: a
 server that was busy ten seconds ago may be idle now, and one that stopped
 answering has no fresh report at all. Load divides by weight.
+
+**Pools by class.** An endpoint may serve only some priority classes (the
+``x-priority`` values: ``critical``, ``standard``, ``sheddable``), so batch work
+cannot take an interactive replica: a call goes to the endpoints of its own
+class, and to another pool's only when ``SpillOver`` allows its class and that
+endpoint's fresh load report shows headroom (no shed, no queue, token and KV
+use under a share). No fresh report is no headroom: an endpoint this client
+has not heard from lately may be full.
+
+The set of endpoints may change (DNS discovery, ``_discovery.py``): ``replace``
+swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import httpx
 
 from ._clock import Clock
 from ._redact import display_url
-from .protocol import ServerLoad
+from .protocol import Priority, ServerLoad
 
 if TYPE_CHECKING:
     from ._ejection import _Record
@@ -36,7 +47,10 @@ __all__ = [
     "Endpoint",
     "EndpointPicker",
     "EndpointState",
+    "SpillOver",
+    "check_served",
     "normalize_base_url",
+    "priority_classes",
 ]
 
 DEFAULT_STALE_AFTER = 5.0
@@ -49,6 +63,24 @@ def normalize_base_url(base_url: str | httpx.URL) -> tuple[str, str]:
         raise ValueError(f"base_url must be an http(s) URL, got {display_url(url)[:200]!r}")
     port = url.port or (443 if url.scheme == "https" else 80)
     return str(url).rstrip("/"), f"{url.host}:{port}"
+
+
+def priority_classes(classes: Collection[Priority | str]) -> frozenset[Priority]:
+    """The priority classes named in ``classes``; a clear error for anything else."""
+    if isinstance(classes, str):
+        raise TypeError("classes must be a collection of priority classes, not one string")
+    found: set[Priority] = set()
+    for value in classes:
+        try:
+            found.add(Priority(value))
+        except ValueError:
+            valid = ", ".join(p.value for p in Priority)
+            raise ValueError(
+                f"a class is an x-priority value ({valid}), got {str(value)[:50]!r}"
+            ) from None
+    if not found:
+        raise ValueError("classes is empty: give at least one class, or None for every class")
+    return frozenset(found)
 
 
 @dataclass(frozen=True)
@@ -66,6 +98,9 @@ class Endpoint:
     #: The models this server serves (None: any). A call goes only to endpoints that
     #: serve its model, so a fallback model can live on another pool of servers.
     models: Collection[str] | None = None
+    #: The priority classes it serves (``x-priority`` values; None: every class). A
+    #: call goes to the endpoints of its own class (``SpillOver`` for the exception).
+    classes: Collection[Priority | str] | None = None
 
     def __post_init__(self) -> None:
         if not (self.weight > 0 and self.weight < float("inf")):
@@ -74,13 +109,83 @@ class Endpoint:
             if isinstance(self.models, str):
                 raise TypeError("models must be a collection of model names, not one string")
             object.__setattr__(self, "models", frozenset(self.models))
+        if self.classes is not None:
+            object.__setattr__(self, "classes", priority_classes(self.classes))
+
+    def serves(self, model: str | None, priority: Priority | None = None) -> bool:
+        return (self.models is None or model is None or model in self.models) and (
+            self.classes is None or priority is None or priority in self.classes
+        )
 
     def __repr__(self) -> str:
         # Never a password in the URL (http://user:KEY@host).
+        classes = None if self.classes is None else sorted(Priority(c).value for c in self.classes)
         return (
             f"Endpoint(base_url={display_url(self.base_url)!r}, weight={self.weight!r},"
-            f" name={self.name!r}, models={self.models!r})"
+            f" name={self.name!r}, models={self.models!r}, classes={classes!r})"
         )
+
+
+def check_served(
+    endpoints: Sequence[Endpoint], model: str | None, priority: Priority | None = None
+) -> None:
+    """ValueError when no endpoint serves ``model`` for ``priority``: a configuration
+    mistake, better said when the client is made than as a 404 or an empty pool."""
+    if not any(e.serves(model, priority) for e in endpoints):
+        raise ValueError(_none_serves(model, priority))
+
+
+def _none_serves(model: str | None, priority: Priority | None) -> str:
+    served = f"no endpoint of this client serves model {model!r}"
+    return served if priority is None else f"{served} for priority class {priority.value!r}"
+
+
+@dataclass(frozen=True)
+class SpillOver:
+    """When a call may use another class's endpoints: only calls of ``classes``
+    (``sheddable`` by default: batch work onto the interactive pool), only when no
+    endpoint of their own class has a free slot, and only on an endpoint whose load
+    report, at most ``stale_after`` old (5 s), shows headroom: no shed, at most
+    ``max_queue_depth`` requests waiting (0), in-flight tokens under
+    ``max_token_share`` of its capacity and KV-cache use under ``max_kv_cache_usage``
+    (0.8 each: the saturation point llm-d's scheduler uses for KV).
+
+    >>> SpillOver(classes={"sheddable", "standard"}).max_queue_depth
+    0
+    """
+
+    classes: Collection[Priority | str] = (Priority.SHEDDABLE,)
+    max_queue_depth: int = 0
+    max_token_share: float = 0.8
+    max_kv_cache_usage: float = 0.8
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "classes", priority_classes(self.classes))
+        depth = self.max_queue_depth
+        if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+            raise ValueError(f"max_queue_depth must be an integer >= 0, got {depth!r}")
+        for name in ("max_token_share", "max_kv_cache_usage"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not (0.0 < value <= 1.0)
+            ):
+                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
+
+    def allows(self, priority: Priority) -> bool:
+        return priority in self.classes
+
+    def headroom(self, load: ServerLoad | None) -> bool:
+        """Whether a (fresh) load report says the server has room for more."""
+        if load is None or load.load_shed or load.queue_depth is None:
+            return False
+        if load.queue_depth > self.max_queue_depth:
+            return False
+        tokens, capacity = load.inflight_tokens, load.token_capacity
+        if tokens is not None and capacity and tokens >= self.max_token_share * capacity:
+            return False
+        return load.kv_cache_usage is None or load.kv_cache_usage < self.max_kv_cache_usage
 
 
 class EndpointState:
@@ -89,21 +194,36 @@ class EndpointState:
     endpoints keeps each one's state for as long as the endpoint stays in it."""
 
     __slots__ = (
+        "authority",
         "base_url",
+        "classes",
         "ejection",
         "in_flight",
         "load",
         "load_at",
         "models",
         "name",
+        "server_hostname",
         "weight",
     )
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        authority: str | None = None,
+        server_hostname: str | None = None,
+    ) -> None:
         self.base_url, default_name = normalize_base_url(endpoint.base_url)
         self.name = endpoint.name or default_name
         self.weight = endpoint.weight
         self.models = None if endpoint.models is None else frozenset(endpoint.models)
+        self.classes = None if endpoint.classes is None else priority_classes(endpoint.classes)
+        #: The ``Host`` header to send instead of the URL's (a discovered address
+        #: keeps its service's name, as gRPC keeps the target's authority).
+        self.authority = authority
+        #: The name TLS checks the certificate against (https to a discovered address).
+        self.server_hostname = server_hostname
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
@@ -112,6 +232,9 @@ class EndpointState:
 
     def serves(self, model: str | None) -> bool:
         return self.models is None or model is None or model in self.models
+
+    def serves_class(self, priority: Priority | None) -> bool:
+        return self.classes is None or priority is None or priority in self.classes
 
     def url_for(self, path: str) -> str:
         return f"{self.base_url}/{path.lstrip('/')}"
@@ -137,7 +260,8 @@ class EndpointState:
 
 
 class EndpointPicker:
-    """Thread-safe endpoint choice for one client."""
+    """Thread-safe endpoint choice for one client, over a set of endpoints that
+    ``replace`` may change (empty only until a discovered set first arrives)."""
 
     def __init__(
         self,
@@ -146,53 +270,108 @@ class EndpointPicker:
         clock: Clock,
         rng: random.Random,
         stale_after: float = DEFAULT_STALE_AFTER,
+        discovered: bool = False,
     ) -> None:
-        if not endpoints:
+        if not endpoints and not discovered:
             raise ValueError("at least one endpoint is needed")
-        self.states = [EndpointState(e) for e in endpoints]
-        names = [s.name for s in self.states]
-        if len(set(names)) != len(names):
-            raise ValueError(f"endpoint names must be unique, got {names}")
+        #: The endpoints now: a list replaced whole, never changed in place, so a
+        #: reader that took it sees one consistent set.
+        self.states: list[EndpointState] = [EndpointState(e) for e in endpoints]
+        _check_unique(self.states)
         self._clock = clock
         self._rng = rng
         self._stale_after = stale_after
         self._lock = threading.Lock()
 
-    def serving(self, model: str | None) -> list[EndpointState]:
-        """The endpoints that serve ``model``; ValueError when none does (a
-        configuration mistake, better said before any request than as a 404)."""
-        states = [s for s in self.states if s.serves(model)]
-        if not states:
-            raise ValueError(f"no endpoint of this client serves model {model!r}")
-        return states
+    def replace(self, states: Sequence[EndpointState]) -> tuple[list[str], list[str]]:
+        """Make ``states`` the set, at once; returns the names added and removed. An
+        endpoint whose name is already in the set keeps its state object (load,
+        ejection; the breakers and limits keyed by its name keep theirs); one that
+        left is no longer chosen, and its attempts in flight finish as they would."""
+        _check_unique(states)
+        with self._lock:
+            current = {s.name: s for s in self.states}
+            kept = [current.get(s.name, s) for s in states]
+            names = {s.name for s in kept}
+            added = [s.name for s in kept if s.name not in current]
+            removed = [name for name in current if name not in names]
+            self.states = kept
+        return added, removed
+
+    def serving(
+        self,
+        model: str | None,
+        priority: Priority | None = None,
+        spill: SpillOver | None = None,
+    ) -> list[EndpointState]:
+        """The endpoints that serve ``model`` for ``priority``: its own pool, then the
+        endpoints of other pools that ``spill`` lets it use now (``SpillOver``).
+        ValueError when its own pool is empty (a configuration mistake, better said
+        before any request than as a 404)."""
+        own, others = self._pools(model, priority, spill)
+        return own + others
+
+    def _pools(
+        self, model: str | None, priority: Priority | None, spill: SpillOver | None
+    ) -> tuple[list[EndpointState], list[EndpointState]]:
+        states = self.states
+        serving = [s for s in states if s.serves(model)]
+        own = [s for s in serving if s.serves_class(priority)]
+        if not own:
+            raise ValueError(_none_serves(model, priority))
+        if spill is None or priority is None or not spill.allows(priority):
+            return own, []
+        with self._lock:
+            now = self._clock.now()
+            others = [
+                s
+                for s in serving
+                if not s.serves_class(priority)
+                and now - s.load_at <= self._stale_after
+                and spill.headroom(s.load)
+            ]
+        return own, others
 
     def candidates(
         self,
         *,
         model: str | None = None,
+        priority: Priority | None = None,
+        spill: SpillOver | None = None,
         avoid: str | Collection[str] | None = None,
         usable: Callable[[EndpointState], bool] = lambda s: True,
     ) -> list[EndpointState]:
-        """Usable endpoints serving ``model`` in the order to try them: the
-        power-of-two-choices winner first, then the rest by load. Those in ``avoid``
-        (endpoints a retry has tried already) go last while another usable one exists."""
-        serving = self.serving(model)
+        """Usable endpoints serving ``model`` for ``priority`` in the order to try
+        them: of the call's own pool, the power-of-two-choices winner first, then the
+        rest by load; then, the same way, the other pools' endpoints that ``spill``
+        lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
+        in their pool while another usable one exists."""
+        own, others = self._pools(model, priority, spill)
         avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
-        usable_states = [s for s in serving if usable(s)]  # outside the lock: it may probe
+        # Outside the lock: ``usable`` may probe.
+        usable_own = [s for s in own if usable(s)]
+        usable_others = [s for s in others if usable(s)]
         with self._lock:
             now = self._clock.now()
-            preferred = [s for s in usable_states if s.name not in avoided] or usable_states
-            if len(preferred) <= 1:
-                first = preferred
-            else:
-                a, b = self._two_by_weight(preferred)
-                score_a, score_b = a.score(now, self._stale_after), b.score(now, self._stale_after)
-                first = [a if score_a <= score_b else b]
-            rest = sorted(
-                (s for s in usable_states if s not in first),
-                key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+            return self._ordered(usable_own, avoided, now) + self._ordered(
+                usable_others, avoided, now
             )
-            return first + rest
+
+    def _ordered(
+        self, usable_states: list[EndpointState], avoided: set[str], now: float
+    ) -> list[EndpointState]:
+        preferred = [s for s in usable_states if s.name not in avoided] or usable_states
+        if len(preferred) <= 1:
+            first = preferred
+        else:
+            a, b = self._two_by_weight(preferred)
+            score_a, score_b = a.score(now, self._stale_after), b.score(now, self._stale_after)
+            first = [a if score_a <= score_b else b]
+        rest = sorted(
+            (s for s in usable_states if s not in first),
+            key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+        )
+        return first + rest
 
     def shedding(self, state: EndpointState) -> bool:
         """Whether ``state``'s freshest load report says it sheds."""
@@ -221,3 +400,9 @@ class EndpointPicker:
         with self._lock:
             state.load = load
             state.load_at = self._clock.now()
+
+
+def _check_unique(states: Sequence[EndpointState]) -> None:
+    names = [s.name for s in states]
+    if len(set(names)) != len(names):
+        raise ValueError(f"endpoint names must be unique, got {names}")

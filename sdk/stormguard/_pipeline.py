@@ -169,10 +169,12 @@ class LogicalCall:
         limiter = core.limiter
         #: The concurrency slot of the current attempt (None: no limiter, or none held).
         self._lease: Lease | None = None
+        #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.
+        self.priority = self._priority()
         self._limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
         if limiter is not None:
             limiter.requeue_budget.record_call()
-            self._limit_key = (self._priority_rank(), limiter.next_seq())
+            self._limit_key = (self.priority.rank, limiter.next_seq())
         #: Requeues on the current model (sheds sent back to the local queue).
         self._requeues = 0
         self._requeue_next = False
@@ -191,12 +193,12 @@ class LogicalCall:
         if core.observer is not None:
             self._trace = core.observer.start_call(self._started_event())
 
-    def _priority_rank(self) -> int:
-        """The call's ``x-priority`` (its own header, else the client's) as a queue rank."""
+    def _priority(self) -> Priority:
+        """The call's ``x-priority``: its own header, else the client's."""
         for name, value in self.spec.headers.items():
             if name.lower() == HEADER_PRIORITY:
-                return parse_priority({HEADER_PRIORITY: value}).rank
-        return parse_priority(self.core.headers).rank
+                return parse_priority({HEADER_PRIORITY: value})
+        return self.core.priority
 
     # -- telemetry: events for the call's observer ----------------------------------------
 
@@ -498,10 +500,7 @@ class LogicalCall:
 
     def _can_retry_elsewhere(self) -> bool:
         last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
-        return any(
-            state.name != last and self._usable(state)
-            for state in self.core.picker.serving(self.spec.model)
-        )
+        return any(state.name != last and self._usable(state) for state in self._serving())
 
     def _stop(self, state: tenacity.RetryCallState) -> bool:
         if self._requeue_next:
@@ -616,6 +615,12 @@ class LogicalCall:
         if math.isfinite(remaining):
             headers[HEADER_DEADLINE_MS] = str(max(int(remaining * 1000), 1))
         url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
+        extensions: dict[str, Any] = {}
+        if self.spec.absolute_url is None and endpoint.authority is not None:
+            # A discovered address: the service's name in Host, and for TLS.
+            headers["host"] = endpoint.authority
+            if endpoint.server_hostname is not None:
+                extensions["sni_hostname"] = endpoint.server_hostname
         if self._trace is not None:
             headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
         self._started = self.core.clock.now()
@@ -626,6 +631,7 @@ class LogicalCall:
             content=self._content,
             headers=headers,
             timeout=self.core.attempt_timeout(remaining),
+            extensions=extensions or None,
         )
 
     def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:
@@ -672,7 +678,13 @@ class LogicalCall:
             avoid = {self._last_endpoint}
         else:
             avoid = set()
-        candidates = core.picker.candidates(model=self.spec.model, avoid=avoid, usable=self._usable)
+        candidates = core.picker.candidates(
+            model=self.spec.model,
+            priority=self.priority,
+            spill=core.spill_over,
+            avoid=avoid,
+            usable=self._usable,
+        )
         if retry:
             untried = [s for s in candidates if s.name not in self._tried]
             candidates = untried if untried or untried_only else candidates
@@ -684,7 +696,14 @@ class LogicalCall:
         for state in candidates:
             if limiter.endpoint(state.name).has_room():
                 return state
-        return min(candidates, key=lambda s: limiter.endpoint(s.name).expected_wait())
+        # No free slot anywhere: wait in the own pool's shortest queue (another
+        # pool's endpoints are spill-over, for room, never to queue on).
+        own = [s for s in candidates if s.serves_class(self.priority)] or candidates
+        return min(own, key=lambda s: limiter.endpoint(s.name).expected_wait())
+
+    def _serving(self) -> list[EndpointState]:
+        """The endpoints that serve the call's model and class now (spill-over included)."""
+        return self.core.picker.serving(self.spec.model, self.priority, self.core.spill_over)
 
     def _usable(self, state: EndpointState) -> bool:
         """Whether an attempt may go to ``state`` now: not ejected, breaker accepting."""
@@ -697,8 +716,11 @@ class LogicalCall:
         """The error of a call no endpoint can take: the soonest to return of the
         ejected endpoints and open breakers."""
         registry, ejection, model = self.core.breakers, self.core.ejection, self.spec.model
+        if self.core.discovery is not None:
+            self.core.discovery.request_refresh()  # every endpoint out: the set may be stale
         refusal: CircuitOpenError | None = None
-        for state in self.core.picker.serving(model):
+        serving = self._serving()
+        for state in serving:
             wait = None if ejection is None else ejection.retry_in(state)
             if wait is not None:
                 exc = CircuitOpenError(
@@ -717,7 +739,7 @@ class LogicalCall:
             if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
                 refusal = exc
         if refusal is None:
-            name = self.core.picker.serving(model)[0].name
+            name = serving[0].name
             refusal = CircuitOpenError("Every endpoint was out of rotation", breaker=name)
         return refusal
 
@@ -730,7 +752,7 @@ class LogicalCall:
     def any_endpoint_accepting(self) -> bool:
         """Whether a retry could be sent now (some endpoint is in rotation with its
         breaker letting calls in)."""
-        return any(self._usable(state) for state in self.core.picker.serving(self.spec.model))
+        return any(self._usable(state) for state in self._serving())
 
     def remaining_or_none(self) -> float | None:
         """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._breaker import BreakerState
+    from ._discovery import DiscoveryState
     from ._ejection import EndpointHealth
     from ._limiter import LimitState
 
@@ -39,6 +40,10 @@ class CallStats:
     #: Each endpoint's ejection status: active, ejected (why, for how long still) or
     #: on probation.
     endpoints: tuple[EndpointHealth, ...] = ()
+    #: The names of the endpoints calls may go to now (discovered ones included).
+    endpoint_names: tuple[str, ...] = ()
+    #: Each DNS name's endpoints, looks and last failure (DNS discovery).
+    discovery: tuple[DiscoveryState, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -90,6 +95,8 @@ class StatsRecorder:
         breakers: tuple[BreakerState, ...] = (),
         concurrency: tuple[LimitState, ...] = (),
         endpoints: tuple[EndpointHealth, ...] = (),
+        endpoint_names: tuple[str, ...] = (),
+        discovery: tuple[DiscoveryState, ...] = (),
     ) -> CallStats:
         with self._lock:
             return CallStats(
@@ -104,4 +111,6 @@ class StatsRecorder:
                 concurrency,
                 self._failovers,
                 endpoints,
+                endpoint_names,
+                discovery,
             )

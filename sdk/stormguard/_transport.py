@@ -90,8 +90,7 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
     # endpoint (path relative to the base); anything else is sent where it points.
     base_path = httpx.URL(core.base_url).path.rstrip("/")
     relative: str | None = None
-    ours = {httpx.URL(state.base_url).netloc for state in core.picker.states}
-    if url.netloc in ours and url.path.startswith(base_path + "/"):
+    if url.netloc.decode("ascii") in core.netlocs() and url.path.startswith(base_path + "/"):
         relative = url.path[len(base_path) + 1 :]
         if url.query:
             relative += "?" + url.query.decode("ascii", "replace")

@@ -68,6 +68,11 @@ class ClientMetrics:
             unit="{transition}",
             description="Endpoint ejections, probations and returns, by endpoint, status, reason.",
         )
+        self.discovery_changes = meter.create_counter(
+            n.METRIC_DISCOVERY_CHANGES,
+            unit="{change}",
+            description="Changes of a DNS name's set of endpoints, by name.",
+        )
         self.queue_duration = meter.create_histogram(
             n.METRIC_QUEUE_DURATION,
             unit="s",
@@ -77,6 +82,7 @@ class ClientMetrics:
         self._breaker_states: dict[str, int] = {}
         self._endpoint_statuses: dict[str, int] = {}
         self._limits: dict[str, int] = {}
+        self._discovered: dict[str, int] = {}
         self._lock = threading.Lock()
         meter.create_observable_gauge(
             n.METRIC_CONCURRENCY_LIMIT,
@@ -96,6 +102,12 @@ class ClientMetrics:
             unit="1",
             description="Endpoint status in rotation: 0 active, 1 probation, 2 ejected.",
         )
+        meter.create_observable_gauge(
+            n.METRIC_DISCOVERY_ENDPOINTS,
+            callbacks=[self._observe_discovered],
+            unit="{endpoint}",
+            description="Endpoints each DNS name resolved to, at its last good look.",
+        )
 
     def breaker_state(self, name: str, state: str) -> None:
         with self._lock:
@@ -104,6 +116,10 @@ class ClientMetrics:
     def endpoint_status(self, endpoint: str, status: str) -> None:
         with self._lock:
             self._endpoint_statuses[endpoint] = ENDPOINT_STATUS_VALUES.get(status, 0)
+
+    def discovered(self, name: str, endpoints: int) -> None:
+        with self._lock:
+            self._discovered[name] = endpoints
 
     def concurrency_limit(self, endpoint: str, limit: int) -> None:
         with self._lock:
@@ -123,3 +139,8 @@ class ClientMetrics:
         with self._lock:
             items = list(self._endpoint_statuses.items())
         return [Observation(value, {n.ATTEMPT_ENDPOINT: name}) for name, value in items]
+
+    def _observe_discovered(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._discovered.items())
+        return [Observation(value, {n.DISCOVERY_NAME: name}) for name, value in items]

@@ -56,6 +56,7 @@ from ._metrics import ClientMetrics
 if TYPE_CHECKING:
     from .._breaker import BreakerTransition
     from .._budget import BudgetState
+    from .._discovery import DiscoveryChange
     from .._ejection import EjectionTransition
     from ..protocol import ServerLoad
 
@@ -225,6 +226,13 @@ class Telemetry:
             if transition.ejected_for is not None:
                 attributes[n.ENDPOINT_EJECTED_FOR] = transition.ejected_for
             call.span.add_event(n.EVENT_ENDPOINT_TRANSITION, attributes)
+
+    def endpoints_discovered(self, change: DiscoveryChange) -> None:
+        """A DNS name's endpoints changed: the count now, and one more change."""
+        instruments = self.metrics()
+        if instruments is not None:
+            instruments.discovered(change.name, len(change.endpoints))
+            instruments.discovery_changes.add(1, {n.DISCOVERY_NAME: change.name})
 
 
 class _CallTrace:
