@@ -94,8 +94,8 @@ class AsyncClient(BaseClient):
 
     async def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
         waiter = call.reserve()
-        if waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
-            call.granted(await waiter.wait_async(call.remaining_or_none()))
+        while waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
+            waiter = call.granted(await waiter.wait_async(call.remaining_or_none()))
         request = call.begin_attempt(self._http)
         try:
             # The deadline bounds the whole attempt, not only each socket operation.

@@ -99,8 +99,8 @@ class Client(BaseClient):
 
     def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
         waiter = call.reserve()
-        if waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
-            call.granted(waiter.wait(call.remaining_or_none()))
+        while waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
+            waiter = call.granted(waiter.wait(call.remaining_or_none()))
         request = call.begin_attempt(self._http)
         # Every socket operation of the attempt ends by the deadline (the transport
         # clips it); the connection keeps it for a stream's later reads.

@@ -572,11 +572,18 @@ class LogicalCall:
             return None
         return got
 
-    def granted(self, lease: Lease) -> None:
-        """The slot the call waited for is its own now."""
+    def granted(self, lease: Lease) -> SlotWaiter | None:
+        """The slot the call waited for is its own now; unless its endpoint was
+        ejected while it waited: then the slot goes back and the attempt goes
+        elsewhere (returns the next waiter as ``reserve`` does; None: go now)."""
+        self.queued_s += lease.queued_s
+        ejection, endpoint = self.core.ejection, self._endpoint_choice
+        if ejection is not None and endpoint is not None and not ejection.usable(endpoint):
+            lease.release()
+            return self.reserve()
         self._lease = lease
         self._queued_before = lease.queued_s
-        self.queued_s += lease.queued_s
+        return None
 
     def release_slot(self) -> None:
         """Give the attempt's concurrency slot back (with the outcome it was marked with)."""

@@ -21,10 +21,13 @@ def stormguard_server() -> Iterator[RunningServer]:
 
 @pytest.fixture
 def stormguard_server_factory() -> Iterator[ServerFactory]:
-    """``start(*flags, admin=False, fast=True)`` -> a fresh server, stopped after the test."""
+    """``start(*flags, admin=False, fast=True, port=None)`` -> a fresh server (on a free
+    port unless given), stopped after the test."""
     with contextlib.ExitStack() as stack:
 
-        def start(*args: str, admin: bool = False, fast: bool = True) -> RunningServer:
-            return stack.enter_context(run_server(*args, admin=admin, fast=fast))
+        def start(
+            *args: str, admin: bool = False, fast: bool = True, port: int | None = None
+        ) -> RunningServer:
+            return stack.enter_context(run_server(*args, admin=admin, fast=fast, port=port))
 
         yield start

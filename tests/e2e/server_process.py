@@ -163,9 +163,12 @@ async def wait_for_metric(
 
 
 @contextlib.contextmanager
-def run_server(*args: str, admin: bool = False, fast: bool = True) -> Iterator[RunningServer]:
-    """Start the server with ``args`` (after the fast test sizes), yield it ready, stop it."""
-    port = free_port()
+def run_server(
+    *args: str, admin: bool = False, fast: bool = True, port: int | None = None
+) -> Iterator[RunningServer]:
+    """Start the server with ``args`` (after the fast test sizes), on ``port`` or a free
+    one, yield it ready, stop it."""
+    port = free_port() if port is None else port
     admin_port = free_port() if admin else None
     admin_token = secrets.token_urlsafe(32) if admin else None
     command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
