@@ -40,3 +40,15 @@ def test_tracing_example_exports_client_and_server_spans() -> None:
     roots = [s for s in spans if s.parent_id is None]
     assert sorted(s.name for s in roots) == [f"example request {i}" for i in range(1, 5)]
     assert {s.name for s in spans} >= {"chat stormguard-sim", "admission", "engine prefill"}
+
+
+def test_discovery_example_keeps_each_class_in_its_pool_and_spills_batch_work() -> None:
+    out = run("discovery.py")
+    first, second = out.split("2. ")
+    lines = [line.strip() for line in first.splitlines() if line.strip().startswith(("s", "b"))]
+    assert all(".3:" in line for line in lines if line.startswith("sheddable"))
+    assert all(".3:" not in line for line in lines if line.startswith("standard"))
+    spilled = [line for line in second.splitlines() if line.strip().startswith("sheddable")]
+    assert spilled and all(line.rstrip().endswith("(ok)") for line in spilled)
+    assert all(".3:" not in line.split("->")[-1] for line in spilled)
+    assert "10 calls" in out
