@@ -346,7 +346,8 @@ class SlotWaiter:
                     if pause > 0:
                         await limit.clock.asleep(pause)
                     else:
-                        with contextlib.suppress(TimeoutError):
+                        # asyncio.TimeoutError is TimeoutError only from Python 3.11.
+                        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
                             await asyncio.wait_for(asyncio.shield(current[0]), end.left())
                         current[0] = loop.create_future()
                     if self._settled_or_over(end):
