@@ -261,76 +261,65 @@ FLEET_PLOTS = {
 @pytest.mark.timeout(120)
 def test_drill_fleet_tiny_does_every_fault_and_reports_every_figure(tmp_path: Path) -> None:
     out = tmp_path / "fleet"
-    # openai and stormguard: LiteLLM's import costs ~5 s of CPU in each client process.
-    done = run_drill(out, "--scenario", "fleet", "--clients", "openai,stormguard", timeout=110)
+    # stormguard alone: a pairing costs ~20 s of CPU (seven processes), and the test
+    # proves the machinery, which every client shares; the full run compares them.
+    done = run_drill(out, "--scenario", "fleet", "--clients", "stormguard", timeout=110)
 
     document: dict[str, Any] = json.loads((out / "drill.json").read_text())
     assert document.keys() >= FLEET_TOP_LEVEL, FLEET_TOP_LEVEL - document.keys()
     assert (document["scenario"], document["replicas"], document["processes"]) == ("fleet", 4, 3)
-    assert [p["client"] for p in document["pairings"]] == ["openai", "stormguard"]
+    (pairing,) = document["pairings"]
+    assert pairing["client"] == "stormguard"
     assert {p.name for p in out.glob("*.png")} >= FLEET_PLOTS
     assert (out / "table.md").read_text().startswith("**scenario fleet:")
     assert done.stdout.startswith("scenario fleet:")
     assert "targets: success >= 99.9%" in done.stdout
-    for pairing in document["pairings"]:
-        assert pairing.keys() >= FLEET_PAIRING, FLEET_PAIRING - pairing.keys()
-        assert pairing["timeseries"].keys() >= FLEET_SERIES
-        assert pairing["logical_requests"] == document["logical_requests_per_pairing"]
-        assert sum(p["calls"] for p in pairing["processes"]) == pairing["logical_requests"]
-        assert pairing["fault_errors"] == []  # every fault was done
-        assert pairing["targets"].keys() == {
-            "success",
-            "attempts/call",
-            "dead share",
-            "p99 vs router",
-        }
-        assert pairing["targets"]["p99 vs router"]["measured"] is None  # no Router row
-        assert set(pairing["missed"]) <= pairing["targets"].keys()
-        # The dead replica: its port refused connections from the kill to the restart,
-        # it answered nothing meanwhile, and it was restarted after the recovery began.
-        dead = pairing["dead_replica"]
-        assert dead["port_refused"] == [True, True]
-        assert dead["server_attempts_while_dead"] == 0
-        assert dead["answered_while_dead"] == 0
-        assert dead["killed_s"] >= 0.5
-        assert dead["back_s"] >= pairing["recovered_s"] >= 6.5
-        # stormguard's processes say when each took the dead replica out (the others: no
-        # ejections); a refused attempt to it took it out as unreachable.
-        r0 = pairing["replicas"][0]
-        if pairing["client"] == "stormguard":
-            assert len(dead["ejected_after_s"]) == 3
-            assert all("failovers" in p["client_stats"] for p in pairing["processes"])
-            if dead["client_attempts_while_dead"]:
-                assert r0["ejections"].get("unreachable", 0) >= 1, r0
-        else:
-            assert dead["ejected_after_s"] == [] and r0["ejections"] == {}
-        # The crash loop: crashed again after coming back, as its engine counted.
-        loop = pairing["crash_loop"]
-        assert loop["crashes_sent"] >= 2
-        assert loop["crashes_counted"] >= 2
-        assert loop["restart_loops"] >= 1
-        assert loop["back_s"]  # back at least once, between two crashes
-        assert loop["down_s"] > 0 and loop["client_attempts_while_down"] >= 0
-        slow = pairing["slow_replica"]
-        assert slow["set_s"] is not None and slow["cleared_s"] is not None
-        assert {kind: s["calls"] > 0 for kind, s in pairing["sick_share"].items()} == {
-            "dead": True,
-            "crash_loop": True,
-            "slow": True,
-        }
-        # The clients' records agree with the live replicas' own counts; to the dead one
-        # they also hold what no server saw (refused connections).
-        r0, *live = pairing["replicas"]
-        for replica in live:
-            assert replica["client_attempts"] == replica["server_attempts"], replica
-        assert r0["client_attempts"] >= r0["server_attempts"] + dead["client_attempts_while_dead"]
-        assert pairing["server_attempts"] == sum(r["server_attempts"] for r in pairing["replicas"])
-        states = {
-            r: {s for _, _, s in segments}
-            for r, segments in pairing["timeseries"]["replica_states"].items()
-        }
-        assert "dead" in states["0"] and "restarting" in states["1"] and "slow" in states["2"]
-        assert states["3"] == {"healthy"}
-    # openai picks a replica at random: its calls meet the closed port.
-    (openai,) = (p for p in document["pairings"] if p["client"] == "openai")
-    assert openai["dead_replica"]["client_attempts_while_dead"] > 0
+    assert pairing.keys() >= FLEET_PAIRING, FLEET_PAIRING - pairing.keys()
+    assert pairing["timeseries"].keys() >= FLEET_SERIES
+    assert pairing["logical_requests"] == document["logical_requests_per_pairing"]
+    assert sum(p["calls"] for p in pairing["processes"]) == pairing["logical_requests"]
+    assert all("failovers" in p["client_stats"] for p in pairing["processes"])
+    assert pairing["fault_errors"] == []  # every fault was done
+    assert pairing["targets"].keys() == {"success", "attempts/call", "dead share", "p99 vs router"}
+    assert pairing["targets"]["p99 vs router"]["measured"] is None  # no Router row
+    assert set(pairing["missed"]) <= pairing["targets"].keys()
+    # The dead replica: its port refused connections from the kill to the restart, it
+    # answered nothing meanwhile, and it was restarted after the recovery began.
+    dead = pairing["dead_replica"]
+    assert dead["port_refused"] == [True, True]
+    assert dead["server_attempts_while_dead"] == 0
+    assert dead["answered_while_dead"] == 0
+    assert dead["killed_s"] >= 0.5
+    assert dead["back_s"] >= pairing["recovered_s"] >= 6.5
+    # Each client process says when it took the dead replica out; an attempt refused
+    # by it took it out as unreachable.
+    r0, *live = pairing["replicas"]
+    assert len(dead["ejected_after_s"]) == 3
+    if dead["client_attempts_while_dead"]:
+        assert r0["ejections"].get("unreachable", 0) >= 1, r0
+    # The crash loop: crashed again after coming back, as its engine counted.
+    loop = pairing["crash_loop"]
+    assert loop["crashes_sent"] >= 2
+    assert loop["crashes_counted"] >= 2
+    assert loop["restart_loops"] >= 1
+    assert loop["back_s"]  # back at least once, between two crashes
+    assert loop["down_s"] > 0 and loop["client_attempts_while_down"] >= 0
+    slow = pairing["slow_replica"]
+    assert slow["set_s"] is not None and slow["cleared_s"] is not None
+    assert {kind: s["calls"] > 0 for kind, s in pairing["sick_share"].items()} == {
+        "dead": True,
+        "crash_loop": True,
+        "slow": True,
+    }
+    # The clients' records agree with the live replicas' own counts; to the dead one
+    # they also hold what no server saw (refused connections).
+    for replica in live:
+        assert replica["client_attempts"] == replica["server_attempts"], replica
+    assert r0["client_attempts"] >= r0["server_attempts"] + dead["client_attempts_while_dead"]
+    assert pairing["server_attempts"] == sum(r["server_attempts"] for r in pairing["replicas"])
+    states = {
+        r: {s for _, _, s in segments}
+        for r, segments in pairing["timeseries"]["replica_states"].items()
+    }
+    assert "dead" in states["0"] and "restarting" in states["1"] and "slow" in states["2"]
+    assert states["3"] == {"healthy"}
