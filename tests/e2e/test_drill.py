@@ -239,6 +239,7 @@ FLEET_PAIRING = {
     "rejoin_s",
     "fault_errors",
     "processes",
+    "ejection_log",
     "client_cpu_s",
     "timeseries",
     "targets",
@@ -323,3 +324,10 @@ def test_drill_fleet_tiny_does_every_fault_and_reports_every_figure(tmp_path: Pa
     }
     assert "dead" in states["0"] and "restarting" in states["1"] and "slow" in states["2"]
     assert states["3"] == {"healthy"}
+    # No rate is made up for the dead replica while it had no process: a gap.
+    counted = dict(pairing["timeseries"]["attempts_per_s_by_replica"]["0"])
+    assert counted[3.5] is None
+    assert all(
+        v is not None
+        for v in dict(pairing["timeseries"]["attempts_per_s_by_replica"]["3"]).values()
+    )

@@ -1,6 +1,7 @@
 """The fleet's PNG plots over time: per replica, one panel per pairing.
 
-- ``attempts_per_replica.png``: attempts/s each replica counted (its /metrics);
+- ``attempts_per_replica.png``: attempts/s each replica counted (its /metrics, 1 s
+  bins; a gap while the dead one had no process);
 - ``client_attempts_per_replica.png``: attempts/s the client processes sent to each
   replica (their records, 1 s bins: refused connections to the dead one included);
 - ``successes_per_s.png``: successful logical requests/s, one line per pairing;
@@ -12,6 +13,7 @@ other scenarios' plots (``plots.py``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ _STATE_COLORS = {
     "restarting": "tab:orange",
     "dead": "tab:red",
 }
-_REPLICA_COLORS = ("tab:red", "tab:orange", "goldenrod", "tab:green", "tab:blue", "tab:purple")
+_REPLICA_COLORS = ("tab:red", "tab:purple", "goldenrod", "tab:green", "tab:blue", "tab:brown")
 
 
 def _label(pairing: dict[str, Any]) -> str:
@@ -61,7 +63,8 @@ def _per_replica(
         for index, points in pairing["timeseries"][key].items():
             if not points:
                 continue
-            xs, ys = zip(*points, strict=True)
+            xs = [x for x, _ in points]
+            ys = [math.nan if y is None else y for _, y in points]  # a gap: not sampled
             color = _REPLICA_COLORS[int(index) % len(_REPLICA_COLORS)]
             ax.plot(xs, ys, color=color, linewidth=1.1, label=_replica_name(pairing, int(index)))
         ax.set_title(_label(pairing), fontsize=9)

@@ -22,7 +22,10 @@ Definitions (docs/benchmarks.md repeats them):
 - **ejections** (stormguard's only): per replica, the times a client process took it
   out of rotation, by reason; for the dead replica, how long after the kill each
   process took it out; for the looping one, the attempts the clients sent it while its
-  engine said it was not ready (sampled at the replica, ``sample_hz``);
+  engine said it was not ready (sampled at the replica, ``sample_hz``); every
+  transition in ``ejection_log``;
+- the attempts per replica over time: 1 s bins of its counter (at the replica), with
+  a gap while it was dead; the clients' records in 1 s bins beside them.
 - targets (``FleetTargets``): success, attempts per call at the replicas, the dead
   replica's sick share, and p99 against LiteLLM Router's in the same run
   (``compare_with_router``, once every pairing is summarized).
@@ -44,7 +47,6 @@ from stormguard_server.drill.fleet_runner import FleetRun
 from stormguard_server.drill.summary import (
     BIN_S,
     counter_at,
-    counter_rates,
     percentile,
     recovered_after,
     round_or_none,
@@ -200,6 +202,31 @@ def _segments(marks: list[tuple[float, float, str]], end_s: float) -> list[list[
             out[-1][1] = round(b, 3)
         else:
             out.append([round(a, 3), round(b, 3), state])
+    return out
+
+
+def binned_rates(
+    samples: Samples, name: str, end_s: float, max_gap_s: float = 1.0
+) -> list[list[float | None]]:
+    """Per 1 s bin over [0, end_s): [mid-bin time, the counter's increase per second];
+    None where the replica went unsampled for over ``max_gap_s`` (its process dead):
+    a gap in the plot, not a rate made up across it."""
+    times = [t for t, _ in samples]
+    gaps = [(a, b) for a, b in itertools.pairwise(times) if b - a > max_gap_s]
+    out: list[list[float | None]] = []
+    for i in range(max(1, math.ceil(end_s / BIN_S))):
+        a, b = i * BIN_S, (i + 1) * BIN_S
+        mid = (i + 0.5) * BIN_S
+        if (
+            not times
+            or b <= times[0]
+            or a >= times[-1]
+            or any(g0 < b and g1 > a for g0, g1 in gaps)
+        ):
+            out.append([mid, None])
+            continue
+        rise = counter_at(samples, name, b) - counter_at(samples, name, a)
+        out.append([mid, round(max(0.0, rise) / BIN_S, 3)])
     return out
 
 
@@ -359,11 +386,12 @@ def summarize_fleet(run: FleetRun, config: FleetConfig) -> dict[str, Any]:
         "rejoin_s": round_or_none(rejoin, 2),
         "fault_errors": log.errors,
         "processes": run.processes,
+        # [process, s from the start, "host:port", status before, after, why]
+        "ejection_log": [[process, *e] for process, e in sorted(run.ejections)],
         "client_cpu_s": round(sum(float(str(p.get("cpu_s") or 0)) for p in run.processes), 2),
         "timeseries": {
             "attempts_per_s_by_replica": {
-                str(i): [[t, v] for t, v in counter_rates(s, ATTEMPTS)]
-                for i, s in enumerate(run.replica_samples)
+                str(i): binned_rates(s, ATTEMPTS, end_s) for i, s in enumerate(run.replica_samples)
             },
             "client_attempts_per_s_by_replica": _client_series(run.attempts, run.addresses, end_s),
             "successes_per_s": [
