@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from stormguard._version import __version__
 from stormguard_server.admission import AdmissionController
 from stormguard_server.config import ServerConfig
+from stormguard_server.embeddings import serve_embeddings
 from stormguard_server.engine import Engine
 from stormguard_server.errors import error_response
 from stormguard_server.faults import FaultState
@@ -34,9 +35,15 @@ from stormguard_server.middleware import (
     LoadHeadersMiddleware,
     ResponseCountMiddleware,
 )
+from stormguard_server.openai_format import ChoicesAnswer
 from stormguard_server.refusals import refusal_headers
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
-from stormguard_server.schemas import ChatCompletionRequest, CompletionRequest, TokenizeRequest
+from stormguard_server.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingRequest,
+    TokenizeRequest,
+)
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
 from stormguard_server.tracing import ServerTracing, TraceMiddleware
@@ -182,7 +189,8 @@ async def _generate(
     model: str,
     prompt: str,
 ) -> Response:
-    """Size, admit and serve one generation request (both endpoints end here)."""
+    """Size, admit and serve one chat or text completion."""
+    answer = ChoicesAnswer(kind, include_usage=body.include_usage)
     call = size_call(
         state,
         kind=kind,
@@ -191,9 +199,10 @@ async def _generate(
         requested_max_tokens=body.requested_max_tokens(),
         stop=body.stop_strings(),
         ignore_eos=body.ignore_eos,
-        stream=body.stream,
-        include_usage=body.include_usage,
+        answer=answer,
+        stream=answer if body.stream else None,
         headers=request.headers,
+        prompt_param="messages" if kind == "chat" else "prompt",
     )
     if isinstance(call, Response):
         return call
@@ -221,12 +230,23 @@ def _install_routes(app: FastAPI) -> None:
         prompt = body.prompt_text()
         return await _generate(state, request, body, kind="completion", model=model, prompt=prompt)
 
+    @app.post("/v1/embeddings", tags=["openai"])
+    async def embeddings(body: EmbeddingRequest, request: Request) -> Response:
+        state = get_state(request)
+        model = _resolve_model(state, body.model)
+        if isinstance(model, Response):
+            return model
+        return await serve_embeddings(
+            state, body, model=model, headers=request.headers, receive=request.receive
+        )
+
     @app.get("/v1/models", tags=["openai"])
     async def list_models(request: Request) -> dict[str, Any]:
         state = get_state(request)
         return {"object": "list", "data": [_model_card(state, m) for m in state.served_models]}
 
-    @app.get("/v1/models/{model}", tags=["openai"])
+    # ``:path``: a served name may hold a slash (``org/model``, as vLLM serves them).
+    @app.get("/v1/models/{model:path}", tags=["openai"])
     async def retrieve_model(model: str, request: Request) -> Response:
         state = get_state(request)
         resolved = _resolve_model(state, model)

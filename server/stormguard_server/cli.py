@@ -200,6 +200,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="another model name served by the same engine (repeatable)",
     )
     engine.add_argument(
+        "--embedding-dimensions",
+        type=_positive_int,
+        default=_SERVER.embedding_dimensions,
+        help="length of the vectors /v1/embeddings returns (a request's `dimensions` "
+        "may ask for fewer)",
+    )
+    engine.add_argument(
         "--max-model-len",
         type=_positive_int,
         default=_ENGINE.max_model_len,
@@ -421,6 +428,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         log_level=args.log_level,
         otlp_endpoint=args.otlp_endpoint,
         model_aliases=tuple(args.model_alias),
+        embedding_dimensions=args.embedding_dimensions,
         engine=engine,
         faults=faults,
         admission=admission,

@@ -109,6 +109,9 @@ class ServerConfig:
     max_buffered_body_bytes: int = 64 * 1_048_576
     # Further model names served by the same engine (listed in /v1/models).
     model_aliases: tuple[str, ...] = ()
+    # Length of the vectors /v1/embeddings returns (openai's text-embedding-3-small's);
+    # a request's ``dimensions`` may ask for fewer.
+    embedding_dimensions: int = 1536
     # How often queued requests are expired and re-checked for admission.
     admission_tick_s: float = 0.02
     access_log: bool = False

@@ -1,11 +1,12 @@
-"""One generation request, from parsed body to HTTP response.
+"""One request to the engine, from parsed body to HTTP response, for every API.
 
 The flow reads top to bottom: size the request and refuse what can never fit
 -> announce it to the observers -> wait for admission (shed, expired or
 disconnected requests stop here and never reach the engine) -> run it in the
 engine, racing the client's disconnect, with what is left of its deadline (the
 engine aborts it when that passes: a 504, or an error event in the stream) ->
-answer as JSON or as an SSE stream.
+answer as JSON or as an SSE stream, in the shape of the request's API (its
+``answer.Answer``: chat, completions, embeddings, Responses).
 However it ends, ``_Flight.end`` runs exactly once: it releases the admission
 permit and hands the finished ``RequestRecord`` to the observers.
 """
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -28,8 +29,9 @@ from stormguard.protocol import (
     parse_deadline_ms,
     parse_priority,
 )
-from stormguard_server import openai_format, sse
+from stormguard_server import sse
 from stormguard_server.admission import Permit, ShedError
+from stormguard_server.answer import Answer, Output, StreamAnswer
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
     DeadlineExceeded,
@@ -37,11 +39,10 @@ from stormguard_server.engine import (
     GenerationRequest,
     TokenDelta,
 )
-from stormguard_server.errors import error_body
 from stormguard_server.json_response import JSONResponse
-from stormguard_server.openai_format import Kind
 from stormguard_server.records import GoneStage, Outcome, RequestRecord
 from stormguard_server.refusals import (
+    engine_error_code,
     engine_error_response,
     engine_error_status,
     shed_response,
@@ -52,20 +53,33 @@ from stormguard_server.state import ServerState
 # Status for a request whose client has gone: never delivered, only logged and counted.
 _CLIENT_CLOSED = 499
 
+RequestKind = Literal["chat", "completion", "embedding", "response"]
+# The prefix of each kind's ids, as OpenAI's (x-request-id, records, logs).
+_ID_PREFIX: dict[RequestKind, str] = {
+    "chat": "chatcmpl",
+    "completion": "cmpl",
+    "embedding": "embd",
+    "response": "resp",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class GenerationCall:
-    """A validated generation request, with its wire-protocol headers parsed."""
+    """A validated request for the engine, with its wire-protocol headers parsed.
 
-    kind: Kind
+    ``max_tokens`` is 0 for a prefill-only request (embeddings): it costs its
+    prompt tokens alone, and the engine runs only the prefill (``_engine_request``).
+    ``stream`` is the writer of its SSE events when the answer is streamed."""
+
+    kind: RequestKind
     model: str
     prompt: str
     prompt_tokens: int
     max_tokens: int
     stop: tuple[str, ...]
     ignore_eos: bool
-    stream: bool
-    include_usage: bool
+    answer: Answer
+    stream: StreamAnswer | None
     priority: Priority
     attempt: int | None
     deadline_ms: float | None
@@ -79,17 +93,19 @@ class GenerationCall:
 def size_call(
     state: ServerState,
     *,
-    kind: Kind,
+    kind: RequestKind,
     model: str,
     prompt: str,
     requested_max_tokens: int | None,
     stop: tuple[str, ...],
     ignore_eos: bool,
-    stream: bool,
-    include_usage: bool,
+    answer: Answer,
+    stream: StreamAnswer | None,
     headers: Mapping[str, str],
+    prompt_param: str = "messages",
 ) -> GenerationCall | Response:
-    """Count the prompt and fix max_tokens; a request over the context is a 400 too_long."""
+    """Count the prompt and fix max_tokens; a request over the context is a 400 too_long
+    (naming ``prompt_param``, the field that holds the prompt)."""
     engine = state.engine
     prompt_tokens = len(engine.encode(prompt))
     limit = engine.max_model_len
@@ -101,6 +117,7 @@ def size_call(
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
             f"{max_tokens} in the completion). Please reduce the length of the messages or "
             "completion.",
+            param=prompt_param,
         )
     return GenerationCall(
         kind=kind,
@@ -110,11 +127,59 @@ def size_call(
         max_tokens=max_tokens,
         stop=stop,
         ignore_eos=ignore_eos,
+        answer=answer,
         stream=stream,
-        include_usage=include_usage,
-        priority=parse_priority(headers),
-        attempt=parse_attempt(headers),
-        deadline_ms=parse_deadline_ms(headers),
+        **_wire_headers(headers),
+    )
+
+
+def prefill_call(
+    *,
+    kind: RequestKind,
+    model: str,
+    prompt: str,
+    prompt_tokens: int,
+    answer: Answer,
+    headers: Mapping[str, str],
+) -> GenerationCall:
+    """A request whose engine work is the prefill of ``prompt_tokens`` alone (embeddings):
+    admitted at that cost, never streamed. The caller has checked its inputs' lengths."""
+    return GenerationCall(
+        kind=kind,
+        model=model,
+        prompt=prompt,
+        prompt_tokens=prompt_tokens,
+        max_tokens=0,
+        stop=(),
+        ignore_eos=True,
+        answer=answer,
+        stream=None,
+        **_wire_headers(headers),
+    )
+
+
+def _wire_headers(headers: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "priority": parse_priority(headers),
+        "attempt": parse_attempt(headers),
+        "deadline_ms": parse_deadline_ms(headers),
+    }
+
+
+def _engine_request(
+    call: GenerationCall, request_id: str, timeout_s: float | None
+) -> GenerationRequest:
+    """The engine's work for ``call``. A prefill-only call asks for one token: an engine
+    samples it in the step that completes the prefill, so the request ends there (no
+    decode step) and its KV blocks are freed; the token is not part of the answer."""
+    return GenerationRequest(
+        request_id=request_id,
+        prompt=call.prompt,
+        prompt_tokens=call.prompt_tokens,
+        max_tokens=call.max_tokens or 1,
+        stop=call.stop,
+        ignore_eos=call.ignore_eos,
+        timeout_s=timeout_s,
     )
 
 
@@ -124,9 +189,8 @@ class _Flight:
     def __init__(self, state: ServerState, call: GenerationCall) -> None:
         self.state = state
         self.call = call
-        prefix = "chatcmpl" if call.kind == "chat" else "cmpl"
         self.record = RequestRecord(
-            request_id=f"{prefix}-{uuid.uuid4().hex}",
+            request_id=f"{_ID_PREFIX[call.kind]}-{uuid.uuid4().hex}",
             kind=call.kind,
             model=call.model,
             priority=call.priority,
@@ -149,6 +213,18 @@ class _Flight:
         if self.call.deadline_ms is None:
             return None
         return self.call.deadline_ms / 1000.0 - (time.monotonic() - self.record.arrival)
+
+    def output(self) -> Output:
+        """What the engine did so far, for the answer's writer."""
+        record = self.record
+        return Output(
+            request_id=record.request_id,
+            model=self.call.model,
+            prompt_tokens=self.call.prompt_tokens,
+            text="".join(self.text),
+            output_tokens=record.output_tokens,
+            finish_reason=record.finish_reason,
+        )
 
     def failed(self, error: EngineError) -> None:
         """End the flight for an engine error."""
@@ -223,19 +299,10 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
         record.queue_position = ticket.queue_position
         record.admitted_at = ticket.admitted_at
 
-    engine_request = GenerationRequest(
-        request_id=flight.request_id,
-        prompt=call.prompt,
-        prompt_tokens=call.prompt_tokens,
-        max_tokens=call.max_tokens,
-        stop=call.stop,
-        ignore_eos=call.ignore_eos,
-        timeout_s=flight.time_left_s(),
-    )
-    deltas = state.engine.generate(engine_request)
+    deltas = state.engine.generate(_engine_request(call, flight.request_id, flight.time_left_s()))
     record.started = True
     try:
-        if call.stream:
+        if call.stream is not None:
             first = await unless_disconnected(receive, _next_delta(deltas, flight))
         else:
             await unless_disconnected(receive, _drain(deltas, flight))
@@ -249,21 +316,11 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
         flight.end("engine_error", error=repr(exc))
         raise
 
-    if not call.stream:
+    if call.stream is None:
         flight.end("ok")
-        return JSONResponse(
-            openai_format.full_response(
-                call.kind,
-                request_id=flight.request_id,
-                model=call.model,
-                text="".join(flight.text),
-                finish_reason=record.finish_reason,
-                prompt_tokens=call.prompt_tokens,
-                completion_tokens=record.output_tokens,
-            )
-        )
+        return JSONResponse(call.answer.body(flight.output()))
     return _GuardedStream(
-        _stream_events(flight, deltas, first),
+        _stream_events(flight, call.stream, deltas, first),
         on_close=lambda: flight.end("client_gone", gone="running"),
         media_type=sse.MEDIA_TYPE,
         headers=sse.HEADERS,
@@ -282,51 +339,34 @@ async def _drain(deltas: AsyncIterator[TokenDelta], flight: _Flight) -> None:
 
 
 async def _stream_events(
-    flight: _Flight, deltas: AsyncIterator[TokenDelta], first: TokenDelta
+    flight: _Flight, writer: StreamAnswer, deltas: AsyncIterator[TokenDelta], first: TokenDelta
 ) -> AsyncIterator[bytes]:
     """The SSE body. Ending normally or with an engine error ends the flight here; if
     the client leaves first, the response's ``on_close`` ends it as client_gone."""
-    call, created = flight.call, int(time.time())
-
-    def event(choices: list[dict[str, Any]]) -> bytes:
-        return sse.event(
-            openai_format.chunk(
-                call.kind,
-                request_id=flight.request_id,
-                model=call.model,
-                created=created,
-                choices=choices,
-                include_usage=call.include_usage,
-            )
-        )
-
-    yield event([openai_format.delta_choice(call.kind, first, first=True)])
+    for event in writer.opening(flight.output()):
+        yield event
+    for event in writer.delta(first, first=True):
+        yield event
     try:
         if first.finish_reason is None:
             async for delta in deltas:
                 flight.took(delta)
-                yield event([openai_format.delta_choice(call.kind, delta, first=False)])
+                for event in writer.delta(delta, first=False):
+                    yield event
     except EngineError as exc:
         flight.failed(exc)
-        status = engine_error_status(exc)
-        error: dict[str, object] = {**error_body(str(exc), status=status)["error"]}
-        error["code"] = status  # vLLM's shape: the HTTP status, as a number, is the code
-        yield sse.event({"error": error})
-        yield sse.DONE
+        failed = writer.failed(
+            flight.output(),
+            status=engine_error_status(exc),
+            code=engine_error_code(exc),
+            message=str(exc),
+        )
+        for event in failed:
+            yield event
         return
     flight.end("ok")
-    if call.include_usage:
-        usage_chunk = openai_format.chunk(
-            call.kind,
-            request_id=flight.request_id,
-            model=call.model,
-            created=created,
-            choices=[],
-            include_usage=True,
-        )
-        usage_chunk["usage"] = openai_format.usage(call.prompt_tokens, flight.record.output_tokens)
-        yield sse.event(usage_chunk)
-    yield sse.DONE
+    for event in writer.closing(flight.output()):
+        yield event
 
 
 class _GuardedStream(StreamingResponse):

@@ -26,11 +26,12 @@ from stormguard_server.errors import error_response
 from stormguard_server.state import ServerState
 
 
-def too_long_response(state: ServerState, message: str) -> Response:
-    """400: the request can never fit; retrying cannot help."""
+def too_long_response(state: ServerState, message: str, *, param: str = "messages") -> Response:
+    """400: the request can never fit; retrying cannot help. ``param`` names the field
+    that holds the prompt (``messages``, ``prompt``, ``input``)."""
     headers = {} if state.admission is None else refusal_headers(ShedReason.TOO_LONG, None, False)
     return error_response(
-        400, message, code="context_length_exceeded", param="messages", headers=headers
+        400, message, code="context_length_exceeded", param=param, headers=headers
     )
 
 
@@ -52,6 +53,13 @@ def engine_error_status(error: EngineError) -> int:
     return 500
 
 
+def engine_error_code(error: EngineError) -> str:
+    """The error ``code`` of an engine failure, as an HTTP answer or inside a stream."""
+    return {503: "engine_unavailable", 504: "deadline_exceeded"}.get(
+        engine_error_status(error), "engine_error"
+    )
+
+
 def engine_error_response(state: ServerState, error: EngineError) -> Response:
     """An engine failure (``engine_error_status``). A 503 says when the engine is back;
     a 504 says that retrying cannot help: the caller's own deadline has passed."""
@@ -61,12 +69,12 @@ def engine_error_response(state: ServerState, error: EngineError) -> Response:
         if state.admission is not None:
             shed = state.admission.unready_shed(state.engine.load())
             headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
-        return error_response(503, str(error), code="engine_unavailable", headers=headers)
+        return error_response(503, str(error), code=engine_error_code(error), headers=headers)
     if status == 504:
         if state.admission is not None:
             headers = {HEADER_SHOULD_RETRY: "false"}
-        return error_response(504, str(error), code="deadline_exceeded", headers=headers)
-    return error_response(500, str(error), code="engine_error")
+        return error_response(504, str(error), code=engine_error_code(error), headers=headers)
+    return error_response(500, str(error), code=engine_error_code(error))
 
 
 def refusal_headers(

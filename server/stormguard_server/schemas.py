@@ -92,3 +92,14 @@ class TokenizeRequest(_Lenient):
     messages: list[ChatMessage] | None = None
     add_generation_prompt: bool = True
     add_special_tokens: bool = True
+
+
+class EmbeddingRequest(_Lenient):
+    """OpenAI's embeddings request. ``input`` is checked further by the route
+    (``embeddings.inputs_of``), which can name what is wrong in openai's words."""
+
+    input: str | list[str] | list[int] | list[list[int]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: Annotated[int, Field(ge=1)] | None = None
+    user: str | None = None

@@ -33,6 +33,13 @@ __all__ = ["RequestSpans", "ServerTracing", "TraceMiddleware"]
 _SCOPE = "stormguard_server"
 # Probes and scrapes: frequent, never part of a caller's trace.
 _UNTRACED = frozenset({"/health", "/ready", "/metrics"})
+# OpenTelemetry's gen_ai.operation.name of each kind of request (records.RequestRecord.kind).
+_OPERATION_NAMES = {
+    "chat": "chat",
+    "completion": "text_completion",
+    "embedding": "embeddings",
+    "response": "chat",
+}
 
 
 class ServerTracing:
@@ -124,7 +131,7 @@ class RequestSpans:
         span.set_attributes(
             {
                 "stormguard.request.id": record.request_id,
-                "gen_ai.operation.name": "chat" if record.kind == "chat" else "text_completion",
+                "gen_ai.operation.name": _OPERATION_NAMES.get(record.kind, record.kind),
                 "gen_ai.request.model": record.model,
                 "gen_ai.request.max_tokens": record.max_tokens,
                 "stormguard.request.prompt_tokens": record.prompt_tokens,
