@@ -7,7 +7,7 @@ headers on every result and error.
 """
 
 from ._async_client import AsyncClient
-from ._base_client import DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
+from ._base_client import DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
 from ._breaker import (
     BreakerConfig,
     BreakerRegistry,
@@ -65,6 +65,7 @@ from ._models import (
     ModelList,
     Record,
 )
+from ._options import Omit, TimeoutLike, omit
 from ._retry import RetryPolicy
 from ._stats import CallStats
 from ._streaming import AsyncStream, Stream
@@ -80,6 +81,7 @@ from .protocol import Priority, ServerLoad, ShedReason
 from .telemetry import Telemetry
 
 __all__ = [
+    "DEFAULT_CONNECTION_LIMITS",
     "DEFAULT_TIMEOUT",
     "NOT_GIVEN",
     "APIConnectionError",
@@ -135,6 +137,7 @@ __all__ = [
     "ModelList",
     "NotFoundError",
     "NotGiven",
+    "Omit",
     "PermissionDeniedError",
     "Priority",
     "QueueTimeoutError",
@@ -153,9 +156,11 @@ __all__ = [
     "StreamInterruptedError",
     "Telemetry",
     "ThrottledError",
+    "TimeoutLike",
     "TokenRateLimitedError",
     "UnprocessableEntityError",
     "__version__",
     "async_httpx_client",
     "httpx_client",
+    "omit",
 ]

@@ -14,7 +14,15 @@ import anyio
 import httpx
 import tenacity
 
-from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._base_client import (
+    DEFAULT_CONNECTION_LIMITS,
+    NOT_GIVEN,
+    BaseClient,
+    CallExtras,
+    CallTimeout,
+    ClientOptions,
+    check_http_options,
+)
 from ._body import aiter_body
 from ._compat import Unpack
 from ._exceptions import StormguardError
@@ -42,17 +50,27 @@ class AsyncClient(BaseClient):
     """
 
     def __init__(
-        self, *, http_client: httpx.AsyncClient | None = None, **options: Unpack[ClientOptions]
+        self,
+        *,
+        http_client: httpx.AsyncClient | None = None,
+        connection_limits: httpx.Limits | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         """``http_client``: your own ``httpx.AsyncClient`` (proxies, TLS, limits), which
-        ``close()`` then leaves open. The other options: ``ClientOptions``."""
-        if http_client is not None and not isinstance(http_client, httpx.AsyncClient):
-            raise TypeError(
-                f"http_client must be an httpx.AsyncClient, got {type(http_client).__name__}"
-            )
+        ``close()`` then leaves open; ``connection_limits``: the pool limits of the
+        client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
+        The other options: ``ClientOptions``."""
+        check_http_options(http_client, httpx.AsyncClient, connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = http_client if http_client is not None else httpx.AsyncClient()
+        self._http = (
+            http_client
+            if http_client is not None
+            else httpx.AsyncClient(limits=connection_limits or DEFAULT_CONNECTION_LIMITS)
+        )
+        self._bind_resources()
+
+    def _bind_resources(self) -> None:
         self.chat = AsyncChat(self)
         self.completions = AsyncCompletions(self)
         self.models = AsyncModels(self)
@@ -164,9 +182,10 @@ class AsyncChatCompletions:
         *,
         messages: Iterable[Mapping[str, Any]],
         model: str | None = ...,
-        stream: Literal[False] = ...,
-        timeout: float | NotGiven | None = ...,
+        stream: Literal[False] | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> ChatCompletion: ...
@@ -178,8 +197,9 @@ class AsyncChatCompletions:
         messages: Iterable[Mapping[str, Any]],
         model: str | None = ...,
         stream: Literal[True],
-        timeout: float | NotGiven | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> AsyncStream[ChatCompletionChunk]: ...
@@ -189,9 +209,10 @@ class AsyncChatCompletions:
         *,
         messages: Iterable[Mapping[str, Any]],
         model: str | None = None,
-        stream: bool = False,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        stream: bool | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
@@ -201,9 +222,7 @@ class AsyncChatCompletions:
             messages=messages,
             model=model,
             stream=stream,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            extra_body=extra_body,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
@@ -231,9 +250,10 @@ class AsyncCompletions:
         *,
         prompt: str | list[str] | list[int],
         model: str | None = ...,
-        stream: Literal[False] = ...,
-        timeout: float | NotGiven | None = ...,
+        stream: Literal[False] | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> Completion: ...
@@ -245,8 +265,9 @@ class AsyncCompletions:
         prompt: str | list[str] | list[int],
         model: str | None = ...,
         stream: Literal[True],
-        timeout: float | NotGiven | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> AsyncStream[Completion]: ...
@@ -256,9 +277,10 @@ class AsyncCompletions:
         *,
         prompt: str | list[str] | list[int],
         model: str | None = None,
-        stream: bool = False,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        stream: bool | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> Completion | AsyncStream[Completion]:
@@ -267,9 +289,7 @@ class AsyncCompletions:
             prompt=prompt,
             model=model,
             stream=stream,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            extra_body=extra_body,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
         result: Completion | AsyncStream[Completion] = await self._client._request(spec)
@@ -285,11 +305,12 @@ class AsyncModels:
     async def list(
         self,
         *,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
     ) -> ModelList:
         """The models the server serves (with ``max_model_len`` on vLLM)."""
         result: ModelList = await self._client._request(
-            self._client._core.models_spec(timeout=timeout, extra_headers=extra_headers)
+            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
         )
         return result

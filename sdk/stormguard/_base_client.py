@@ -6,7 +6,7 @@ Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
 
 from __future__ import annotations
 
-import math
+import copy
 import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +19,7 @@ from ._body import ACCEPT_ENCODING, DEFAULT_MAX_RESPONSE_BYTES
 from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
-from ._compat import Unpack
+from ._compat import Self, Unpack
 from ._discovery import (
     Discovery,
     DiscoveryConfig,
@@ -31,6 +31,19 @@ from ._endpoints import Endpoint, EndpointPicker, SpillOver, check_served, norma
 from ._events import Observer
 from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
+from ._options import (
+    NOT_GIVEN,
+    AttemptTimeouts,
+    NotGiven,
+    Omit,
+    TimeoutLike,
+    check_timeout,
+    drop_omitted,
+    is_omitted,
+    path_with_query,
+    retry_policy_from,
+    split_timeout,
+)
 from ._pipeline import CallSpec
 from ._redact import Redactor
 from ._retry import RetryPolicy
@@ -46,7 +59,19 @@ from .protocol import (
 from .telemetry import Telemetry
 from .tokens import TokenPolicy
 
-__all__ = ["DEFAULT_TIMEOUT", "NOT_GIVEN", "BaseClient", "ClientCore", "ClientOptions", "NotGiven"]
+__all__ = [
+    "DEFAULT_CONNECTION_LIMITS",
+    "DEFAULT_TIMEOUT",
+    "NOT_GIVEN",
+    "BaseClient",
+    "CallExtras",
+    "CallSettings",
+    "CallTimeout",
+    "ClientChanges",
+    "ClientCore",
+    "ClientOptions",
+    "NotGiven",
+]
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Total time for one logical call, all attempts and sleeps included. Shorter
@@ -54,40 +79,13 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # a queue slot on a server that is already behind.
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONNECT_TIMEOUT = 10.0
+#: The pool of a client's own httpx client, sized for LLM fan-out as openai-python's is:
+#: a thousand calls at once, a hundred idle connections kept.
+DEFAULT_CONNECTION_LIMITS = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
 DEFAULT_BREAKER = BreakerConfig()
 DEFAULT_EJECTION = EjectionConfig()
 #: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
 DEFAULT_TELEMETRY = Telemetry()
-
-
-class NotGiven:
-    """Sentinel for "argument not passed" where None is a meaningful value."""
-
-    _instance: NotGiven | None = None
-
-    def __new__(cls) -> NotGiven:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return "NOT_GIVEN"
-
-
-NOT_GIVEN = NotGiven()
-
-
-def _check_timeout(value: float | None, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, got {type(value).__name__}")
-    if math.isnan(value) or value <= 0:
-        raise ValueError(f"{name} must be positive, got {value!r}")
-    return None if math.isinf(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -110,6 +108,10 @@ GenerationEndpoint.COMPLETION = GenerationEndpoint(
     "completions", "text_completion", Completion, Completion
 )
 
+
+#: A call's ``timeout``: the total in seconds, an ``httpx.Timeout`` (``_options.py``),
+#: None for no limit, or ``NOT_GIVEN``/``omit`` for the client's.
+CallTimeout = float | TimeoutLike | None | NotGiven | Omit
 
 #: One server, or several: URLs or ``Endpoint`` objects (with weights).
 BaseURL = str | httpx.URL | Endpoint | Sequence[str | httpx.URL | Endpoint]
@@ -146,12 +148,16 @@ class ClientCore:
         *,
         base_url: BaseURL | None = None,
         api_key: str | None = None,
+        organization: str | None = None,
+        project: str | None = None,
         model: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        timeout: float | TimeoutLike | None = DEFAULT_TIMEOUT,
+        connect_timeout: float | NotGiven | None = NOT_GIVEN,
         default_headers: Mapping[str, str] | None = None,
+        default_query: Mapping[str, object] | None = None,
         priority: Priority | str | None = None,
         retry_policy: RetryPolicy | None = None,
+        max_retries: int | NotGiven = NOT_GIVEN,
         retry_budget: RetryBudget | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         token_policy: TokenPolicy | None = None,
@@ -191,22 +197,8 @@ class ClientCore:
             )
         #: Which other pools' endpoints a call of a class may use (None: none).
         self.spill_over = spill_over
-        if api_key is None:
-            api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
-        self.api_key = api_key or None
-        self.model = model
-        self.timeout = _check_timeout(timeout, "timeout")
-        self.connect_timeout = _check_timeout(connect_timeout, "connect_timeout")
-        if max_response_bytes < 1:
-            raise ValueError("max_response_bytes must be positive")
-        self.max_response_bytes = max_response_bytes
         self.clock = clock or Clock()
-        self.retry_policy = retry_policy or RetryPolicy()
         self.budget = retry_budget or RetryBudget(clock=self.clock)
-        self.token_policy = token_policy
-        if isinstance(fallback_models, str):
-            raise TypeError("fallback_models must be a list of model names, not one string")
-        self.fallback_models = tuple(fallback_models)
         self.rng = random.Random()
         self.stats = StatsRecorder()
         self.picker = EndpointPicker(
@@ -215,15 +207,29 @@ class ClientCore:
             rng=self.rng,
             discovered=discovered,
         )
-        #: The class of the client's calls (its ``x-priority``), which picks their pool.
-        self.priority = (
-            Priority(priority)
-            if priority is not None
-            else parse_priority({k.lower(): v for k, v in (default_headers or {}).items()})
+        if api_key is None:
+            api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        if organization is None:
+            organization = os.environ.get("OPENAI_ORG_ID")
+        if project is None:
+            project = os.environ.get("OPENAI_PROJECT_ID")
+        self._configure(
+            CallSettings(
+                api_key=api_key,
+                organization=organization,
+                project=project,
+                model=model,
+                timeout=timeout,
+                connect_timeout=connect_timeout,
+                default_headers=default_headers,
+                default_query=default_query,
+                priority=priority,
+                retry_policy=retry_policy_from(retry_policy, max_retries),
+                max_response_bytes=max_response_bytes,
+                token_policy=token_policy,
+                fallback_models=fallback_models,
+            )
         )
-        for served in (model, *self.fallback_models):
-            # A clear error now for a model, or a class, that no endpoint serves.
-            check_served(self.endpoints, served, self.priority)
         #: Receives every call's events (spans, metrics); None: no events at all.
         self.observer = telemetry
         listeners = tuple(breaker_listeners)
@@ -275,25 +281,6 @@ class ClientCore:
         #: ``server.address`` / ``server.port`` of the call spans.
         self.server_address: str | None = first.host or None
         self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)
-        headers = {
-            "accept": "application/json",
-            # Only what is decoded in bounded steps (``_body.py``): a gzip bomb stops at the cap.
-            "accept-encoding": ACCEPT_ENCODING,
-            "content-type": "application/json",
-            "user-agent": f"stormguard/{__version__}",
-            # Plain vLLM then reports its load (ORCA) on every non-streaming answer.
-            HEADER_ENDPOINT_LOAD_METRICS_FORMAT: "TEXT",
-        }
-        if priority is not None:
-            headers[HEADER_PRIORITY] = Priority(priority).value
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        headers.update({k.lower(): v for k, v in (default_headers or {}).items()})
-        self.headers = headers
-        #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
-        self.redactor = Redactor.for_client(
-            headers=headers, urls=[endpoint.base_url for endpoint in self.endpoints]
-        )
         on_discovery = tuple(discovery_listeners)
         endpoints_discovered = getattr(telemetry, "endpoints_discovered", None)
         if callable(endpoints_discovered):  # an observer written before discovery has none
@@ -328,24 +315,123 @@ class ClientCore:
             ours |= self.discovery.netlocs()
         return ours
 
-    def attempt_timeout(self, remaining: float) -> httpx.Timeout:
-        """httpx timeouts for one attempt: each operation may take what is left."""
-        if not math.isfinite(remaining):
-            return httpx.Timeout(None, connect=self.connect_timeout)
-        connect = (
-            remaining if self.connect_timeout is None else min(self.connect_timeout, remaining)
+    def _configure(self, settings: CallSettings) -> None:
+        """Apply what a client's calls send and how long they may take: the part of
+        the settings that ``with_options`` may change (``CallSettings``)."""
+        self.settings = settings
+        self.api_key = settings.api_key or None
+        self.organization = settings.organization
+        self.project = settings.project
+        self.model = settings.model
+        self.timeout, limits = split_timeout(settings.timeout)
+        connect = settings.connect_timeout
+        if limits is not None and not isinstance(connect, NotGiven):
+            raise ValueError(
+                "connect_timeout and an httpx.Timeout as timeout both set the connect"
+                " timeout: give it in the Timeout only"
+            )
+        if limits is None:
+            connect = DEFAULT_CONNECT_TIMEOUT if isinstance(connect, NotGiven) else connect
+            limits = AttemptTimeouts(connect=check_timeout(connect, "connect_timeout"))
+        #: Bounds of each attempt's connect, write and pool wait.
+        self.attempt_timeouts = limits
+        self.connect_timeout = limits.connect
+        if settings.max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
+        self.max_response_bytes = settings.max_response_bytes
+        self.retry_policy = settings.retry_policy
+        self.token_policy = settings.token_policy
+        if isinstance(settings.fallback_models, str):
+            raise TypeError("fallback_models must be a list of model names, not one string")
+        self.fallback_models = tuple(settings.fallback_models)
+        default_headers = drop_omitted(settings.default_headers or {})
+        priority = settings.priority
+        #: The class of the client's calls (its ``x-priority``), which picks their pool.
+        self.priority = (
+            Priority(priority)
+            if priority is not None
+            else parse_priority({k.lower(): v for k, v in default_headers.items()})
         )
-        return httpx.Timeout(remaining, connect=connect)
+        for served in (self.model, *self.fallback_models):
+            # A clear error now for a model, or a class, that no endpoint serves.
+            check_served(self.endpoints, served, self.priority)
+        headers = {
+            "accept": "application/json",
+            # Only what is decoded in bounded steps (``_body.py``): a gzip bomb stops at the cap.
+            "accept-encoding": ACCEPT_ENCODING,
+            "content-type": "application/json",
+            "user-agent": f"stormguard/{__version__}",
+            # Plain vLLM then reports its load (ORCA) on every non-streaming answer.
+            HEADER_ENDPOINT_LOAD_METRICS_FORMAT: "TEXT",
+        }
+        if priority is not None:
+            headers[HEADER_PRIORITY] = Priority(priority).value
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        # openai-python's names and sources (OPENAI_ORG_ID, OPENAI_PROJECT_ID).
+        if self.organization is not None:
+            headers["openai-organization"] = self.organization
+        if self.project is not None:
+            headers["openai-project"] = self.project
+        headers.update({k.lower(): v for k, v in default_headers.items()})
+        self.headers = headers
+        #: Query parameters of every request (``extra_query`` adds to them per call).
+        self.default_query: Mapping[str, object] = drop_omitted(settings.default_query or {})
+        #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
+        self.redactor = Redactor.for_client(
+            headers=headers, urls=[endpoint.base_url for endpoint in self.endpoints]
+        )
+
+    def derive(self, changes: Mapping[str, Any]) -> ClientCore:
+        """A core with some call settings changed that shares everything else: the
+        endpoints, budget, limiter, breakers, ejection, discovery, stats and observer
+        (``with_options``). ``default_headers`` and ``default_query`` add to the
+        current ones, as openai-python's ``copy`` does."""
+        unknown = set(changes) - set(CallSettings.__dataclass_fields__) - {"max_retries"}
+        if unknown:
+            raise TypeError(
+                f"with_options cannot change {', '.join(sorted(unknown))}: it shares the"
+                " connection pool and resilience state; make a new client for that"
+            )
+        given = dict(changes)
+        current = self.settings
+        if "max_retries" in given:
+            policy = retry_policy_from(
+                given.pop("retry_policy", None), given.pop("max_retries"), base=self.retry_policy
+            )
+            given["retry_policy"] = policy
+        elif given.get("retry_policy", current.retry_policy) is None:
+            given["retry_policy"] = RetryPolicy()
+        for name in ("default_headers", "default_query"):
+            if given.get(name) is not None:
+                given[name] = {**(getattr(current, name) or {}), **given[name]}
+        if "timeout" in given and "connect_timeout" not in given:
+            # A new Timeout brings its own connect; a number keeps the current one.
+            given["connect_timeout"] = (
+                NOT_GIVEN
+                if split_timeout(given["timeout"])[1] is not None
+                else self.attempt_timeouts.connect
+            )
+        derived = copy.copy(self)
+        derived._configure(replace(current, **given))
+        return derived
+
+    def attempt_timeout(
+        self, remaining: float, limits: AttemptTimeouts | None = None
+    ) -> httpx.Timeout:
+        """httpx timeouts for one attempt: each operation may take what is left, and
+        no more than its bound (the call's own ``Timeout``, else the client's)."""
+        return (limits or self.attempt_timeouts).for_attempt(remaining)
 
     # -- call specs: what each endpoint sends -----------------------------------------
 
-    def _timeout_for(self, timeout: float | NotGiven | None) -> float | None:
-        if isinstance(timeout, NotGiven):
-            return self.timeout
-        return _check_timeout(timeout, "timeout")
+    def _timeout_for(self, timeout: CallTimeout) -> tuple[float | None, AttemptTimeouts | None]:
+        if is_omitted(timeout):
+            return self.timeout, None
+        return split_timeout(timeout)
 
     def _model_for(self, model: str | None) -> str:
-        chosen = model or self.model
+        chosen = (None if is_omitted(model) else model) or self.model
         if not chosen:
             raise ValueError("No model: pass model= to the call or to the client")
         return chosen
@@ -355,10 +441,8 @@ class ClientCore:
         *,
         messages: Iterable[Mapping[str, Any]],
         model: str | None,
-        stream: bool,
-        timeout: float | NotGiven | None,
-        extra_headers: Mapping[str, str] | None,
-        extra_body: Mapping[str, Any] | None,
+        stream: bool | None,
+        extras: CallExtras,
         params: Mapping[str, Any],
     ) -> CallSpec:
         if isinstance(messages, (str, bytes, Mapping)):
@@ -367,8 +451,8 @@ class ClientCore:
         if not all(isinstance(m, Mapping) for m in message_list):
             raise TypeError("each message must be a dict with 'role' and 'content'")
         return self._generation_spec(
-            GenerationEndpoint.CHAT, "messages", message_list, model, stream, timeout,
-            extra_headers, extra_body, params,
+            GenerationEndpoint.CHAT, "messages", drop_omitted(message_list), model, stream,
+            extras, params,
         )  # fmt: skip
 
     def completion_spec(
@@ -376,16 +460,13 @@ class ClientCore:
         *,
         prompt: str | list[str] | list[int],
         model: str | None,
-        stream: bool,
-        timeout: float | NotGiven | None,
-        extra_headers: Mapping[str, str] | None,
-        extra_body: Mapping[str, Any] | None,
+        stream: bool | None,
+        extras: CallExtras,
         params: Mapping[str, Any],
     ) -> CallSpec:
         return self._generation_spec(
-            GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, timeout,
-            extra_headers, extra_body, params,
-        )  # fmt: skip
+            GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, extras, params
+        )
 
     def _generation_spec(
         self,
@@ -393,50 +474,95 @@ class ClientCore:
         input_field: str,
         input_value: object,
         model: str | None,
-        stream: bool,
-        timeout: float | NotGiven | None,
-        extra_headers: Mapping[str, str] | None,
-        extra_body: Mapping[str, Any] | None,
+        stream: bool | None,
+        extras: CallExtras,
         params: Mapping[str, Any],
     ) -> CallSpec:
         chosen = self._model_for(model)
+        streaming = bool(stream) and not is_omitted(stream)
         body: dict[str, Any] = {"model": chosen, input_field: input_value}
-        body.update(params)
-        if extra_body:
-            body.update(extra_body)
-        if stream:
+        body.update(drop_omitted(params))
+        if extras.extra_body:
+            body.update(drop_omitted(extras.extra_body))
+        if streaming:
             body["stream"] = True
-        return CallSpec(
+        return self._spec(
+            extras,
             method="POST",
             path=endpoint.path,
             result_type=endpoint.result_type,
             operation=endpoint.operation,
             body=body,
-            stream=stream,
+            stream=streaming,
             chunk_type=endpoint.chunk_type,
             model=chosen,
-            timeout=self._timeout_for(timeout),
-            headers=dict(extra_headers or {}),
         )
 
-    def models_spec(
-        self, *, timeout: float | NotGiven | None, extra_headers: Mapping[str, str] | None
-    ) -> CallSpec:
-        return CallSpec(
-            method="GET",
-            path="models",
-            result_type=ModelList,
-            operation="models",
-            timeout=self._timeout_for(timeout),
-            headers=dict(extra_headers or {}),
+    def models_spec(self, *, extras: CallExtras) -> CallSpec:
+        return self._spec(
+            extras, method="GET", path="models", result_type=ModelList, operation="models"
         )
+
+    def _spec(self, extras: CallExtras, *, path: str, **fields: Any) -> CallSpec:
+        """The spec with what every endpoint takes: the timeout, the headers and the
+        query (``default_query`` and ``extra_query``, in the URL as openai sends it)."""
+        total, limits = self._timeout_for(extras.timeout)
+        return CallSpec(
+            path=path_with_query(path, self.default_query, extras.extra_query),
+            timeout=total,
+            attempt_timeouts=limits,
+            headers={
+                name: value
+                for name, value in (extras.extra_headers or {}).items()
+                if not is_omitted(value)
+            },
+            **fields,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallExtras:
+    """openai-python's per-call options every endpoint takes (``extra_body`` only
+    where there is a body)."""
+
+    timeout: CallTimeout = NOT_GIVEN
+    extra_headers: Mapping[str, str] | None = None
+    extra_query: Mapping[str, object] | None = None
+    extra_body: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallSettings:
+    """The settings of a client that ``with_options`` may change; everything else
+    (endpoints, budget, limiter, breakers, ejection, discovery, clock, telemetry,
+    the connection pool) a derived client shares with its parent."""
+
+    api_key: str | None
+    organization: str | None
+    project: str | None
+    model: str | None
+    timeout: float | TimeoutLike | None
+    connect_timeout: float | NotGiven | None
+    default_headers: Mapping[str, str] | None
+    default_query: Mapping[str, object] | None
+    priority: Priority | str | None
+    retry_policy: RetryPolicy
+    max_response_bytes: int
+    token_policy: TokenPolicy | None
+    fallback_models: Sequence[str]
 
 
 class ClientOptions(TypedDict, total=False):
     """Keyword options of ``Client`` and ``AsyncClient`` (defaults in ``ClientCore``).
 
     ``timeout`` is the total time of one call, every attempt and backoff included
-    (None: no limit); ``connect_timeout`` bounds each TCP connect; ``priority`` is
+    (None: no limit; an ``httpx.Timeout`` gives its ``read`` as the total and its
+    ``connect``, ``write`` and ``pool`` as bounds of each attempt, docs/retries.md
+    "Deadlines"); ``connect_timeout`` bounds each TCP connect; ``max_retries=N`` is
+    openai's shorthand for ``retry_policy=RetryPolicy(max_attempts=N + 1)`` (not
+    both); ``organization`` and ``project`` (default: ``OPENAI_ORG_ID`` and
+    ``OPENAI_PROJECT_ID``) are sent as ``OpenAI-Organization`` and
+    ``OpenAI-Project``; ``default_query`` goes into every URL; ``priority`` is
     sent as ``x-priority``; ``retry_budget`` may be shared with other clients;
     ``base_url`` may list several servers (or ``Endpoint`` objects with weights):
     each attempt goes to the less loaded of two, a retry to another one;
@@ -467,12 +593,16 @@ class ClientOptions(TypedDict, total=False):
 
     base_url: BaseURL | None
     api_key: str | None
+    organization: str | None
+    project: str | None
     model: str | None
-    timeout: float | None
-    connect_timeout: float
+    timeout: float | TimeoutLike | None
+    connect_timeout: float | None
     default_headers: Mapping[str, str] | None
+    default_query: Mapping[str, object] | None
     priority: Priority | str | None
     retry_policy: RetryPolicy | None
+    max_retries: int
     retry_budget: RetryBudget | None
     max_response_bytes: int
     token_policy: TokenPolicy | None
@@ -491,11 +621,98 @@ class ClientOptions(TypedDict, total=False):
     spill_over: SpillOver | None
 
 
+def check_http_options(
+    http_client: object, expected: type, connection_limits: httpx.Limits | None
+) -> None:
+    """A clear error for an ``http_client`` of the wrong kind, or one given with
+    ``connection_limits`` (which size only the client's own pool)."""
+    if http_client is not None and not isinstance(http_client, expected):
+        raise TypeError(
+            f"http_client must be an httpx.{expected.__name__}, got {type(http_client).__name__}"
+        )
+    if connection_limits is not None and not isinstance(connection_limits, httpx.Limits):
+        raise TypeError(
+            f"connection_limits must be an httpx.Limits, got {type(connection_limits).__name__}"
+        )
+    if http_client is not None and connection_limits is not None:
+        raise TypeError(
+            "connection_limits sizes the client's own pool: with your own http_client,"
+            " set limits on it instead"
+        )
+
+
+class ClientChanges(TypedDict, total=False):
+    """What ``with_options`` may change (``CallSettings``, and ``max_retries``)."""
+
+    api_key: str | None
+    organization: str | None
+    project: str | None
+    model: str | None
+    timeout: float | TimeoutLike | None
+    connect_timeout: float | None
+    default_headers: Mapping[str, str] | None
+    default_query: Mapping[str, object] | None
+    priority: Priority | str | None
+    retry_policy: RetryPolicy | None
+    max_retries: int
+    max_response_bytes: int
+    token_policy: TokenPolicy | None
+    fallback_models: Sequence[str]
+
+
 class BaseClient:
     """Construction and introspection shared by ``Client`` and ``AsyncClient``."""
 
+    _owns_http: bool
+
     def __init__(self, **options: Unpack[ClientOptions]) -> None:
         self._core = ClientCore(**options)
+
+    def _bind_resources(self) -> None:
+        """Create ``chat``, ``completions``, ``models`` ... bound to this client."""
+        raise NotImplementedError
+
+    def with_options(self, **changes: Unpack[ClientChanges]) -> Self:
+        """A client with some settings changed (``ClientChanges``) that shares this
+        one's connection pool and resilience state: retry budget, concurrency
+        limiter, breakers, ejection, discovery and stats, as openai-python's
+        ``client.with_options(timeout=...)`` shares its pool. Closing it leaves the
+        pool open: close the client it came from. ``default_headers`` and
+        ``default_query`` add to the current ones."""
+        derived = copy.copy(self)
+        derived._core = self._core.derive(changes)
+        derived._owns_http = False
+        derived._bind_resources()
+        return derived
+
+    #: openai-python's name for ``with_options``.
+    copy = with_options
+
+    @property
+    def api_key(self) -> str | None:
+        return self._core.api_key
+
+    @property
+    def organization(self) -> str | None:
+        return self._core.organization
+
+    @property
+    def project(self) -> str | None:
+        return self._core.project
+
+    @property
+    def timeout(self) -> float | None:
+        """The total time of one call (None: no limit)."""
+        return self._core.timeout
+
+    @property
+    def max_retries(self) -> int:
+        """Retries after the first attempt (``retry_policy.max_attempts - 1``)."""
+        return self._core.retry_policy.max_attempts - 1
+
+    @property
+    def default_query(self) -> Mapping[str, object]:
+        return self._core.default_query
 
     @property
     def base_url(self) -> str:

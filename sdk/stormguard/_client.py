@@ -13,7 +13,15 @@ from typing import Any, Literal, overload
 import httpx
 import tenacity
 
-from ._base_client import NOT_GIVEN, BaseClient, ClientOptions, NotGiven
+from ._base_client import (
+    DEFAULT_CONNECTION_LIMITS,
+    NOT_GIVEN,
+    BaseClient,
+    CallExtras,
+    CallTimeout,
+    ClientOptions,
+    check_http_options,
+)
 from ._body import iter_body
 from ._compat import Unpack
 from ._deadline_transport import default_http_client, hold_to_deadlines
@@ -44,21 +52,27 @@ class Client(BaseClient):
     """
 
     def __init__(
-        self, *, http_client: httpx.Client | None = None, **options: Unpack[ClientOptions]
+        self,
+        *,
+        http_client: httpx.Client | None = None,
+        connection_limits: httpx.Limits | None = None,
+        **options: Unpack[ClientOptions],
     ) -> None:
         """``http_client``: your own ``httpx.Client`` (proxies, TLS, limits), which
-        ``close()`` then leaves open. The other options: ``ClientOptions``."""
-        if http_client is not None and not isinstance(http_client, httpx.Client):
-            raise TypeError(
-                f"http_client must be an httpx.Client, got {type(http_client).__name__}"
-            )
+        ``close()`` then leaves open; ``connection_limits``: the pool limits of the
+        client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
+        The other options: ``ClientOptions``."""
+        check_http_options(http_client, httpx.Client, connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
         if http_client is None:
-            http_client = default_http_client()
+            http_client = default_http_client(connection_limits or DEFAULT_CONNECTION_LIMITS)
         else:
             hold_to_deadlines(http_client)
         self._http = http_client
+        self._bind_resources()
+
+    def _bind_resources(self) -> None:
         self.chat = Chat(self)
         self.completions = Completions(self)
         self.models = Models(self)
@@ -161,9 +175,10 @@ class ChatCompletions:
         *,
         messages: Iterable[Mapping[str, Any]],
         model: str | None = ...,
-        stream: Literal[False] = ...,
-        timeout: float | NotGiven | None = ...,
+        stream: Literal[False] | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> ChatCompletion: ...
@@ -175,8 +190,9 @@ class ChatCompletions:
         messages: Iterable[Mapping[str, Any]],
         model: str | None = ...,
         stream: Literal[True],
-        timeout: float | NotGiven | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> Stream[ChatCompletionChunk]: ...
@@ -186,9 +202,10 @@ class ChatCompletions:
         *,
         messages: Iterable[Mapping[str, Any]],
         model: str | None = None,
-        stream: bool = False,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        stream: bool | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> ChatCompletion | Stream[ChatCompletionChunk]:
@@ -198,9 +215,7 @@ class ChatCompletions:
             messages=messages,
             model=model,
             stream=stream,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            extra_body=extra_body,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
         result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(spec)
@@ -226,9 +241,10 @@ class Completions:
         *,
         prompt: str | list[str] | list[int],
         model: str | None = ...,
-        stream: Literal[False] = ...,
-        timeout: float | NotGiven | None = ...,
+        stream: Literal[False] | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> Completion: ...
@@ -240,8 +256,9 @@ class Completions:
         prompt: str | list[str] | list[int],
         model: str | None = ...,
         stream: Literal[True],
-        timeout: float | NotGiven | None = ...,
+        timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
         **params: Any,
     ) -> Stream[Completion]: ...
@@ -251,9 +268,10 @@ class Completions:
         *,
         prompt: str | list[str] | list[int],
         model: str | None = None,
-        stream: bool = False,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        stream: bool | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
         **params: Any,
     ) -> Completion | Stream[Completion]:
@@ -262,9 +280,7 @@ class Completions:
             prompt=prompt,
             model=model,
             stream=stream,
-            timeout=timeout,
-            extra_headers=extra_headers,
-            extra_body=extra_body,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
         result: Completion | Stream[Completion] = self._client._request(spec)
@@ -280,11 +296,12 @@ class Models:
     def list(
         self,
         *,
-        timeout: float | NotGiven | None = NOT_GIVEN,
+        timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
     ) -> ModelList:
         """The models the server serves (with ``max_model_len`` on vLLM)."""
         result: ModelList = self._client._request(
-            self._client._core.models_spec(timeout=timeout, extra_headers=extra_headers)
+            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
         )
         return result

@@ -3,8 +3,8 @@
 import sys
 
 if sys.version_info >= (3, 11):
-    from typing import Unpack
+    from typing import Self, Unpack
 else:  # pragma: no cover - exercised on 3.10 only
-    from typing_extensions import Unpack
+    from typing_extensions import Self, Unpack
 
-__all__ = ["Unpack"]
+__all__ = ["Self", "Unpack"]

@@ -256,11 +256,13 @@ def _environment_proxies() -> dict[str, str | None]:
     return get_environment_proxies()
 
 
-def default_http_client() -> httpx.Client:
+def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
     """What ``Client()`` uses when given no ``http_client``: ``httpx.Client()``, with
-    its environment proxies, on :class:`DeadlineTransport` s."""
+    its environment proxies, on :class:`DeadlineTransport` s (with ``limits``, or
+    httpx's own)."""
+    pool = {} if limits is None else {"limits": limits}
     mounts: dict[str, httpx.BaseTransport | None] = {
-        pattern: None if url is None else DeadlineTransport(proxy=url)
+        pattern: None if url is None else DeadlineTransport(proxy=url, **pool)
         for pattern, url in _environment_proxies().items()
     }
-    return httpx.Client(transport=DeadlineTransport(), mounts=mounts)
+    return httpx.Client(transport=DeadlineTransport(**pool), mounts=mounts)

@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from ._breaker import Permit
     from ._endpoints import EndpointState
     from ._events import CallObserver
+    from ._options import AttemptTimeouts
     from .tokens import Precheck, Reservation
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
@@ -116,6 +117,8 @@ class CallSpec:
     chunk_type: type[Record] | None = None
     model: str | None = None
     timeout: float | None = None
+    #: Bounds of each attempt's connect, write and pool wait (None: the client's).
+    attempt_timeouts: AttemptTimeouts | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Transport mode (``stormguard.httpx_client``): hand back httpx responses, not records.
     raw: bool = False
@@ -637,7 +640,7 @@ class LogicalCall:
             url,
             content=self._content,
             headers=headers,
-            timeout=self.core.attempt_timeout(remaining),
+            timeout=self.core.attempt_timeout(remaining, self.spec.attempt_timeouts),
             extensions=extensions or None,
         )
 

@@ -1,0 +1,46 @@
+"""openai-python-style calls that mypy --strict must accept on stormguard's clients
+(type-checked by test_openai_conventions.py, never run)."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+
+import stormguard
+
+
+def sync_calls(client: stormguard.Client) -> None:
+    client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        timeout=httpx.Timeout(10, connect=2),
+        extra_query={"api-version": "2024-06-01"},
+        extra_headers={"x-trace": "t"},
+        extra_body={"seed": 1},
+        temperature=openai.NOT_GIVEN,
+    )
+    client.chat.completions.create(model="m", messages=[], timeout=openai.Timeout(5))
+    client.chat.completions.create(model="m", messages=[], timeout=stormguard.NOT_GIVEN)
+    client.completions.create(model="m", prompt="p", timeout=3.5, extra_query={"a": 1})
+    client.models.list(timeout=None, extra_query={"page": 2})
+    other = client.with_options(timeout=httpx.Timeout(30), max_retries=5)
+    other.copy(default_headers={"x": "y"}, default_query={"q": "1"}, organization="o")
+    stormguard.Client(
+        timeout=httpx.Timeout(600, connect=5.0),
+        max_retries=2,
+        organization="org",
+        project="proj",
+        default_headers={"x": "y"},
+        default_query={"q": 1},
+        connection_limits=httpx.Limits(max_connections=10),
+    )
+
+
+async def async_calls(client: stormguard.AsyncClient) -> None:
+    await client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        timeout=httpx.Timeout(10, connect=2),
+        extra_query={"api-version": "2024-06-01"},
+    )
+    await client.with_options(max_retries=0).models.list(timeout=openai.Timeout(5))
