@@ -38,10 +38,12 @@ from stormguard_server.middleware import (
 from stormguard_server.openai_format import ChoicesAnswer
 from stormguard_server.refusals import refusal_headers
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
+from stormguard_server.responses import serve_responses
 from stormguard_server.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
+    ResponsesRequest,
     TokenizeRequest,
 )
 from stormguard_server.sim_engine import SimEngine
@@ -237,6 +239,16 @@ def _install_routes(app: FastAPI) -> None:
         if isinstance(model, Response):
             return model
         return await serve_embeddings(
+            state, body, model=model, headers=request.headers, receive=request.receive
+        )
+
+    @app.post("/v1/responses", tags=["openai"])
+    async def responses(body: ResponsesRequest, request: Request) -> Response:
+        state = get_state(request)
+        model = _resolve_model(state, body.model)
+        if isinstance(model, Response):
+            return model
+        return await serve_responses(
             state, body, model=model, headers=request.headers, receive=request.receive
         )
 

@@ -103,3 +103,50 @@ class EmbeddingRequest(_Lenient):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Annotated[int, Field(ge=1)] | None = None
     user: str | None = None
+
+
+class InputText(_Lenient):
+    """A text part of a Responses API input message (``output_text``: an earlier answer)."""
+
+    type: Literal["input_text", "output_text"]
+    text: str
+
+
+class InputMessage(_Lenient):
+    """A Responses API input message (``EasyInputMessage`` or a ``message`` item)."""
+
+    type: Literal["message"] = "message"
+    role: Annotated[str, Field(min_length=1, max_length=64)]
+    content: str | list[InputText]
+
+    def text(self) -> str:
+        """The message's text, parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class ResponsesRequest(_Lenient):
+    """The Responses API's request, text in and text out: ``input`` as a string or a list
+    of messages, ``instructions`` as the system message. Tools, files, images and
+    ``previous_response_id`` are not served (a message part of another type is a 400)."""
+
+    input: str | Annotated[list[InputMessage], Field(min_length=1)]
+    instructions: str | None = None
+    model: str | None = None
+    max_output_tokens: MaxTokens | None = None
+    stream: bool = False
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    ignore_eos: bool = False
+
+    def messages(self) -> list[tuple[str, str]]:
+        """(role, text) of the conversation, instructions first."""
+        said: list[tuple[str, str]] = []
+        if self.instructions is not None:
+            said.append(("system", self.instructions))
+        if isinstance(self.input, str):
+            said.append(("user", self.input))
+        else:
+            said.extend((message.role, message.text()) for message in self.input)
+        return said

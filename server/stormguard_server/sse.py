@@ -18,3 +18,8 @@ HEADERS = {"cache-control": "no-cache", "x-accel-buffering": "no"}
 def event(data: Any) -> bytes:
     """One SSE event carrying ``data`` as compact JSON."""
     return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+
+def named_event(name: str, data: Any) -> bytes:
+    """One SSE event with an ``event:`` line (the Responses API names each event)."""
+    return b"event: " + name.encode() + b"\n" + event(data)

@@ -1,0 +1,220 @@
+"""``POST /v1/responses``: the Responses API, text in and text out, under the chat
+route's admission (the conversation is rendered with the chat template and sized,
+admitted and generated exactly as a chat completion; ``max_output_tokens`` is its
+``max_tokens``).
+
+``ResponsesAnswer`` writes the ``response`` object, or the stream's events in the
+order openai sends them, each with ``type`` and ``sequence_number``:
+``response.created``, ``response.in_progress``, ``response.output_item.added``,
+``response.content_part.added``, ``response.output_text.delta`` per delta, then
+``response.output_text.done``, ``response.content_part.done``,
+``response.output_item.done`` and ``response.completed`` (``response.incomplete``,
+with ``incomplete_details.reason = "max_output_tokens"``, when the output was cut
+at that limit). An engine failure after the stream began ends it with an ``error``
+event (the code the chat route's 5xx would carry) and then ``response.failed``.
+No ``data: [DONE]``: the Responses API's streams end with the connection.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi.responses import Response
+from starlette.types import Receive
+
+from stormguard_server import sse
+from stormguard_server.answer import Output
+from stormguard_server.engine import TokenDelta
+from stormguard_server.generation import serve_generation, size_call
+from stormguard_server.schemas import ResponsesRequest
+from stormguard_server.state import ServerState
+
+
+async def serve_responses(
+    state: ServerState,
+    body: ResponsesRequest,
+    *,
+    model: str,
+    headers: Mapping[str, str],
+    receive: Receive,
+) -> Response:
+    """Size, admit, generate and answer one Responses API request."""
+    answer = ResponsesAnswer(
+        instructions=body.instructions,
+        max_output_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+    )
+    call = size_call(
+        state,
+        kind="response",
+        model=model,
+        prompt=state.engine.chat_prompt(body.messages(), add_generation_prompt=True),
+        requested_max_tokens=body.max_output_tokens,
+        stop=(),
+        ignore_eos=body.ignore_eos,
+        answer=answer,
+        stream=answer if body.stream else None,
+        headers=headers,
+        prompt_param="input",
+    )
+    if isinstance(call, Response):
+        return call
+    return await serve_generation(state, call, receive)
+
+
+@dataclass
+class ResponsesAnswer:
+    """One request's ``response`` object or stream events (see the module docstring)."""
+
+    instructions: str | None
+    max_output_tokens: int | None
+    temperature: float | None
+    top_p: float | None
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    message_id: str = field(default_factory=lambda: f"msg_{uuid.uuid4().hex}")
+    _sequence: int = 0
+
+    # -- JSON ---------------------------------------------------------------
+
+    def body(self, out: Output) -> dict[str, Any]:
+        return self._response(out, self._final_status(out), text=out.text)
+
+    # -- SSE ----------------------------------------------------------------
+
+    def opening(self, out: Output) -> list[bytes]:
+        started = self._response(out, "in_progress", text=None)
+        return [
+            self._event("response.created", response=started),
+            self._event("response.in_progress", response=started),
+            self._event(
+                "response.output_item.added",
+                output_index=0,
+                item=self._message("in_progress", text=None),
+            ),
+            self._event(
+                "response.content_part.added",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=_output_text(""),
+            ),
+        ]
+
+    def delta(self, delta: TokenDelta, *, first: bool) -> list[bytes]:
+        if not delta.text:
+            return []
+        return [
+            self._event(
+                "response.output_text.delta",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                delta=delta.text,
+                logprobs=[],
+            )
+        ]
+
+    def closing(self, out: Output) -> list[bytes]:
+        status, text = self._final_status(out), out.text
+        return [
+            self._event(
+                "response.output_text.done",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            ),
+            self._event(
+                "response.content_part.done",
+                item_id=self.message_id,
+                output_index=0,
+                content_index=0,
+                part=_output_text(text),
+            ),
+            self._event(
+                "response.output_item.done", output_index=0, item=self._message(status, text=text)
+            ),
+            self._event(
+                "response.completed" if status == "completed" else "response.incomplete",
+                response=self._response(out, status, text=text),
+            ),
+        ]
+
+    def failed(self, out: Output, *, status: int, code: str, message: str) -> list[bytes]:
+        failed = self._response(out, "failed", text=None)
+        failed["error"] = {"code": "server_error", "message": message}
+        return [
+            self._event("error", code=code, message=message, param=None),
+            self._event("response.failed", response=failed),
+        ]
+
+    # -- shapes -------------------------------------------------------------
+
+    @staticmethod
+    def _final_status(out: Output) -> str:
+        return "incomplete" if out.finish_reason == "length" else "completed"
+
+    def _response(self, out: Output, status: str, *, text: str | None) -> dict[str, Any]:
+        """The ``response`` object; ``text=None`` while nothing is final (no output, no
+        usage yet)."""
+        done = text is not None
+        return {
+            "id": out.request_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "error": None,
+            "incomplete_details": (
+                {"reason": "max_output_tokens"} if status == "incomplete" else None
+            ),
+            "instructions": self.instructions,
+            "max_output_tokens": self.max_output_tokens,
+            "model": out.model,
+            "output": [self._message(status, text=text)] if done else [],
+            "parallel_tool_calls": True,
+            "previous_response_id": None,
+            "reasoning": None,
+            "store": False,
+            "temperature": self.temperature,
+            "text": {"format": {"type": "text"}},
+            "tool_choice": "auto",
+            "tools": [],
+            "top_p": self.top_p,
+            "truncation": "disabled",
+            "usage": _usage(out.prompt_tokens, out.output_tokens) if done else None,
+            "metadata": {},
+        }
+
+    def _message(self, status: str, *, text: str | None) -> dict[str, Any]:
+        return {
+            "type": "message",
+            "id": self.message_id,
+            "status": status,
+            "role": "assistant",
+            "content": [] if text is None else [_output_text(text)],
+        }
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return sse.named_event(kind, data)
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _usage(input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input_tokens + output_tokens,
+    }
