@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from stormguard._version import __version__
@@ -54,6 +55,17 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
 _CREATED = int(time.time())
+
+
+class _ModelIdConvertor(PathConvertor):
+    """A model id in a path: any text, slashes included (``org/model``, as vLLM serves
+    them) and line breaks too (Starlette's ``path`` stops at one, so a ``$`` matched
+    before a final newline and the id lost it)."""
+
+    regex = "(?s:.+)"
+
+
+register_url_convertor("model_id", _ModelIdConvertor())
 
 
 def build_state(
@@ -257,8 +269,7 @@ def _install_routes(app: FastAPI) -> None:
         state = get_state(request)
         return {"object": "list", "data": [_model_card(state, m) for m in state.served_models]}
 
-    # ``:path``: a served name may hold a slash (``org/model``, as vLLM serves them).
-    @app.get("/v1/models/{model:path}", tags=["openai"])
+    @app.get("/v1/models/{model:model_id}", tags=["openai"])
     async def retrieve_model(model: str, request: Request) -> Response:
         state = get_state(request)
         resolved = _resolve_model(state, model)

@@ -2,7 +2,8 @@
 OpenAI-shaped error, never a 500, never a hang.
 
 Arbitrary unicode, lone surrogates included, goes in every string field of every
-route's body (chat and completions, streamed or not, /tokenize), in the model id of
+route's body (chat, completions and the Responses API, streamed or not, embeddings,
+/tokenize), in the model id of
 /v1/models/{id}, and in every request header the server reads. Requests are made at
 the ASGI level with a hand-built scope: header values are raw bytes there (httpx
 cannot send a header that is not latin-1). One app serves every example (tracing
@@ -106,8 +107,49 @@ def bodies(text: st.SearchStrategy[str]) -> dict[str, st.SearchStrategy[dict[str
             extra_fields,
         )
 
+    token_ids = st.lists(st.integers(-2, 2**33), max_size=3)
+    input_part = st.fixed_dictionaries(
+        {"type": plausible_or("input_text", "output_text"), "text": text}
+    )
+    input_message = st.builds(
+        lambda role, content, extra: {**extra, "role": role, "content": content},
+        plausible_or("user", "developer", "assistant"),
+        st.one_of(text, st.lists(input_part, max_size=2)),
+        extra_fields,
+    )
     return {
         "/v1/chat/completions": generation(messages=messages),
+        "/v1/embeddings": st.builds(
+            lambda body, extra: {**extra, **body},
+            st.fixed_dictionaries(
+                {
+                    "input": st.one_of(
+                        text, st.lists(text, max_size=3), token_ids, st.lists(token_ids, max_size=2)
+                    )
+                },
+                optional={
+                    "model": model,
+                    "encoding_format": plausible_or("float", "base64"),
+                    "dimensions": st.integers(-1, 70),
+                    "user": text,
+                },
+            ),
+            extra_fields,
+        ),
+        "/v1/responses": st.builds(
+            lambda body, extra: {**extra, **body},
+            st.fixed_dictionaries(
+                {"input": st.one_of(text, st.lists(input_message, min_size=1, max_size=3))},
+                optional={
+                    "model": model,
+                    "instructions": text,
+                    "stream": st.booleans(),
+                    "max_output_tokens": st.integers(0, 4),
+                    "temperature": st.floats(-1, 3),
+                },
+            ),
+            extra_fields,
+        ),
         "/v1/completions": generation(
             prompt=st.one_of(text, st.lists(text, min_size=1, max_size=1))
         ),
@@ -263,7 +305,14 @@ def assert_answered(answer: Answer, *, streamed: bool = False) -> None:
         assert isinstance(error["message"], str) and error["message"]
     elif answer.headers.get("content-type", "").startswith("text/event-stream"):
         assert streamed
-        events = [line[len(b"data: ") :] for line in answer.body.splitlines() if line]
+        lines = [line for line in answer.body.splitlines() if line.startswith(b"data: ")]
+        events = [line[len(b"data: ") :] for line in lines]
+        if b"event: " in answer.body:  # the Responses API: named events, no [DONE]
+            kinds = [json.loads(data)["type"] for data in events]
+            assert kinds[0] == "response.created"
+            # An engine failure is the engine's word (a deadline that passed), never a 500.
+            assert kinds[-1] in {"response.completed", "response.incomplete", "response.failed"}
+            return
         assert events[-1] == b"[DONE]"
         for data in events[:-1]:
             chunk = json.loads(data)
@@ -275,7 +324,7 @@ def assert_answered(answer: Answer, *, streamed: bool = False) -> None:
 
 @pytest.fixture
 async def app() -> AsyncIterator[FastAPI]:
-    config = ServerConfig(engine=ENGINE, max_body_bytes=65_536)
+    config = ServerConfig(engine=ENGINE, max_body_bytes=65_536, embedding_dimensions=64)
     served = create_app(state=build_state(config, tracer_provider=TracerProvider()))
     async with served.router.lifespan_context(served):
         yield served
@@ -284,7 +333,9 @@ async def app() -> AsyncIterator[FastAPI]:
 @settings(SETTINGS, max_examples=120)
 @given(
     data=st.data(),
-    route=st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+    route=st.sampled_from(
+        ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/embeddings"]
+    ),
     sent_headers=headers,
 )
 async def test_generation_routes_answer_any_text(
