@@ -50,6 +50,7 @@ from ._exceptions import (
 )
 from ._history import AttemptRecord
 from ._limiter import ConcurrencyLimiter, LimitState
+from ._logs import setup_logging
 from ._models import (
     CallInfo,
     ChatCompletion,
@@ -164,3 +165,5 @@ __all__ = [
     "httpx_client",
     "omit",
 ]
+
+setup_logging()

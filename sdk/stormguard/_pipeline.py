@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import tenacity
 
+from . import _logs
 from ._body import BodyLimit, BodyTooLargeError, read_response
 from ._breaker import CircuitState, is_breaker_failure
 from ._deadline import Deadline
@@ -541,10 +542,26 @@ class LogicalCall:
             outcome = _RETRY
         self._close_record(outcome)
         self._delay_before = self._next_delay
+        _logs.retrying(
+            outcome=outcome,
+            attempt=self.attempt_number,
+            method=self.spec.method,
+            path=self.spec.path,
+            endpoint=self._endpoint.name if self._endpoint is not None else self._last_endpoint,
+            error=_outcome_error(state),
+            wait=self._next_delay,
+            redactor=self.redactor,
+        )
 
     def _stopped(self, reason: str) -> None:
         self.retry_stopped_by = reason
         self._close_record(reason)
+        _logs.retry_stopped(
+            reason=reason,
+            attempt=self.attempt_number,
+            error=self._attempt_error,
+            redactor=self.redactor,
+        )
 
     # -- one attempt ---------------------------------------------------------------------
 

@@ -1,0 +1,101 @@
+"""Log lines of the retry loop, switched on as openai-python's ``OPENAI_LOG`` is.
+
+``STORMGUARD_LOG=info`` (or ``debug``) in the environment, read at import, sets the
+``stormguard`` logger to that level and gives the root logger a handler if it has
+none (``logging.basicConfig``), as openai-python's ``_utils/_logs.py`` does. An
+application that configures logging itself can set the ``stormguard`` logger's
+level instead.
+
+At INFO, one line per retry, failover and requeue: which attempt failed, why,
+where the next one goes and after how long. At DEBUG also one line when the loop
+stops retrying, with its reason. Every text in a line that came from outside (an
+error's message, a URL) passes through the call's ``Redactor`` first, so an API
+key a server echoes back is logged as ``[redacted]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._redact import Redactor
+
+__all__ = ["logger", "retry_stopped", "retrying", "setup_logging"]
+
+logger: logging.Logger = logging.getLogger("stormguard")
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO}
+#: How much of an error's message a line quotes.
+_QUOTE = 200
+
+
+def setup_logging() -> None:
+    """Apply ``STORMGUARD_LOG`` (``info`` or ``debug``; anything else: nothing)."""
+    level = _LEVELS.get(os.environ.get("STORMGUARD_LOG", "").strip().lower())
+    if level is None:
+        return
+    # e.g. [2024-10-05 14:12:26 - stormguard._logs:70 - INFO] Retrying ... (openai's format)
+    logging.basicConfig(
+        format="[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s",
+        datefmt="%Y-%m-%d %H:%M:%S",
+    )
+    logger.setLevel(level)
+
+
+def _reason(error: BaseException | None, redactor: Redactor) -> str:
+    if error is None:
+        return "no error"
+    status = getattr(error, "status_code", None)
+    kind = type(error).__name__ if status is None else f"{type(error).__name__} {status}"
+    message = str(error)
+    return f"{kind}: {redactor.quote(message, _QUOTE)}" if message else kind
+
+
+def retrying(
+    *,
+    outcome: str,
+    attempt: int,
+    method: str,
+    path: str,
+    endpoint: str | None,
+    error: BaseException | None,
+    wait: float,
+    redactor: Redactor,
+) -> None:
+    """One INFO line for an attempt that another follows (``retry``, ``failover``
+    or ``requeued``)."""
+    if not logger.isEnabledFor(logging.INFO):
+        return
+    # The path without its query (which may hold a credential), and the endpoint's
+    # host:port: never a URL's userinfo.
+    where = "/" + path.partition("?")[0].lstrip("/")
+    if outcome == "requeued":
+        then = f"requeued locally, next attempt in {wait:.3f} s"
+    elif outcome == "failover":
+        then = f"failing over to another endpoint in {wait:.3f} s"
+    else:
+        then = f"retrying in {wait:.3f} s"
+    logger.info(
+        "%s %s%s attempt %d failed (%s); %s",
+        method,
+        where,
+        "" if endpoint is None else f" at {redactor.scrub(endpoint)}",
+        attempt,
+        _reason(error, redactor),
+        then,
+    )
+
+
+def retry_stopped(
+    *, reason: str, attempt: int, error: BaseException | None, redactor: Redactor
+) -> None:
+    """One DEBUG line when the retry loop stops after a failed attempt."""
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "not retrying after attempt %d (%s): %s",
+            attempt,
+            _reason(error, redactor),
+            reason,
+        )
