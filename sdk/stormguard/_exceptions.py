@@ -1,6 +1,7 @@
 """The stormguard exception tree.
 
-Names follow openai-python so that ``except RateLimitError`` ports unchanged::
+Names and attributes follow openai-python so that ``except RateLimitError`` and
+``err.code`` port unchanged::
 
     StormguardError
     ├── APIError                        the server or the network said no
@@ -11,6 +12,7 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
     │   ├── StreamInterruptedError      a stream cut off before its end
     │   └── APIStatusError              a 4xx/5xx answer (``status_code``)
     │       ├── BadRequestError              400
+    │       │   └── ContextWindowExceededError  prompt + max_tokens cannot fit (refused here)
     │       ├── AuthenticationError          401
     │       ├── PermissionDeniedError        403
     │       ├── NotFoundError                404
@@ -20,24 +22,42 @@ Names follow openai-python so that ``except RateLimitError`` ports unchanged::
     │       └── InternalServerError          5xx
     │           └── ServiceUnavailableError  503
     └── RefusedBeforeSendError          stopped in this process, no I/O happened
-        ├── ContextWindowExceededError  prompt + max_tokens cannot fit the model
+        ├── ContextWindowExceededError  (also a BadRequestError, as LiteLLM's is)
         ├── TokenRateLimitedError       the client-side token rate limit said wait too long
         ├── CircuitOpenError            the endpoint's breaker is open
         ├── ThrottledError              adaptive throttling refused it locally
         └── LocalQueueFullError         too many calls already wait for a slot
 
-Every error carries ``server_load`` (parsed load headers, all None when there
-was no response), ``attempts``, ``attempt_history`` and ``retry_stopped_by``.
-No message, repr or string attribute ever contains a credential the client
-sends (``api_key``, credential headers, a password in the base URL): every text
-that came from the server, or from a library quoting it, is scrubbed
-(``_redact.Redactor``) before it is cut, and requests (with their headers) are
-never part of a message. ``APIStatusError.raw_body`` and ``.response`` are the
-server's answer as it came, echoes included: they are not for logging.
+Every ``APIError`` has openai-python's attributes with openai-python's meaning:
+``message``; ``request``, the ``httpx.Request`` of the attempt the error is about
+(None when no request went out for it: a local queue timeout, a deadline that
+passed before the attempt started); ``body``, the ``error`` object of an
+OpenAI-shaped JSON body (the whole JSON when it has none, the text when it is
+not JSON, None without a body); ``code``, ``param`` and ``type`` read from that
+object (``code`` as a string, vLLM's numeric codes included; LiteLLM's proxy
+writes ``"None"`` for an absent value, read as None); ``request_id`` from
+``x-request-id``. ``APIStatusError`` adds ``status_code`` and ``response``.
+``ContextWindowExceededError`` is a ``BadRequestError`` with ``status_code``
+400, ``code="context_length_exceeded"`` and ``request``/``response`` None:
+nothing was sent. The other local refusals are not ``APIError`` s and have none
+of these. The constructors differ from openai's (message first, keywords);
+``stormguard.compat.openai_errors()`` makes the errors catchable as openai's.
+
+Every error also carries ``server_load`` (parsed load headers, all None when
+there was no response), ``attempts``, ``attempt_history`` and
+``retry_stopped_by``. No message, repr or string attribute (``code``,
+``param``, ``type`` and a text ``body`` included) ever contains a credential
+the client sends (``api_key``, credential headers, a password in the base URL):
+every text that came from the server, or from a library quoting it, is
+scrubbed (``_redact.Redactor``) before it is cut, and requests (with their
+headers) are never part of a message. ``request``, ``response`` and
+``APIStatusError.raw_body`` are what was sent and what came back, credentials
+and echoes included: they are not for logging.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .protocol import ServerLoad
@@ -72,10 +92,39 @@ __all__ = [
     "ThrottledError",
     "TokenRateLimitedError",
     "UnprocessableEntityError",
+    "error_object",
     "status_error_class",
 ]
 
 _EMPTY_LOAD = ServerLoad()
+#: ``code``, ``param`` and ``type`` longer than this are cut (they name things).
+_MAX_FIELD = 200
+#: What LiteLLM's proxy (``str(None)``) and some gateways write for "no value".
+_ABSENT = frozenset({"", "none", "null"})
+
+
+def error_object(payload: object) -> object:
+    """The part of an error body that openai-python calls ``body``: the ``error``
+    object of ``{"error": {...}}``, else the body itself (vLLM's flat
+    ``{"object": "error", "message", "type", "code"}``, FastAPI's ``{"detail"}``)."""
+    if isinstance(payload, Mapping) and "error" in payload:
+        return payload["error"]
+    return payload
+
+
+def _field(value: object) -> str | None:
+    """One of ``code``/``param``/``type``: a string or a whole number, as a string."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value).strip()[:_MAX_FIELD]
+    return None if text.lower() in _ABSENT else text
+
+
+def _error_fields(body: object) -> tuple[str | None, str | None, str | None]:
+    """``code``, ``param`` and ``type`` of an error object (None when not a mapping)."""
+    if not isinstance(body, Mapping):
+        return None, None, None
+    return _field(body.get("code")), _field(body.get("param")), _field(body.get("type"))
 
 
 class StormguardError(Exception):
@@ -109,16 +158,32 @@ class StormguardError(Exception):
 class APIError(StormguardError):
     """An error that came from talking to the server."""
 
+    #: The request of the attempt this error is about (None: none went out for it).
+    request: httpx.Request | None
+    #: The error object of the response body (see the module docstring), scrubbed.
+    body: object
+    #: The error object's ``code`` (``"insufficient_quota"``, vLLM's ``"400"``).
+    code: str | None
+    #: The error object's ``param`` (the request field at fault).
+    param: str | None
+    #: The error object's ``type`` (``"invalid_request_error"``).
+    type: str | None
+    #: The response's ``x-request-id``, scrubbed, at most 200 characters.
     request_id: str | None
 
     def __init__(
         self,
         message: str,
+        request: httpx.Request | None = None,
         *,
+        body: object = None,
         server_load: ServerLoad | None = None,
         request_id: str | None = None,
     ) -> None:
         super().__init__(message, server_load=server_load)
+        self.request = request
+        self.body = body
+        self.code, self.param, self.type = _error_fields(body)
         self.request_id = request_id
 
 
@@ -133,8 +198,15 @@ class APITimeoutError(APIConnectionError):
     #: retry would do it again.
     response_started: bool
 
-    def __init__(self, message: str, *, response_started: bool = False, **kwargs: Any) -> None:
-        super().__init__(message, **kwargs)
+    def __init__(
+        self,
+        message: str,
+        request: httpx.Request | None = None,
+        *,
+        response_started: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, request, **kwargs)
         self.response_started = response_started
 
 
@@ -162,10 +234,21 @@ class APIResponseValidationError(APIError):
     """The server answered 2xx with a body the API does not allow (bad JSON, wrong type)."""
 
     status_code: int
+    response: httpx.Response | None
 
-    def __init__(self, message: str, *, status_code: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int,
+        response: httpx.Response | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if response is not None and kwargs.get("request") is None:
+            kwargs["request"] = _request_of(response)
         super().__init__(message, **kwargs)
         self.status_code = status_code
+        self.response = response
 
 
 class StreamInterruptedError(APIError):
@@ -183,11 +266,13 @@ class APIStatusError(APIError):
     """The server answered with a 4xx or 5xx status."""
 
     status_code: int
-    #: The decoded JSON error body, or the start of its text when it was not JSON
-    #: (500 characters); credentials the server echoed are ``[redacted]`` in both.
+    #: The ``error`` object of the decoded JSON body (the whole JSON when it has
+    #: none), or the start of the text when it was not JSON (500 characters);
+    #: credentials the server echoed are ``[redacted]`` in both.
     body: object
     #: The body as it came, unscrubbed (None for errors sent inside a stream).
     raw_body: bytes | None
+    #: The response (None for a refusal made in this process).
     response: httpx.Response | None
 
     def __init__(
@@ -198,12 +283,16 @@ class APIStatusError(APIError):
         body: object = None,
         raw_body: bytes | None = None,
         response: httpx.Response | None = None,
+        request: httpx.Request | None = None,
         server_load: ServerLoad | None = None,
         request_id: str | None = None,
     ) -> None:
-        super().__init__(message, server_load=server_load, request_id=request_id)
+        if request is None and response is not None:
+            request = _request_of(response)
+        super().__init__(
+            message, request, body=body, server_load=server_load, request_id=request_id
+        )
         self.status_code = status_code
-        self.body = body
         self.raw_body = raw_body
         self.response = response
 
@@ -251,8 +340,14 @@ class RefusedBeforeSendError(StormguardError):
     """The call was refused inside this process; nothing was sent."""
 
 
-class ContextWindowExceededError(RefusedBeforeSendError, ValueError):
-    """Prompt tokens plus ``max_tokens`` exceed the model's context window."""
+class ContextWindowExceededError(BadRequestError, RefusedBeforeSendError, ValueError):
+    """Prompt tokens plus ``max_tokens`` exceed the model's context window.
+
+    Found in this process, before anything was sent; it reads as the 400 the
+    server would have answered (OpenAI's ``code="context_length_exceeded"``), so
+    ``except BadRequestError`` catches it as it catches LiteLLM's. It is the
+    caller's error: never retried, never a breaker or throttle failure, and
+    ``request``/``response`` are None."""
 
     def __init__(
         self,
@@ -264,7 +359,13 @@ class ContextWindowExceededError(RefusedBeforeSendError, ValueError):
         context_window: int,
         counter: str,
     ) -> None:
-        super().__init__(message)
+        body = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "context_length_exceeded",
+        }
+        super().__init__(message, status_code=400, body=body)
         self.model = model
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
@@ -307,6 +408,14 @@ class LocalQueueFullError(RefusedBeforeSendError):
         super().__init__(message)
         self.endpoint = endpoint
         self.waiting = waiting
+
+
+def _request_of(response: httpx.Response) -> httpx.Request | None:
+    """The request a response answers (None for a response built without one)."""
+    try:
+        return response.request
+    except RuntimeError:  # httpx: "The request instance has not been set"
+        return None
 
 
 _STATUS_CLASSES: dict[int, type[APIStatusError]] = {

@@ -154,6 +154,8 @@ class LogicalCall:
         #: The next retry is a failover: to an endpoint not tried yet, outside the budget.
         self._failover = False
         self._permit: Permit | None = None
+        #: The request of the current (or last) attempt: the ``request`` of its errors.
+        self._request: httpx.Request | None = None
         self._attempt_error: BaseException | None = None
         self._settled = True  # no attempt yet
         self._delay_before = 0.0
@@ -652,7 +654,7 @@ class LogicalCall:
             headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
         self._started = self.core.clock.now()
         self._pending = None
-        return http.build_request(
+        self._request = http.build_request(
             self.spec.method,
             url,
             content=self._content,
@@ -660,6 +662,7 @@ class LogicalCall:
             timeout=self.core.attempt_timeout(remaining, self.spec.attempt_timeouts),
             extensions=extensions or None,
         )
+        return self._request
 
     def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:
         permit, registry = self._permit, self.core.breakers
@@ -798,7 +801,10 @@ class LogicalCall:
 
     def failed(self, error: APIError) -> APIError:
         """Record that the attempt ended in ``error`` and return it, to be raised
-        (scrubbed of secrets: it may quote a library's text, an httpx error's)."""
+        (scrubbed of secrets: it may quote a library's text, an httpx error's), with
+        the attempt's request as its ``request``."""
+        if error.request is None:
+            error.request = self._request
         self.redactor.scrub_error(error)
         self._attempt_error = error
         self._settle(None, error)

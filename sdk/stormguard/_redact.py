@@ -233,11 +233,13 @@ class Redactor:
 
     def scrub_error(self, error: StormguardError) -> StormguardError:
         """Scrub, in place, every string an error carries (its message and args, the
-        request id, a text body) and the load it quotes; returns the error.
+        request id, ``code``, ``param``, ``type``, the ``body``, text or JSON) and
+        the load it quotes; returns the error.
 
         The net under the quoting functions: an error built from a library's text
         (an httpx exception quoting a malformed header line) passes through it too.
-        ``raw_body`` and ``response`` stay the server's answer as it came."""
+        ``raw_body``, ``request`` and ``response`` stay what was sent and what came
+        back."""
         if self._pattern is None:
             return error
         for name, value in list(vars(error).items()):
@@ -245,6 +247,8 @@ class Redactor:
                 scrubbed = self.scrub(value)
                 if scrubbed is not value:
                     setattr(error, name, scrubbed)
+            elif name == "body" and isinstance(value, (dict, list)):
+                setattr(error, name, self.scrub_json(value))
         error.args = tuple(self.scrub(a) if isinstance(a, str) else a for a in error.args)
         error.server_load = self.scrub_load(error.server_load)
         return error

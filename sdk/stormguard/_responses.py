@@ -18,6 +18,7 @@ from ._exceptions import (
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
+    error_object,
     status_error_class,
 )
 from ._models import APIResult, CallInfo
@@ -49,19 +50,33 @@ def request_id_of(response: httpx.Response, *, redactor: Redactor) -> str | None
 def translate_transport_error(
     exc: Exception, *, response_started: bool = False, server_load: ServerLoad | None = None
 ) -> APIError:
-    """The stormguard error for an httpx failure (or an anyio/asyncio timeout)."""
+    """The stormguard error for an httpx failure (or an anyio/asyncio timeout), with
+    the request httpx names (the pipeline adds the attempt's when it names none)."""
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    request = _request_of(exc)
     if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
         return APITimeoutError(
             f"Request timed out ({detail})",
+            request,
             response_started=response_started,
             server_load=server_load,
         )
     if response_started:
         return APIConnectionError(
-            f"Connection lost while reading the response ({detail})", server_load=server_load
+            f"Connection lost while reading the response ({detail})",
+            request,
+            server_load=server_load,
         )
-    return APIConnectionError(f"Connection error ({detail})", server_load=server_load)
+    return APIConnectionError(f"Connection error ({detail})", request, server_load=server_load)
+
+
+def _request_of(exc: Exception) -> httpx.Request | None:
+    if not isinstance(exc, httpx.RequestError):
+        return None
+    try:
+        return exc.request
+    except RuntimeError:  # httpx raises it for an error made without a request
+        return None
 
 
 def parse_json_object(body: bytes) -> Mapping[str, Any] | None:
@@ -101,15 +116,16 @@ def error_from_payload(
     fallback: str = "",
     raw_body: bytes | None = None,
 ) -> APIStatusError:
-    """An ``APIStatusError`` of the class for ``status_code``, from a decoded body
-    (scrubbed of secrets; ``raw_body`` stays as it came)."""
+    """An ``APIStatusError`` of the class for ``status_code``, from a decoded body:
+    its ``body`` is the body's ``error`` object, as openai-python's (scrubbed of
+    secrets; ``raw_body`` stays as it came)."""
     message = _error_message(payload, fallback) or httpx.codes.get_reason_phrase(status_code)
     message = redactor.quote(message, _MAX_QUOTED)  # scrubbed first: a key cut in half leaks half
     cls = status_error_class(status_code)
     return cls(
         f"Error code: {status_code} - {message}",
         status_code=status_code,
-        body=redactor.scrub_json(payload),
+        body=redactor.scrub_json(error_object(payload)),
         raw_body=raw_body,
         response=response,
         server_load=server_load,
@@ -152,6 +168,7 @@ def result_from_response(
         raise APIResponseValidationError(
             f"Expected a JSON response, got content-type {redactor.quote(content_type, 100)!r}",
             status_code=response.status_code,
+            response=response,
             server_load=info.server_load,
             request_id=info.request_id,
         )
@@ -161,6 +178,7 @@ def result_from_response(
         raise APIResponseValidationError(
             f"The response body is not a JSON object (starts with {snippet!r})",
             status_code=response.status_code,
+            response=response,
             server_load=info.server_load,
             request_id=info.request_id,
         )

@@ -101,6 +101,8 @@ class _StreamState(Generic[T]):
     # Errors raised after the first chunk reached the caller are not retried; they
     # still carry the call's attempt history.
     def _raise(self, error: APIError) -> APIError:
+        if error.request is None:
+            error.request = self.response.request
         if not self.in_caller_hands:
             return self.call.failed(error)
         self.call.annotate(error)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from ._breaker import is_breaker_failure
 from ._clock import Clock
-from ._exceptions import APIError, APIStatusError
+from ._exceptions import APIError, APIStatusError, RefusedBeforeSendError
 from ._window import WindowedPair
 
 __all__ = ["AdaptiveThrottle", "ThrottleState", "is_accept"]
@@ -67,11 +67,17 @@ def is_accept(error: BaseException | None) -> bool:
     """Whether an attempt's outcome shows the server accepted it (None: it succeeded)."""
     if error is None:
         return True
-    if not isinstance(error, APIError):
+    if not _went_out(error):
         return False  # refused in this process, cancelled, or the caller's own bug
     if isinstance(error, APIStatusError) and error.status_code in (429, 503):
         return False  # refusals: the server's load, or the caller's rate
     return not is_breaker_failure(error)
+
+
+def _went_out(error: BaseException | None) -> bool:
+    """An error of a request that was sent (a ``ContextWindowExceededError`` is a
+    ``BadRequestError`` refused here: nothing went out)."""
+    return isinstance(error, APIError) and not isinstance(error, RefusedBeforeSendError)
 
 
 class AdaptiveThrottle:
@@ -132,7 +138,7 @@ class AdaptiveThrottle:
         was sent (and cancellation) record nothing."""
         if is_accept(error):
             self.record_accept()
-        elif isinstance(error, APIError):
+        elif _went_out(error):
             self.record_reject()
 
     def probability(self) -> float:

@@ -225,7 +225,11 @@ async def test_every_status_error_class(
     assert err.server_load.queue_depth == 12
     assert err.server_load.load_shed == "queue_full"
     assert "went wrong" in str(err)
-    assert err.body == {"error": {"message": "went wrong", "type": "t"}}
+    # openai-python's meaning: the body's ``error`` object, and its fields.
+    assert err.body == {"message": "went wrong", "type": "t"}
+    assert (err.type, err.code, err.param) == ("t", None, None)
+    assert err.request is not None and err.request.url.path.endswith("/chat/completions")
+    assert err.response is not None and err.response.request is err.request
 
 
 async def test_503_is_also_an_internal_server_error() -> None:
