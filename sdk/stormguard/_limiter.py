@@ -88,6 +88,7 @@ from ._exceptions import (
     QueueTimeoutError,
     StreamInterruptedError,
 )
+from ._retry import is_out_of_quota
 from .protocol import ServerLoad, ShedReason
 
 __all__ = [
@@ -159,11 +160,13 @@ def is_shed(error: BaseException | None) -> bool:
     """Whether an attempt was refused before the server worked on it: a 503 (the
     reference server's ``x-load-shed``, vLLM's queue-full answer, as a JSON body or
     as an error event inside a 200 stream before any content) or a 429 (the
-    caller's rate, or the server's load). ``too_long`` is the caller's error."""
+    caller's rate, or the server's load). ``too_long`` is the caller's error, and
+    a 429 out of quota (``insufficient_quota``) the caller's account's."""
     return (
         isinstance(error, APIStatusError)
         and error.status_code in _SHED_STATUSES
         and error.server_load.load_shed != ShedReason.TOO_LONG.value
+        and not is_out_of_quota(error)
     )
 
 

@@ -17,6 +17,9 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
   guess; it is clamped to ``max_retry_after`` (60 s, as openai-python) so a server cannot
   park a caller for an hour. Negative, malformed and absurd (over a day)
   values are ignored by ``stormguard.protocol`` and the jittered backoff applies.
+* A 429 whose error ``code`` or ``type`` is ``insufficient_quota`` is not
+  retried (``is_out_of_quota``): the account is out of credit, and no wait of
+  seconds brings it back; OpenAI says so in the body of an ordinary 429.
 """
 
 from __future__ import annotations
@@ -37,9 +40,22 @@ from ._exceptions import (
     ThrottledError,
 )
 
-__all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy"]
+__all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy", "is_out_of_quota"]
 
 DEFAULT_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_OUT_OF_QUOTA = "insufficient_quota"
+
+
+def is_out_of_quota(error: BaseException | None) -> bool:
+    """A 429 that says the account is out of quota (``code`` or ``type``
+    ``insufficient_quota``), not over a rate: never retried, never requeued, and
+    no shed for the concurrency limit (the server has room; this caller has no
+    credit)."""
+    return (
+        isinstance(error, APIStatusError)
+        and error.status_code == 429
+        and _OUT_OF_QUOTA in (error.code, error.type)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +131,8 @@ class RetryPolicy:
         if isinstance(error, APIConnectionError):
             return _RETRY
         if isinstance(error, APIStatusError):
+            if is_out_of_quota(error):
+                return _NOT_RETRYABLE  # whatever x-should-retry says: no wait refills it
             should_retry = error.server_load.should_retry
             if should_retry is False:
                 return RetryDecision(False, "should_retry_false")
