@@ -67,6 +67,7 @@ from ._models import (
     Record,
 )
 from ._options import Omit, TimeoutLike, omit
+from ._rate_limit_headers import RateLimit
 from ._retry import RetryPolicy
 from ._stats import CallStats
 from ._streaming import AsyncStream, Stream
@@ -142,6 +143,7 @@ __all__ = [
     "PermissionDeniedError",
     "Priority",
     "QueueTimeoutError",
+    "RateLimit",
     "RateLimitError",
     "Record",
     "RefusedBeforeSendError",

@@ -40,19 +40,19 @@ writes ``"None"`` for an absent value, read as None); ``request_id`` from
 ``ContextWindowExceededError`` is a ``BadRequestError`` with ``status_code``
 400, ``code="context_length_exceeded"`` and ``request``/``response`` None:
 nothing was sent. The other local refusals are not ``APIError`` s and have none
-of these. The constructors differ from openai's (message first, keywords);
-``stormguard.compat.openai_errors()`` makes the errors catchable as openai's.
+of these. The constructors differ from openai's (message first, keywords), and
+the classes are stormguard's own: ``except openai.APIError`` does not catch them.
 
 Every error also carries ``server_load`` (parsed load headers, all None when
-there was no response), ``attempts``, ``attempt_history`` and
-``retry_stopped_by``. No message, repr or string attribute (``code``,
-``param``, ``type`` and a text ``body`` included) ever contains a credential
-the client sends (``api_key``, credential headers, a password in the base URL):
-every text that came from the server, or from a library quoting it, is
-scrubbed (``_redact.Redactor``) before it is cut, and requests (with their
-headers) are never part of a message. ``request``, ``response`` and
-``APIStatusError.raw_body`` are what was sent and what came back, credentials
-and echoes included: they are not for logging.
+there was no response), ``rate_limit`` (its ``x-ratelimit-*`` headers),
+``attempts``, ``attempt_history`` and ``retry_stopped_by``. No message, repr or
+string attribute (``code``, ``param``, ``type`` and a text ``body`` included)
+ever contains a credential the client sends (``api_key``, credential headers, a
+password in the base URL): every text that came from the server, or from a
+library quoting it, is scrubbed (``_redact.Redactor``) before it is cut, and
+requests (with their headers) are never part of a message. ``request``,
+``response`` and ``APIStatusError.raw_body`` are what was sent and what came
+back, credentials and echoes included: they are not for logging.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ._rate_limit_headers import RateLimit
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ __all__ = [
 ]
 
 _EMPTY_LOAD = ServerLoad()
+_NO_RATE_LIMIT = RateLimit()
 #: ``code``, ``param`` and ``type`` longer than this are cut (they name things).
 _MAX_FIELD = 200
 #: What LiteLLM's proxy (``str(None)``) and some gateways write for "no value".
@@ -132,6 +134,8 @@ class StormguardError(Exception):
 
     message: str
     server_load: ServerLoad
+    #: The ``x-ratelimit-*`` headers of the last response (all None without one).
+    rate_limit: RateLimit
     #: Number of HTTP attempts the logical call made (0 when refused before I/O).
     attempts: int
     attempt_history: tuple[AttemptRecord, ...]
@@ -146,6 +150,7 @@ class StormguardError(Exception):
         super().__init__(message)
         self.message = message
         self.server_load = server_load if server_load is not None else _EMPTY_LOAD
+        self.rate_limit = _NO_RATE_LIMIT
         self.attempts = 0
         self.attempt_history = ()
         self.retry_stopped_by = None

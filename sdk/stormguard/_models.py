@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from ._history import AttemptRecord
+    from ._rate_limit_headers import RateLimit
     from .protocol import ServerLoad
     from .tokens import Precheck
 
@@ -121,6 +122,7 @@ class CallInfo:
         "degraded_from",
         "model",
         "precheck",
+        "rate_limit",
         "request_id",
         "server_load",
     )
@@ -132,8 +134,13 @@ class CallInfo:
         attempt_history: tuple[AttemptRecord, ...],
         request_id: str | None,
         model: str | None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
+        from ._rate_limit_headers import RateLimit
+
         self.server_load = server_load
+        #: The ``x-ratelimit-*`` headers of the response (all None when not sent).
+        self.rate_limit = rate_limit if rate_limit is not None else RateLimit()
         self.attempt_history = attempt_history
         self.request_id = request_id
         self.model = model
@@ -169,6 +176,13 @@ class APIResult(Record):
         from .protocol import ServerLoad
 
         return self._info.server_load if self._info is not None else ServerLoad()
+
+    @property
+    def rate_limit(self) -> RateLimit:
+        """The ``x-ratelimit-*`` headers of the response: the caller's quota left."""
+        from ._rate_limit_headers import RateLimit
+
+        return self._info.rate_limit if self._info is not None else RateLimit()
 
     @property
     def attempt_history(self) -> tuple[AttemptRecord, ...]:

@@ -65,6 +65,7 @@ from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
 from ._models import APIResult, CallInfo, Record
+from ._rate_limit_headers import RateLimit
 from ._responses import (
     error_from_response,
     parse_json_object,
@@ -140,6 +141,8 @@ class LogicalCall:
         self.retry_stopped_by: str | None = None
         self.attempt_number = 0
         self.server_load = ServerLoad()
+        #: The ``x-ratelimit-*`` headers of the last response.
+        self.rate_limit = RateLimit()
         self._content = spec.content
         if self._content is None and spec.body is not None:
             self._content = json.dumps(spec.body, separators=(",", ":")).encode()
@@ -793,10 +796,17 @@ class LogicalCall:
         """Note the status and load headers of the attempt's response."""
         # One pass over the headers: httpx.Headers.get scans them all on each of the
         # dozen look-ups the parser makes (about 20 us a call, measured).
-        load = ServerLoad.from_headers(dict(response.headers.items()))
+        headers = dict(response.headers.items())
+        load = ServerLoad.from_headers(headers)
         self.server_load = self.redactor.scrub_load(load)
+        self.rate_limit = RateLimit.from_headers(headers)
         if self._endpoint is not None:
             self.core.picker.observe(self._endpoint, self.server_load)
+        policy = self.core.token_policy
+        limiter = policy.rate_limiter if policy is not None else None
+        if limiter is not None and self.rate_limit.remaining_tokens is not None:
+            # The server's count of this caller's tokens beats the local estimate.
+            limiter.observe(self.rate_limit.remaining_tokens, self.rate_limit.reset_tokens)
         self._note(response.status_code, None)
 
     def failed(self, error: APIError) -> APIError:
@@ -805,6 +815,8 @@ class LogicalCall:
         the attempt's request as its ``request``."""
         if error.request is None:
             error.request = self._request
+        if error.rate_limit.is_empty:
+            error.rate_limit = self.rate_limit
         self.redactor.scrub_error(error)
         self._attempt_error = error
         self._settle(None, error)
@@ -936,6 +948,7 @@ class LogicalCall:
             attempt_history=(),
             request_id=request_id_of(response, redactor=self.redactor),
             model=self.spec.model,
+            rate_limit=self.rate_limit,
         )
 
     def finish(self, result: R | httpx.Response | object) -> Any:
@@ -986,6 +999,8 @@ class LogicalCall:
             self._reservation = None
         if isinstance(error, APIError) and error.server_load.is_empty:
             error.server_load = self.server_load
+        if isinstance(error, APIError) and error.rate_limit.is_empty:
+            error.rate_limit = self.rate_limit
 
 
 def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:

@@ -17,6 +17,10 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
   guess; it is clamped to ``max_retry_after`` (60 s, as openai-python) so a server cannot
   park a caller for an hour. Negative, malformed and absurd (over a day)
   values are ignored by ``stormguard.protocol`` and the jittered backoff applies.
+* A 429 without Retry-After whose ``x-ratelimit-remaining-*`` is 0 waits for
+  that limit's ``x-ratelimit-reset-*`` (the later one when both are spent):
+  openai-python ignores these headers and backs off 0.5-8 s, which a spent
+  minute's quota refuses again; the same clamp and deadline apply.
 * A 429 whose error ``code`` or ``type`` is ``insufficient_quota`` is not
   retried (``is_out_of_quota``): the account is out of credit, and no wait of
   seconds brings it back; OpenAI says so in the body of an ordinary 429.
@@ -36,6 +40,7 @@ from ._exceptions import (
     CircuitOpenError,
     LocalQueueFullError,
     QueueTimeoutError,
+    RateLimitError,
     StreamInterruptedError,
     ThrottledError,
 )
@@ -103,9 +108,12 @@ class RetryPolicy:
 
     def delay(self, error: BaseException, retry_number: int, rng: random.Random) -> float:
         """The wait before the next attempt: the server's Retry-After when it sent a
-        usable one (clamped to ``max_retry_after``), else the jittered backoff."""
+        usable one, else for a 429 the reset of the exhausted ``x-ratelimit-*`` limit
+        (both clamped to ``max_retry_after``), else the jittered backoff."""
         load = getattr(error, "server_load", None)
         retry_after = getattr(load, "retry_after", None)
+        if retry_after is None and isinstance(error, RateLimitError):
+            retry_after = error.rate_limit.exhausted_reset()
         if retry_after is not None:
             return min(float(retry_after), self.max_retry_after)
         return self.backoff(retry_number, rng)

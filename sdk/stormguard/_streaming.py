@@ -38,6 +38,7 @@ from ._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
 if TYPE_CHECKING:
     from ._history import AttemptRecord
     from ._pipeline import LogicalCall
+    from ._rate_limit_headers import RateLimit
     from .protocol import ServerLoad
 
 __all__ = ["AsyncStream", "Stream"]
@@ -85,6 +86,7 @@ class _StreamState(Generic[T]):
             attempt_history=(),
             request_id=request_id_of(response, redactor=call.redactor),
             model=call.spec.model,
+            rate_limit=call.rate_limit,
         )
         content_type = response.headers.get("content-type", "")
         if "text/event-stream" not in content_type.lower():
@@ -349,6 +351,11 @@ class _StreamBase(Generic[T]):
     @property
     def call_info(self) -> CallInfo:
         return self._state.info
+
+    @property
+    def rate_limit(self) -> RateLimit:
+        """The ``x-ratelimit-*`` headers of the response that carries this stream."""
+        return self._state.info.rate_limit
 
     @property
     def server_load(self) -> ServerLoad:

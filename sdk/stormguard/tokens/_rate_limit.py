@@ -50,6 +50,8 @@ class TokenRateLimiter:
         self._clock = clock
         self._level = self.burst
         self._updated = clock()
+        #: No reservation may be sent before this moment (the server's reset).
+        self._not_before = -math.inf
         self._lock = threading.Lock()
 
     def reserve(self, tokens: int, max_wait: float | None = None) -> Reservation:
@@ -69,7 +71,7 @@ class TokenRateLimiter:
             )
         with self._lock:
             self._refill()
-            wait = max(0.0, (tokens - self._level) / self._rate)
+            wait = max(0.0, (tokens - self._level) / self._rate, self._not_before - self._updated)
             if max_wait is not None and wait > max_wait:
                 raise TokenRateLimitedError(
                     f"{tokens} tokens would wait {wait:.3f}s for the client token rate limit "
@@ -80,6 +82,20 @@ class TokenRateLimiter:
                 )
             self._level -= tokens
         return Reservation(self, tokens, wait)
+
+    def observe(self, remaining: int, reset: float | None) -> None:
+        """What the server says is left of this caller's tokens (``x-ratelimit-
+        remaining-tokens``) and when its window is whole again (``-reset-tokens``,
+        seconds). The bucket holds no more than the server has left; with nothing
+        left, no reservation is sent before the reset. The server's count covers
+        every process on the same key, which the local bucket cannot see."""
+        if remaining < 0:
+            return
+        with self._lock:
+            self._refill()
+            self._level = min(self._level, float(remaining))
+            if remaining == 0 and reset is not None and math.isfinite(reset) and reset > 0:
+                self._not_before = max(self._not_before, self._updated + reset)
 
     @property
     def available(self) -> float:
