@@ -11,7 +11,7 @@ stream's sequence numbers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from stormguard_server.engine import TokenDelta
 
@@ -32,6 +32,16 @@ class Answer(Protocol):
     """Writes a finished request's JSON body."""
 
     def body(self, out: Output) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class SlowAnswer(Answer, Protocol):
+    """An answer whose body takes seconds to write (thousands of embedding vectors).
+    ``render`` writes its JSON in a worker thread, in pieces (one C-speed step each)
+    between which the interpreter hands the event loop its turn: one
+    ``json.dumps`` of the whole body would hold it for the whole time."""
+
+    def render(self, out: Output) -> bytes: ...
 
 
 class StreamAnswer(Answer, Protocol):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import array
 import base64
 import hashlib
+import json
 import math
 import sys
 from collections.abc import Mapping
@@ -131,31 +132,42 @@ class EmbeddingsAnswer:
     encoding_format: Literal["float", "base64"]
 
     def body(self, out: Output) -> dict[str, Any]:
-        data = []
-        for index, key in enumerate(self.keys):
-            vector = embedding_vector(key, self.dimensions)
-            encoded: list[float] | str
-            if self.encoding_format == "base64":
-                if sys.byteorder != "little":  # openai decodes little-endian float32
-                    vector.byteswap()
-                encoded = base64.b64encode(vector.tobytes()).decode("ascii")
-            else:
-                encoded = vector.tolist()
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        return {**self._envelope(out), "data": [self._item(i) for i in range(len(self.keys))]}
+
+    def render(self, out: Output) -> bytes:
+        """The body as JSON, one vector at a time (2048 vectors of 1536 dimensions: about
+        1.3 s as base64, 5 s as float, spent in a worker thread)."""
+        head = json.dumps(self._envelope(out), separators=(",", ":"))[:-1]
+        items = ",".join(
+            json.dumps(self._item(i), separators=(",", ":")) for i in range(len(self.keys))
+        )
+        return f'{head},"data":[{items}]}}'.encode()
+
+    def _envelope(self, out: Output) -> dict[str, Any]:
         return {
             "object": "list",
-            "data": data,
             "model": out.model,
             "usage": {"prompt_tokens": out.prompt_tokens, "total_tokens": out.prompt_tokens},
         }
+
+    def _item(self, index: int) -> dict[str, Any]:
+        vector = embedding_vector(self.keys[index], self.dimensions)
+        encoded: list[float] | str
+        if self.encoding_format == "base64":
+            if sys.byteorder != "little":  # openai decodes little-endian float32
+                vector.byteswap()
+            encoded = base64.b64encode(vector.tobytes()).decode("ascii")
+        else:
+            encoded = vector.tolist()
+        return {"object": "embedding", "index": index, "embedding": encoded}
 
 
 def embedding_vector(key: bytes, dimensions: int) -> array.array[float]:
     """The unit float32 vector of an input: SHAKE-256 of its key read as signed 32-bit
     numbers, scaled to length 1. A shorter vector is a prefix of a longer one before
     scaling (SHAKE's output is), so ``dimensions`` shortens without changing direction
-    more than dropping components does. C-speed throughout: 2048 inputs of 1536
-    dimensions take about 0.2 s."""
+    more than dropping components does. About half a microsecond a dimension (the scaling, one
+    float multiplication per component, is most of it)."""
     raw = array.array("i", hashlib.shake_256(_SEED_DOMAIN + key).digest(4 * dimensions))
     norm = math.hypot(*raw) or 1.0
     return array.array("f", map((1.0 / norm).__mul__, raw))

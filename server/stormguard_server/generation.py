@@ -13,6 +13,7 @@ permit and hands the finished ``RequestRecord`` to the observers.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -31,7 +32,7 @@ from stormguard.protocol import (
 )
 from stormguard_server import sse
 from stormguard_server.admission import Permit, ShedError
-from stormguard_server.answer import Answer, Output, StreamAnswer
+from stormguard_server.answer import Answer, Output, SlowAnswer, StreamAnswer
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
     DeadlineExceeded,
@@ -232,7 +233,10 @@ class _Flight:
         self.end("deadline_exceeded" if expired else "engine_error", error=str(error))
 
     def took(self, delta: TokenDelta) -> None:
-        """Note one delta from the engine."""
+        """Note one delta from the engine (for a prefill-only call, only that it ended:
+        the token sampled at the end of its prefill is no output)."""
+        if self.call.max_tokens == 0:
+            delta = TokenDelta(text="", output_tokens=0, finish_reason=delta.finish_reason)
         record = self.record
         if record.first_token_at is None:
             record.first_token_at = time.monotonic()
@@ -318,6 +322,9 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
 
     if call.stream is None:
         flight.end("ok")
+        if isinstance(call.answer, SlowAnswer):  # the event loop keeps serving meanwhile
+            content = await asyncio.to_thread(call.answer.render, flight.output())
+            return Response(content, media_type="application/json")
         return JSONResponse(call.answer.body(flight.output()))
     return _GuardedStream(
         _stream_events(flight, call.stream, deltas, first),

@@ -149,6 +149,7 @@ async def test_admitted_at_the_token_count_and_no_kv_left_behind(
     [record] = [r for r in records.done if r.kind == "embedding"]
     assert record.outcome == "ok"
     assert record.prompt_tokens == tokens and record.max_tokens == 0
+    assert record.output_tokens == 0  # the token sampled at the prefill's end is dropped
     assert record.cost == -(-tokens // FAST_ENGINE.block_size) * FAST_ENGINE.block_size
     # The engine ran the prefill of exactly those tokens, and nothing holds KV after it.
     assert state.engine.stats.prompt_tokens_computed - computed_before == tokens
