@@ -14,6 +14,7 @@ import anyio
 import httpx
 import tenacity
 
+from ._api_specs import embeddings_spec, model_spec, responses_spec
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -26,7 +27,18 @@ from ._base_client import (
 from ._body import aiter_body
 from ._compat import Unpack
 from ._exceptions import StormguardError
-from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
+from ._models import (
+    APIResult,
+    ChatCompletion,
+    ChatCompletionChunk,
+    Completion,
+    CreateEmbeddingResponse,
+    Model,
+    ModelList,
+    Response,
+    ResponseStreamEvent,
+)
+from ._options import NotGiven, Omit
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import AsyncStream, _StreamState
@@ -73,6 +85,8 @@ class AsyncClient(BaseClient):
     def _bind_resources(self) -> None:
         self.chat = AsyncChat(self)
         self.completions = AsyncCompletions(self)
+        self.embeddings = AsyncEmbeddings(self)
+        self.responses = AsyncResponses(self)
         self.models = AsyncModels(self)
 
     # -- I/O ------------------------------------------------------------------------
@@ -313,4 +327,119 @@ class AsyncModels:
         result: ModelList = await self._client._request(
             self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
         )
+        return result
+
+    async def retrieve(
+        self,
+        model: str,
+        *,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """One served model (``GET /models/{model}``; a slash in the id is sent as %2F)."""
+        extras = CallExtras(timeout, extra_headers, extra_query, extra_body)
+        result: Model = await self._client._request(model_spec(self._client._core, model, extras))
+        return result
+
+
+class AsyncEmbeddings:
+    """``client.embeddings``."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        *,
+        input: str | list[str] | Iterable[int] | Iterable[Iterable[int]],
+        model: str | None = None,
+        encoding_format: Literal["float", "base64"] | NotGiven | Omit = NOT_GIVEN,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> CreateEmbeddingResponse:
+        """Embed ``input`` (a text, texts, token ids or lists of them); ``dimensions``,
+        ``user`` and any other keyword go into the body. Without ``encoding_format``
+        the vectors travel as base64 and come back as floats, as with openai-python."""
+        spec = embeddings_spec(
+            self._client._core,
+            input=input,
+            model=model,
+            encoding_format=encoding_format,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
+            params=params,
+        )
+        result: CreateEmbeddingResponse = await self._client._request(spec)
+        return result
+
+
+class AsyncResponses:
+    """``client.responses`` (the Responses API: ``create``, streamed or not)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    @overload
+    async def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        instructions: str | NotGiven | Omit | None = ...,
+        max_output_tokens: int | NotGiven | Omit | None = ...,
+        stream: Literal[False] | NotGiven | Omit | None = ...,
+        timeout: CallTimeout = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Response: ...
+
+    @overload
+    async def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        instructions: str | NotGiven | Omit | None = ...,
+        max_output_tokens: int | NotGiven | Omit | None = ...,
+        stream: Literal[True],
+        timeout: CallTimeout = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> AsyncStream[ResponseStreamEvent]: ...
+
+    async def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = None,
+        instructions: str | NotGiven | Omit | None = NOT_GIVEN,
+        max_output_tokens: int | NotGiven | Omit | None = NOT_GIVEN,
+        stream: bool | NotGiven | Omit | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> Response | AsyncStream[ResponseStreamEvent]:
+        """Create a model response; with ``stream=True`` a stream of its events
+        (``response.created``, ``response.output_text.delta`` ...,
+        ``response.completed``). ``temperature``, ``tools`` and any other keyword go
+        into the body as given."""
+        spec = responses_spec(
+            self._client._core,
+            input=input,
+            model=model,
+            stream=stream,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
+            params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
+        )
+        result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(spec)
         return result

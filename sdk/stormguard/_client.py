@@ -13,6 +13,7 @@ from typing import Any, Literal, overload
 import httpx
 import tenacity
 
+from ._api_specs import embeddings_spec, model_spec, responses_spec
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -26,7 +27,18 @@ from ._body import iter_body
 from ._compat import Unpack
 from ._deadline_transport import default_http_client, hold_to_deadlines
 from ._exceptions import StormguardError
-from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList
+from ._models import (
+    APIResult,
+    ChatCompletion,
+    ChatCompletionChunk,
+    Completion,
+    CreateEmbeddingResponse,
+    Model,
+    ModelList,
+    Response,
+    ResponseStreamEvent,
+)
+from ._options import NotGiven, Omit
 from ._pipeline import BodyReader, CallSpec, LogicalCall
 from ._responses import translate_transport_error
 from ._streaming import Stream, _StreamState
@@ -75,6 +87,8 @@ class Client(BaseClient):
     def _bind_resources(self) -> None:
         self.chat = Chat(self)
         self.completions = Completions(self)
+        self.embeddings = Embeddings(self)
+        self.responses = Responses(self)
         self.models = Models(self)
 
     # -- I/O ------------------------------------------------------------------------
@@ -304,4 +318,119 @@ class Models:
         result: ModelList = self._client._request(
             self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
         )
+        return result
+
+    def retrieve(
+        self,
+        model: str,
+        *,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """One served model (``GET /models/{model}``; a slash in the id is sent as %2F)."""
+        extras = CallExtras(timeout, extra_headers, extra_query, extra_body)
+        result: Model = self._client._request(model_spec(self._client._core, model, extras))
+        return result
+
+
+class Embeddings:
+    """``client.embeddings``."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        *,
+        input: str | list[str] | Iterable[int] | Iterable[Iterable[int]],
+        model: str | None = None,
+        encoding_format: Literal["float", "base64"] | NotGiven | Omit = NOT_GIVEN,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> CreateEmbeddingResponse:
+        """Embed ``input`` (a text, texts, token ids or lists of them); ``dimensions``,
+        ``user`` and any other keyword go into the body. Without ``encoding_format``
+        the vectors travel as base64 and come back as floats, as with openai-python."""
+        spec = embeddings_spec(
+            self._client._core,
+            input=input,
+            model=model,
+            encoding_format=encoding_format,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
+            params=params,
+        )
+        result: CreateEmbeddingResponse = self._client._request(spec)
+        return result
+
+
+class Responses:
+    """``client.responses`` (the Responses API: ``create``, streamed or not)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @overload
+    def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        instructions: str | NotGiven | Omit | None = ...,
+        max_output_tokens: int | NotGiven | Omit | None = ...,
+        stream: Literal[False] | NotGiven | Omit | None = ...,
+        timeout: CallTimeout = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Response: ...
+
+    @overload
+    def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = ...,
+        instructions: str | NotGiven | Omit | None = ...,
+        max_output_tokens: int | NotGiven | Omit | None = ...,
+        stream: Literal[True],
+        timeout: CallTimeout = ...,
+        extra_headers: Mapping[str, str] | None = ...,
+        extra_query: Mapping[str, object] | None = ...,
+        extra_body: Mapping[str, Any] | None = ...,
+        **params: Any,
+    ) -> Stream[ResponseStreamEvent]: ...
+
+    def create(
+        self,
+        *,
+        input: str | Iterable[Mapping[str, Any]],
+        model: str | None = None,
+        instructions: str | NotGiven | Omit | None = NOT_GIVEN,
+        max_output_tokens: int | NotGiven | Omit | None = NOT_GIVEN,
+        stream: bool | NotGiven | Omit | None = False,
+        timeout: CallTimeout = NOT_GIVEN,
+        extra_headers: Mapping[str, str] | None = None,
+        extra_query: Mapping[str, object] | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        **params: Any,
+    ) -> Response | Stream[ResponseStreamEvent]:
+        """Create a model response; with ``stream=True`` a stream of its events
+        (``response.created``, ``response.output_text.delta`` ...,
+        ``response.completed``). ``temperature``, ``tools`` and any other keyword go
+        into the body as given."""
+        spec = responses_spec(
+            self._client._core,
+            input=input,
+            model=model,
+            stream=stream,
+            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
+            params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
+        )
+        result: Response | Stream[ResponseStreamEvent] = self._client._request(spec)
         return result

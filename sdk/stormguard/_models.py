@@ -31,9 +31,15 @@ __all__ = [
     "Completion",
     "CompletionChoice",
     "CompletionUsage",
+    "CreateEmbeddingResponse",
+    "Embedding",
+    "EmbeddingUsage",
     "Model",
     "ModelList",
     "Record",
+    "Response",
+    "ResponseStreamEvent",
+    "ResponseUsage",
 ]
 
 _MISSING = object()
@@ -321,7 +327,10 @@ class Completion(APIResult):
     usage: CompletionUsage | None
 
 
-class Model(Record):
+class Model(APIResult):
+    """A served model: an entry of ``models.list()``, and the result of
+    ``models.retrieve(id)`` (which has the call's attempts and load headers)."""
+
     __slots__ = ()
     id: str
     object: str
@@ -344,3 +353,94 @@ class ModelList(APIResult):
 
     def __len__(self) -> int:
         return len(self.data or [])
+
+
+class EmbeddingUsage(Record):
+    __slots__ = ()
+    prompt_tokens: int
+    total_tokens: int
+
+
+class Embedding(Record):
+    __slots__ = ()
+    #: The vector: floats, or the base64 text when ``encoding_format="base64"`` was asked.
+    embedding: list[float]
+    index: int
+    object: str
+
+
+class CreateEmbeddingResponse(APIResult):
+    """Result of ``embeddings.create``."""
+
+    __slots__ = ()
+    _nested = {"data": Embedding, "usage": EmbeddingUsage}
+    data: list[Embedding]
+    model: str
+    object: str
+    usage: EmbeddingUsage
+
+
+class ResponseUsage(Record):
+    __slots__ = ()
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: Record
+    output_tokens_details: Record
+
+
+class Response(APIResult):
+    """Result of ``responses.create`` (and the ``response`` of its stream's events).
+
+    The output items stay plain records (messages, reasoning, tool calls: each
+    has its ``type``); ``output_text`` joins the text of every ``output_text``
+    part of every message, as openai-python's property does."""
+
+    __slots__ = ()
+    _nested = {"usage": ResponseUsage}
+    id: str
+    object: str
+    created_at: float
+    status: str | None
+    error: Record | None
+    incomplete_details: Record | None
+    instructions: str | None
+    max_output_tokens: int | None
+    model: str
+    output: list[Record]
+    usage: ResponseUsage | None
+
+    @property
+    def output_text(self) -> str:
+        """The text of every ``output_text`` part of every output message, joined
+        ("" when there is none)."""
+        texts: list[str] = []
+        for item in self.get("output") or ():
+            if not isinstance(item, Mapping) or item.get("type") != "message":
+                continue
+            for part in item.get("content") or ():
+                if isinstance(part, Mapping) and part.get("type") == "output_text":
+                    text = part.get("text")
+                    if isinstance(text, str):
+                        texts.append(text)
+        return "".join(texts)
+
+
+class ResponseStreamEvent(Record):
+    """One event of a streamed ``responses.create``: its ``type`` says which
+    (``response.created``, ``response.output_text.delta``, ...,
+    ``response.completed``); the fields are that type's, and an event type
+    stormguard does not know comes through the same way."""
+
+    __slots__ = ()
+    _nested = {"response": Response}
+    type: str
+    sequence_number: int
+    response: Response | None
+    delta: str | None
+    text: str | None
+    item_id: str | None
+    output_index: int | None
+    content_index: int | None
+    item: Record | None
+    part: Record | None

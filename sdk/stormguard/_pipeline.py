@@ -65,6 +65,7 @@ from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
 from ._models import APIResult, CallInfo, Record
+from ._prompt_view import precheck_view
 from ._rate_limit_headers import RateLimit
 from ._responses import (
     error_from_response,
@@ -92,7 +93,6 @@ if TYPE_CHECKING:
     from .tokens import Precheck, Reservation
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
-_PRECHECKED_OPERATIONS = {"chat": "chat", "text_completion": "completion"}
 
 __all__ = ["BodyReader", "CallSpec", "LogicalCall"]
 
@@ -215,7 +215,9 @@ class LogicalCall:
         spec, body = self.spec, self.spec.body
         max_tokens = None
         if body is not None:
-            value = body.get("max_tokens", body.get("max_completion_tokens"))
+            value = body.get(
+                "max_tokens", body.get("max_completion_tokens", body.get("max_output_tokens"))
+            )
             max_tokens = value if isinstance(value, int) else None
         return CallStarted(
             operation=spec.operation,
@@ -290,15 +292,11 @@ class LogicalCall:
         flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
         raises ``ContextWindowExceededError`` before any attempt is made."""
         policy = self.core.token_policy
-        kind = _PRECHECKED_OPERATIONS.get(self.spec.operation)
-        if policy is None or kind is None or self.spec.body is None or self.spec.model is None:
+        view = precheck_view(self.spec)  # what the check reads of the body (_prompt_view.py)
+        if policy is None or view is None or self.spec.model is None:
             return None
-        flow = policy.precheck_flow(
-            self.spec.model,
-            kind,  # type: ignore[arg-type]
-            self.spec.body,
-            base_url=self.core.base_url,
-        )
+        kind, body = view
+        flow = policy.precheck_flow(self.spec.model, kind, body, base_url=self.core.base_url)
         return self._with_client_headers(flow)
 
     def _with_client_headers(self, flow: PrecheckFlow) -> PrecheckFlow:
