@@ -7,6 +7,15 @@ HTTP response as soon as the stream ends, fails, is closed, or is left early
 (``with`` block, ``break``, garbage collection of the iterator's owner, task
 cancellation), so the server sees the disconnect and can stop generating.
 
+Two dialects of SSE: chat and completions (chunks, an ``error`` member for a
+failure, ``data: [DONE]`` at the end) and the Responses API (typed events,
+``type: "error"`` or ``response.failed`` for a failure, ``response.completed``
+or ``response.incomplete`` as the last event: its stream has no ``[DONE]``).
+Either way a failure event is raised as the ``APIStatusError`` of its code
+(500 when it names none), and a stream that stops before its end is
+``StreamInterruptedError``; events of a type stormguard does not know are
+handed on like the others.
+
 The bytes come decoded in pieces of at most 64 KiB (``_body.iter_body``), each
 counted against ``max_response_bytes``, and the deadline is checked before each
 piece and every 512 events of a piece: a compressed stream of blank lines or
@@ -31,7 +40,7 @@ from ._exceptions import (
     APITimeoutError,
     StreamInterruptedError,
 )
-from ._models import CallInfo, Record
+from ._models import CallInfo, Record, ResponseStreamEvent
 from ._responses import error_from_payload, parse_json_object, request_id_of
 from ._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
 
@@ -58,6 +67,37 @@ def _names_error(event: ServerSentEvent, payload: Mapping[str, Any]) -> bool:
     return event.event == "error" or "error" in payload
 
 
+#: The Responses API's last events: the stream ends with the one that comes.
+_RESPONSE_ENDS = frozenset({"response.completed", "response.incomplete"})
+_RESPONSE_FAILURES = frozenset({"error", "response.failed"})
+#: Codes of a Responses API failure event that name a status (others are a 500).
+_RESPONSE_ERROR_STATUS = {"rate_limit_exceeded": 429, "server_error": 500}
+
+
+def _response_event_type(event: ServerSentEvent, payload: Mapping[str, Any]) -> str | None:
+    kind = payload.get("type", event.event)
+    return kind if isinstance(kind, str) else event.event
+
+
+def _response_failure(kind: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The error of a Responses API failure event in the shape of an error body: an
+    ``error`` event carries ``code``/``message``/``param`` itself, ``response.failed``
+    in ``response.error``."""
+    if kind == "response.failed":
+        response = payload.get("response")
+        error = response.get("error") if isinstance(response, Mapping) else None
+        found = dict(error) if isinstance(error, Mapping) else {}
+        found.setdefault("message", "The response failed")
+    else:
+        found = {k: payload[k] for k in ("code", "message", "param") if k in payload}
+    return {"error": found}
+
+
+def _response_failure_status(body: Mapping[str, Any]) -> int | None:
+    code = body["error"].get("code")
+    return _RESPONSE_ERROR_STATUS.get(code) if isinstance(code, str) else None
+
+
 class _StreamState(Generic[T]):
     """Decoding and bookkeeping shared by both stream classes."""
 
@@ -81,6 +121,8 @@ class _StreamState(Generic[T]):
         self.first_model: str | None = None
         self.response_id: str | None = None
         self.delivered = 0
+        #: Typed events of the Responses API (no ``[DONE]``: a last event instead).
+        self.responses_api = issubclass(chunk_type, ResponseStreamEvent)
         self.info = CallInfo(
             server_load=call.server_load,
             attempt_history=(),
@@ -184,6 +226,8 @@ class _StreamState(Generic[T]):
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
             )
+        if self.responses_api:
+            return self._response_event(event, payload)
         if _names_error(event, payload):
             return self._error_event(payload)
         usage = payload.get("usage")
@@ -199,14 +243,41 @@ class _StreamState(Generic[T]):
         self.pending.append(self.chunk_type(payload))
         return None
 
-    def _error_event(self, payload: Any) -> APIError:
+    def _response_event(
+        self, event: ServerSentEvent, payload: Mapping[str, Any]
+    ) -> APIError | None:
+        """One Responses API event: a failure is an error; the usage and status of the
+        response it carries are noted; the last event ends the stream."""
+        kind = _response_event_type(event, payload)
+        if kind in _RESPONSE_FAILURES or event.event == "error":
+            failure = _response_failure(kind or "error", payload)
+            return self._error_event(failure, _response_failure_status(failure))
+        response = payload.get("response")
+        if isinstance(response, Mapping):
+            usage = response.get("usage")
+            if isinstance(usage, Mapping):
+                self.usage_total = usage.get("total_tokens")
+                self.usage = {
+                    "prompt_tokens": usage.get("input_tokens"),
+                    "completion_tokens": usage.get("output_tokens"),
+                }
+            status = response.get("status")
+            if kind in _RESPONSE_ENDS and isinstance(status, str):
+                self.finish_reasons.append(status)
+        self.pending.append(self.chunk_type(payload))
+        if kind in _RESPONSE_ENDS:
+            self.done = True
+        return None
+
+    def _error_event(self, payload: Any, status: int | None = None) -> APIError:
         """An error sent inside a 200 stream (vLLM does this when it sheds a streaming
-        request): the error class of the code it names, 500 when it names none."""
+        request): the error class of ``status``, else of the code it names, else 500."""
         error = payload.get("error")
         code = error.get("code") if isinstance(error, dict) else None
         if isinstance(code, str) and code.isdigit():
             code = int(code)
-        status = code if isinstance(code, int) and 400 <= code <= 599 else 500
+        if status is None:
+            status = code if isinstance(code, int) and 400 <= code <= 599 else 500
         return error_from_payload(
             status,
             payload,
@@ -220,9 +291,10 @@ class _StreamState(Generic[T]):
         self.check_deadline()
         if not self.done:
             partial = " in the middle of an event" if self.decoder.has_partial_event else ""
+            end = "its last event" if self.responses_api else "[DONE]"
             raise self._raise(
                 StreamInterruptedError(
-                    f"The stream ended{partial} before [DONE], after {self.delivered} chunks",
+                    f"The stream ended{partial} before {end}, after {self.delivered} chunks",
                     chunks_received=self.delivered,
                     server_load=self.call.server_load,
                     request_id=self.info.request_id,
@@ -275,6 +347,10 @@ class _StreamState(Generic[T]):
             events = []  # the caller's decoder has its own limit; this one stops looking
             self.done = True
         for event in events:
+            if self.responses_api:
+                if self._passing_response_event(event):
+                    return
+                continue
             if _is_done(event):
                 self.done = True
                 self.call.ended(response=self.summary())
@@ -285,6 +361,28 @@ class _StreamState(Generic[T]):
                     self.done = True
                     self.call.ended(self._error_event(payload), response=self.summary())
                     return
+
+    def _passing_response_event(self, event: ServerSentEvent) -> bool:
+        """Transport mode, Responses API: whether ``event`` ended the stream (its last
+        event, or a failure). Only the events that may end it are parsed; their type
+        is in the ``event:`` line, or else in the data."""
+        name = event.event
+        if name is not None and name not in _RESPONSE_ENDS and name not in _RESPONSE_FAILURES:
+            return False
+        if name is None and not any(
+            f'"{kind}"' in event.data for kind in (*_RESPONSE_ENDS, *_RESPONSE_FAILURES)
+        ):
+            return False
+        payload = parse_json_object(event.data.encode())
+        if payload is None:
+            return False
+        error = self._response_event(event, payload)
+        self.pending.clear()  # the caller decodes the events; only their end matters here
+        if error is None and not self.done:
+            return False
+        self.done = True
+        self.call.ended(error, response=self.summary())
+        return True
 
     def passed_through(self, cut: Exception | None = None) -> None:
         """Transport mode: the caller read the raw body to its end, or the connection
@@ -334,7 +432,11 @@ class _StreamState(Generic[T]):
         self.call.succeeded_info(self.info)
         if self.pending:
             first = self.pending[0]
-            model, chunk_id = first.get("model"), first.get("id")
+            response = first.get("response") if self.responses_api else None
+            if isinstance(response, Mapping):  # an event's id and model are its response's
+                model, chunk_id = response.get("model"), response.get("id")
+            else:
+                model, chunk_id = first.get("model"), first.get("id")
             self.first_model = model if isinstance(model, str) else None
             self.response_id = chunk_id if isinstance(chunk_id, str) else None
         self.call.first_chunk(self.response_id or self.info.request_id, self.first_model)

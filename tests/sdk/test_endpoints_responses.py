@@ -145,3 +145,132 @@ async def test_responses_input_and_output_budget_are_prechecked(
     with pytest.raises(stormguard.ContextWindowExceededError):
         await api.run(client.responses.create(input="hi", max_output_tokens=300))
     assert route.call_count == 1
+
+
+# -- streamed ---------------------------------------------------------------------------
+
+
+def events(*items: dict[str, Any], named: bool = True) -> bytes:
+    out = ""
+    for number, item in enumerate(items):
+        data = json.dumps({**item, "sequence_number": number})
+        out += (f"event: {item['type']}\n" if named else "") + f"data: {data}\n\n"
+    return out.encode()
+
+
+def stream_of(*texts: str, end: str = "response.completed") -> list[dict[str, Any]]:
+    started = response_json(status="in_progress", output=[], usage=None)
+    final = response_json("".join(texts), status=end.removeprefix("response."))
+    return [
+        {"type": "response.created", "response": started},
+        {"type": "response.in_progress", "response": started},
+        *({"type": "response.output_text.delta", "delta": t, "item_id": "msg_1"} for t in texts),
+        {"type": "response.vendor.extension", "note": "unknown types come through"},
+        {"type": "response.output_text.done", "text": "".join(texts)},
+        {"type": end, "response": final},
+    ]
+
+
+def sse_response(body: bytes) -> httpx.Response:
+    return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_a_stream_of_typed_events_ends_at_its_last_event(
+    api: Api, mock: respx.MockRouter, named: bool
+) -> None:
+    route = mock.post("/responses").mock(
+        return_value=sse_response(events(*stream_of("he", "llo"), named=named))
+    )
+    stream = await api.run(api.client().responses.create(input="hi", stream=True))
+    assert isinstance(stream, (stormguard.Stream, stormguard.AsyncStream))
+    got = await api.collect(stream)
+    assert sent(route)["stream"] is True
+    assert [e.type for e in got] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.vendor.extension",
+        "response.output_text.done",
+        "response.completed",
+    ]
+    assert "".join(e.delta for e in got if e.type == "response.output_text.delta") == "hello"
+    assert got[4].note == "unknown types come through"
+    assert got[-1].response.output_text == "hello!"
+    assert got[0].response.status == "in_progress"
+    assert stream.attempts == 1 and stream.chunks_received == 7
+
+
+async def test_an_incomplete_response_is_a_normal_end(api: Api, mock: respx.MockRouter) -> None:
+    mock.post("/responses").mock(
+        return_value=sse_response(events(*stream_of("a", end="response.incomplete")))
+    )
+    stream = await api.run(api.client().responses.create(input="hi", stream=True))
+    got = await api.collect(stream)
+    assert got[-1].response.status == "incomplete"
+
+
+async def test_a_stream_cut_before_its_last_event_is_interrupted(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/responses").mock(return_value=sse_response(events(*stream_of("a")[:-1])))
+    stream = await api.run(api.client().responses.create(input="hi", stream=True))
+    with pytest.raises(stormguard.StreamInterruptedError, match="before its last event"):
+        await api.collect(stream)
+
+
+async def test_an_error_event_after_the_first_event_is_raised_not_retried(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    failed = response_json(status="failed", output=[], usage=None)
+    failed["error"] = {"code": "server_error", "message": "engine failed"}
+    body = events(
+        *stream_of("a")[:3],
+        {"type": "error", "code": "engine_unavailable", "message": "engine failed", "param": None},
+        {"type": "response.failed", "response": failed},
+    )
+    route = mock.post("/responses").mock(return_value=sse_response(body))
+    stream = await api.run(api.client().responses.create(input="hi", stream=True))
+    got: list[Any] = []
+    with pytest.raises(stormguard.InternalServerError, match="engine failed") as caught:
+        if api.mode == "sync":
+            for event in stream:
+                got.append(event)
+        else:
+            async for event in stream:
+                got.append(event)
+    # The events before the failure were the caller's: they came first.
+    assert [e.type for e in got] == [e["type"] for e in stream_of("a")[:3]]
+    assert caught.value.code == "engine_unavailable"
+    assert route.call_count == 1
+
+
+@pytest.mark.parametrize(
+    ("failure", "error_type"),
+    [
+        (
+            {"type": "error", "code": "rate_limit_exceeded", "message": "slow down"},
+            stormguard.RateLimitError,
+        ),
+        (
+            {
+                "type": "response.failed",
+                "response": {"status": "failed", "error": {"code": "server_error", "message": "x"}},
+            },
+            stormguard.InternalServerError,
+        ),
+    ],
+)
+async def test_a_failure_before_the_first_event_is_retried(
+    api: Api, mock: respx.MockRouter, failure: dict[str, Any], error_type: type[Exception]
+) -> None:
+    route = mock.post("/responses").mock(
+        side_effect=[sse_response(events(failure)), sse_response(events(*stream_of("ok")))]
+    )
+    client = api.client(concurrency=None)
+    stream = await api.run(client.responses.create(input="hi", stream=True))
+    got = await api.collect(stream)
+    assert got[-1].type == "response.completed"
+    assert route.call_count == 2
+    assert [a.error_type for a in stream.attempt_history] == [error_type.__name__, None]
