@@ -6,7 +6,9 @@
         max_retries=0,  # stormguard retries, within its budget; two retry loops multiply
     )
 
-Each request openai-python sends becomes one logical stormguard call: token
+Each request openai-python sends becomes one logical stormguard call (chat,
+completions, embeddings and responses are known by their path: their spans,
+pre-check and stream ends; any other request is protected all the same): token
 pre-check, breaker, endpoint choice, budgeted retries with backoff and
 Retry-After, fallback models. What comes back is plain httpx:
 
@@ -39,6 +41,7 @@ from typing import Any
 import anyio
 import httpx
 
+from ._api_specs import EMBEDDINGS, RESPONSES
 from ._async_client import AsyncClient
 from ._base_client import ClientCore, ClientOptions, GenerationEndpoint
 from ._body import read_response
@@ -90,8 +93,10 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
     # endpoint (path relative to the base); anything else is sent where it points.
     base_path = httpx.URL(core.base_url).path.rstrip("/")
     relative: str | None = None
-    if url.netloc.decode("ascii") in core.netlocs() and url.path.startswith(base_path + "/"):
-        relative = url.path[len(base_path) + 1 :]
+    # The path as sent: a %2F in it (a model id with a slash) is not a separator.
+    raw_path = url.raw_path.decode("ascii").split("?", 1)[0]
+    if url.netloc.decode("ascii") in core.netlocs() and raw_path.startswith(base_path + "/"):
+        relative = raw_path[len(base_path) + 1 :]
         if url.query:
             relative += "?" + url.query.decode("ascii", "replace")
     endpoint = _endpoint_for(request.method, url.path)
@@ -119,12 +124,18 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
 
 
 def _endpoint_for(method: str, path: str) -> GenerationEndpoint | None:
+    """The API a request of openai-python's calls: its span operation, its result,
+    and how its stream ends (chat's ``[DONE]``, the Responses API's last event)."""
     if method != "POST":
         return None
     if path.endswith("/chat/completions"):
         return GenerationEndpoint.CHAT
     if path.endswith("/completions"):
         return GenerationEndpoint.COMPLETION
+    if path.endswith("/responses"):
+        return RESPONSES
+    if path.endswith("/embeddings"):
+        return EMBEDDINGS
     return None
 
 
