@@ -40,6 +40,7 @@ __all__ = [
     "Response",
     "ResponseStreamEvent",
     "ResponseUsage",
+    "output_text_of",
 ]
 
 _MISSING = object()
@@ -414,16 +415,22 @@ class Response(APIResult):
     def output_text(self) -> str:
         """The text of every ``output_text`` part of every output message, joined
         ("" when there is none)."""
-        texts: list[str] = []
-        for item in self.get("output") or ():
-            if not isinstance(item, Mapping) or item.get("type") != "message":
-                continue
-            for part in item.get("content") or ():
-                if isinstance(part, Mapping) and part.get("type") == "output_text":
-                    text = part.get("text")
-                    if isinstance(text, str):
-                        texts.append(text)
-        return "".join(texts)
+        return output_text_of(self.get("output"))
+
+
+def output_text_of(output: object) -> str:
+    """The text of every ``output_text`` part of every message of a Responses API
+    ``output`` list, joined ("" when there is none)."""
+    texts: list[str] = []
+    for item in output if isinstance(output, list) else ():
+        if not isinstance(item, Mapping) or item.get("type") != "message":
+            continue
+        for part in item.get("content") or ():
+            if isinstance(part, Mapping) and part.get("type") == "output_text":
+                text = part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+    return "".join(texts)
 
 
 class ResponseStreamEvent(Record):

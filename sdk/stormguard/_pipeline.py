@@ -64,7 +64,7 @@ from ._exceptions import (
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
-from ._models import APIResult, CallInfo, Record
+from ._models import APIResult, CallInfo, Record, output_text_of
 from ._prompt_view import precheck_view
 from ._rate_limit_headers import RateLimit
 from ._responses import (
@@ -1018,8 +1018,13 @@ def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:
         text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
         if isinstance(text, str):
             texts.append(text)
+    status, output = result.get("status"), result.get("output")
+    if isinstance(output, list) and isinstance(status, str):  # a Responses API response
+        reasons.append(status)
+        texts.append(output_text_of(output))
     response_id, model = result.get("id"), result.get("model")
-    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
     return ResponseSummary(
         response_id=response_id if isinstance(response_id, str) else None,
         response_model=model if isinstance(model, str) else None,

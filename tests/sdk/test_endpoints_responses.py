@@ -13,6 +13,7 @@ import respx
 import stormguard
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import Api
+from tests.sdk.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
 
 
 def response_json(text: str = "hello", status: str = "completed", **extra: Any) -> dict[str, Any]:
@@ -274,3 +275,22 @@ async def test_a_failure_before_the_first_event_is_retried(
     assert got[-1].type == "response.completed"
     assert route.call_count == 2
     assert [a.error_type for a in stream.attempt_history] == [error_type.__name__, None]
+
+
+async def test_a_responses_span_has_its_usage_status_and_text(
+    api: Api,
+    mock: respx.MockRouter,
+    otel: Otel,  # noqa: F811
+) -> None:
+    mock.post("/responses").respond(200, json=response_json("hey"))
+    client = api.client(telemetry=otel.telemetry)
+    await api.run(client.responses.create(input="hi", max_output_tokens=9))
+    span = otel.logical()
+    attributes = span.attributes or {}
+    assert span.name == "chat m"
+    assert attributes["gen_ai.request.max_tokens"] == 9
+    assert attributes["gen_ai.response.finish_reasons"] == ("completed",)
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (
+        4,
+        2,
+    )
