@@ -294,3 +294,13 @@ async def test_a_responses_span_has_its_usage_status_and_text(
         4,
         2,
     )
+
+
+def test_mypy_strict_accepts_openai_style_calls_of_the_new_endpoints() -> None:
+    from pathlib import Path
+
+    from mypy import api as mypy_api
+
+    sample = Path(__file__).with_name("openai_style_typing_endpoints.py")
+    out, err, status = mypy_api.run(["--strict", "--no-error-summary", str(sample)])
+    assert status == 0, out + err
