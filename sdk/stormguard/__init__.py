@@ -74,6 +74,7 @@ from ._models import (
 )
 from ._options import Omit, TimeoutLike, omit
 from ._rate_limit_headers import RateLimit
+from ._raw_response import LegacyAPIResponse
 from ._retry import RetryPolicy
 from ._stats import CallStats
 from ._streaming import AsyncStream, Stream
@@ -142,6 +143,7 @@ __all__ = [
     "EndpointHealth",
     "EndpointStatus",
     "InternalServerError",
+    "LegacyAPIResponse",
     "LimitState",
     "LocalQueueFullError",
     "Model",

@@ -7,6 +7,7 @@ Only I/O lives here (send, read, sleep); every decision is made by
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, overload
 
@@ -39,7 +40,8 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import NotGiven, Omit
-from ._pipeline import BodyReader, CallSpec, LogicalCall
+from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
+from ._raw_response import async_to_raw_response_wrapper
 from ._responses import translate_transport_error
 from ._streaming import AsyncStream, _StreamState
 from .tokens._flow import drive_precheck_async
@@ -91,7 +93,11 @@ class AsyncClient(BaseClient):
 
     # -- I/O ------------------------------------------------------------------------
 
-    async def _request(self, spec: CallSpec) -> Any:
+    async def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
+        """Run one logical call; ``hand_over``: what the caller gets besides the result
+        (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
+        if hand_over:
+            spec = replace(spec, hand_over=hand_over)
         call = LogicalCall(self._core, spec)
         with call.observing():
             try:
@@ -145,6 +151,8 @@ class AsyncClient(BaseClient):
                 )
                 await stream._prefetch()
                 return stream
+            if call.spec.hand_over == "unread" and response.is_success:
+                return call.handed_over(response)  # its body is read when asked
             reader = BodyReader(call, response)
             try:
                 with anyio.fail_after(call.remaining_or_none()):
@@ -187,8 +195,15 @@ class AsyncClient(BaseClient):
 class AsyncChatCompletions:
     """``client.chat.completions``."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> AsyncChatCompletionsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return AsyncChatCompletionsWithRawResponse(AsyncChatCompletions(self._client, "response"))
 
     @overload
     async def create(
@@ -240,7 +255,7 @@ class AsyncChatCompletions:
             params=params,
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
-            spec
+            spec, self._hand_over
         )
         return result
 
@@ -255,8 +270,15 @@ class AsyncChat:
 class AsyncCompletions:
     """``client.completions`` (the legacy text completion endpoint)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> AsyncCompletionsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return AsyncCompletionsWithRawResponse(AsyncCompletions(self._client, "response"))
 
     @overload
     async def create(
@@ -306,15 +328,24 @@ class AsyncCompletions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
-        result: Completion | AsyncStream[Completion] = await self._client._request(spec)
+        result: Completion | AsyncStream[Completion] = await self._client._request(
+            spec, self._hand_over
+        )
         return result
 
 
 class AsyncModels:
     """``client.models``."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> AsyncModelsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return AsyncModelsWithRawResponse(AsyncModels(self._client, "response"))
 
     async def list(
         self,
@@ -325,7 +356,8 @@ class AsyncModels:
     ) -> ModelList:
         """The models the server serves (with ``max_model_len`` on vLLM)."""
         result: ModelList = await self._client._request(
-            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
+            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query)),
+            self._hand_over,
         )
         return result
 
@@ -340,15 +372,24 @@ class AsyncModels:
     ) -> Model:
         """One served model (``GET /models/{model}``; a slash in the id is sent as %2F)."""
         extras = CallExtras(timeout, extra_headers, extra_query, extra_body)
-        result: Model = await self._client._request(model_spec(self._client._core, model, extras))
+        result: Model = await self._client._request(
+            model_spec(self._client._core, model, extras), self._hand_over
+        )
         return result
 
 
 class AsyncEmbeddings:
     """``client.embeddings``."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> AsyncEmbeddingsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return AsyncEmbeddingsWithRawResponse(AsyncEmbeddings(self._client, "response"))
 
     async def create(
         self,
@@ -373,15 +414,22 @@ class AsyncEmbeddings:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
-        result: CreateEmbeddingResponse = await self._client._request(spec)
+        result: CreateEmbeddingResponse = await self._client._request(spec, self._hand_over)
         return result
 
 
 class AsyncResponses:
     """``client.responses`` (the Responses API: ``create``, streamed or not)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> AsyncResponsesWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return AsyncResponsesWithRawResponse(AsyncResponses(self._client, "response"))
 
     @overload
     async def create(
@@ -441,5 +489,43 @@ class AsyncResponses:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
         )
-        result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(spec)
+        result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(
+            spec, self._hand_over
+        )
         return result
+
+
+class AsyncChatCompletionsWithRawResponse:
+    """``client.chat.completions.with_raw_response``."""
+
+    def __init__(self, completions: AsyncChatCompletions) -> None:
+        self.create = async_to_raw_response_wrapper(completions.create)
+
+
+class AsyncCompletionsWithRawResponse:
+    """``client.completions.with_raw_response``."""
+
+    def __init__(self, completions: AsyncCompletions) -> None:
+        self.create = async_to_raw_response_wrapper(completions.create)
+
+
+class AsyncModelsWithRawResponse:
+    """``client.models.with_raw_response``."""
+
+    def __init__(self, models: AsyncModels) -> None:
+        self.list = async_to_raw_response_wrapper(models.list)
+        self.retrieve = async_to_raw_response_wrapper(models.retrieve)
+
+
+class AsyncEmbeddingsWithRawResponse:
+    """``client.embeddings.with_raw_response``."""
+
+    def __init__(self, embeddings: AsyncEmbeddings) -> None:
+        self.create = async_to_raw_response_wrapper(embeddings.create)
+
+
+class AsyncResponsesWithRawResponse:
+    """``client.responses.with_raw_response``."""
+
+    def __init__(self, responses: AsyncResponses) -> None:
+        self.create = async_to_raw_response_wrapper(responses.create)

@@ -7,6 +7,7 @@ Only I/O lives here (send, read, sleep); every decision is made by
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, overload
 
@@ -39,7 +40,8 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import NotGiven, Omit
-from ._pipeline import BodyReader, CallSpec, LogicalCall
+from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
+from ._raw_response import to_raw_response_wrapper
 from ._responses import translate_transport_error
 from ._streaming import Stream, _StreamState
 from .tokens._flow import drive_precheck_sync
@@ -93,7 +95,11 @@ class Client(BaseClient):
 
     # -- I/O ------------------------------------------------------------------------
 
-    def _request(self, spec: CallSpec) -> Any:
+    def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
+        """Run one logical call; ``hand_over``: what the caller gets besides the result
+        (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
+        if hand_over:
+            spec = replace(spec, hand_over=hand_over)
         call = LogicalCall(self._core, spec)
         with call.observing():
             try:
@@ -144,6 +150,8 @@ class Client(BaseClient):
                     stream: Stream[Any] = Stream(_StreamState(call, response, call.spec.chunk_type))
                     stream._prefetch()
                     return stream
+                if call.spec.hand_over == "unread" and response.is_success:
+                    return call.handed_over(response)  # its body is read when asked
                 reader = BodyReader(call, response)
                 try:
                     for piece in iter_body(response):
@@ -180,8 +188,15 @@ class Client(BaseClient):
 class ChatCompletions:
     """``client.chat.completions``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> ChatCompletionsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return ChatCompletionsWithRawResponse(ChatCompletions(self._client, "response"))
 
     @overload
     def create(
@@ -232,7 +247,9 @@ class ChatCompletions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
-        result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(spec)
+        result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(
+            spec, self._hand_over
+        )
         return result
 
 
@@ -246,8 +263,15 @@ class Chat:
 class Completions:
     """``client.completions`` (the legacy text completion endpoint)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> CompletionsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return CompletionsWithRawResponse(Completions(self._client, "response"))
 
     @overload
     def create(
@@ -297,15 +321,22 @@ class Completions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
-        result: Completion | Stream[Completion] = self._client._request(spec)
+        result: Completion | Stream[Completion] = self._client._request(spec, self._hand_over)
         return result
 
 
 class Models:
     """``client.models``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> ModelsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return ModelsWithRawResponse(Models(self._client, "response"))
 
     def list(
         self,
@@ -316,7 +347,8 @@ class Models:
     ) -> ModelList:
         """The models the server serves (with ``max_model_len`` on vLLM)."""
         result: ModelList = self._client._request(
-            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query))
+            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query)),
+            self._hand_over,
         )
         return result
 
@@ -331,15 +363,24 @@ class Models:
     ) -> Model:
         """One served model (``GET /models/{model}``; a slash in the id is sent as %2F)."""
         extras = CallExtras(timeout, extra_headers, extra_query, extra_body)
-        result: Model = self._client._request(model_spec(self._client._core, model, extras))
+        result: Model = self._client._request(
+            model_spec(self._client._core, model, extras), self._hand_over
+        )
         return result
 
 
 class Embeddings:
     """``client.embeddings``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> EmbeddingsWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return EmbeddingsWithRawResponse(Embeddings(self._client, "response"))
 
     def create(
         self,
@@ -364,15 +405,22 @@ class Embeddings:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
         )
-        result: CreateEmbeddingResponse = self._client._request(spec)
+        result: CreateEmbeddingResponse = self._client._request(spec, self._hand_over)
         return result
 
 
 class Responses:
     """``client.responses`` (the Responses API: ``create``, streamed or not)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
         self._client = client
+        self._hand_over = hand_over
+
+    @property
+    def with_raw_response(self) -> ResponsesWithRawResponse:
+        """The same methods, returning the final response with the result
+        (``.parse()``), as openai-python's ``.with_raw_response``."""
+        return ResponsesWithRawResponse(Responses(self._client, "response"))
 
     @overload
     def create(
@@ -432,5 +480,43 @@ class Responses:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
         )
-        result: Response | Stream[ResponseStreamEvent] = self._client._request(spec)
+        result: Response | Stream[ResponseStreamEvent] = self._client._request(
+            spec, self._hand_over
+        )
         return result
+
+
+class ChatCompletionsWithRawResponse:
+    """``client.chat.completions.with_raw_response``."""
+
+    def __init__(self, completions: ChatCompletions) -> None:
+        self.create = to_raw_response_wrapper(completions.create)
+
+
+class CompletionsWithRawResponse:
+    """``client.completions.with_raw_response``."""
+
+    def __init__(self, completions: Completions) -> None:
+        self.create = to_raw_response_wrapper(completions.create)
+
+
+class ModelsWithRawResponse:
+    """``client.models.with_raw_response``."""
+
+    def __init__(self, models: Models) -> None:
+        self.list = to_raw_response_wrapper(models.list)
+        self.retrieve = to_raw_response_wrapper(models.retrieve)
+
+
+class EmbeddingsWithRawResponse:
+    """``client.embeddings.with_raw_response``."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.create = to_raw_response_wrapper(embeddings.create)
+
+
+class ResponsesWithRawResponse:
+    """``client.responses.with_raw_response``."""
+
+    def __init__(self, responses: Responses) -> None:
+        self.create = to_raw_response_wrapper(responses.create)

@@ -32,7 +32,8 @@ import math
 from collections.abc import Generator, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
 import tenacity
@@ -74,6 +75,7 @@ from ._responses import (
     result_from_response,
 )
 from ._retry import RetryDecision
+from ._streaming import _StreamBase
 from .protocol import (
     HEADER_ATTEMPT,
     HEADER_DEADLINE_MS,
@@ -94,7 +96,12 @@ if TYPE_CHECKING:
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
 
-__all__ = ["BodyReader", "CallSpec", "LogicalCall"]
+#: What a call hands the caller besides its result: nothing (""), the final response
+#: with its body read ("response": ``.with_raw_response``), or the final response
+#: before its body is read ("unread": ``.with_streaming_response``).
+HandOver = Literal["", "response", "unread"]
+
+__all__ = ["BodyReader", "CallSpec", "Delivery", "HandOver", "LogicalCall"]
 
 R = TypeVar("R", bound=APIResult)
 
@@ -128,6 +135,30 @@ class CallSpec:
     absolute_url: str | None = None
     #: Pre-encoded body (transport mode passes the caller's bytes through unchanged).
     content: bytes | None = None
+    #: What the caller gets besides the result (``with_raw_response`` and the like).
+    hand_over: HandOver = ""
+
+    @property
+    def replays_stream(self) -> bool:
+        """Whether a stream's bytes read before its first chunk are kept, to be handed
+        on as they came (transport mode, ``with_streaming_response``)."""
+        return self.raw or self.hand_over == "unread"
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What a call in a hand-over mode returns to the facade: the final attempt's
+    response and what it carries (``_raw_response.py`` wraps it for the caller)."""
+
+    call: LogicalCall
+    #: The final attempt's response: its body read ("response" mode, a non-stream),
+    #: or open (a stream, or a body not read yet).
+    response: httpx.Response
+    #: The result, the ``Stream``/``AsyncStream``, or None: a body not read yet.
+    result: Any
+    info: CallInfo
+    #: The final attempt's time from sending to the end of its body (None: not over).
+    elapsed: timedelta | None = None
 
 
 class LogicalCall:
@@ -168,6 +199,10 @@ class LogicalCall:
         self.precheck: Precheck | None = None
         self._reservation: Reservation | None = None
         self._record_open = False
+        #: "response" mode: the final response rebuilt with its body, and its elapsed.
+        self._read: tuple[httpx.Response, timedelta] | None = None
+        #: "unread" mode: what the result will say of the call, once its body is read.
+        self._unread_info: CallInfo | None = None
         self.total_attempts = 0
         #: Models still to try when this one cannot serve (``fallback_models``).
         self.fallbacks = [m for m in core.fallback_models if m != spec.model]
@@ -929,7 +964,7 @@ class LogicalCall:
         if self.spec.raw:
             return read_response(response, body)
         try:
-            return result_from_response(
+            result = result_from_response(
                 response,
                 body,
                 self.spec.result_type,
@@ -938,6 +973,56 @@ class LogicalCall:
             )
         except APIError as exc:
             raise self.failed(exc) from None
+        if self.spec.hand_over == "response":
+            self._read = (read_response(response, body), response.elapsed)
+        return result
+
+    def handed_over(self, response: httpx.Response) -> httpx.Response:
+        """A success handed to the caller before its body is read
+        (``with_streaming_response``): the attempt succeeded at its headers, so no
+        retry follows; the call ends when the caller has read the body or closed it."""
+        self._unread_info = info = self.info(response)
+        self.succeeded_info(info)
+        return response
+
+    def result_of_body(self, response: httpx.Response, body: bytes) -> APIResult:
+        """The result of a body the caller read after the hand-over; the call ends here."""
+        assert self._unread_info is not None
+        try:
+            result = result_from_response(
+                response,
+                body,
+                self.spec.result_type,
+                info=self._unread_info,
+                redactor=self.redactor,
+            )
+        except APIError as exc:
+            raise self.failed_after_hand_over(exc) from None
+        self.succeeded(result)
+        self.ended(response=summarize(result))
+        return result
+
+    def failed_after_hand_over(self, error: APIError) -> APIError:
+        """An error reading a body after the hand-over: not retried (the caller has
+        the response), annotated with the call's history; the call ends with it."""
+        if error.request is None:
+            error.request = self._request
+        self.annotate(error)
+        self.ended(error)
+        return error
+
+    def closed_after_hand_over(self, body: bytes | None) -> None:
+        """The caller closed a handed-over response: the call ends, with the summary of
+        the body read, or as cancelled if the body was not read to its end."""
+        if body is None:
+            self.ended(cancelled=True)
+            return
+        payload = parse_json_object(body)
+        if payload is not None:
+            usage = payload.get("usage")
+            if isinstance(usage, Mapping):
+                self.settle_tokens(usage.get("total_tokens"))
+        self.ended(response=None if payload is None else summarize(payload))
 
     def info(self, response: httpx.Response) -> CallInfo:
         """What the result will say about this call (history completed on success)."""
@@ -951,17 +1036,35 @@ class LogicalCall:
 
     def finish(self, result: R | httpx.Response | object) -> Any:
         """The call's answer: a record gets the history attached; a transport-mode
-        response closes its attempt; a stream closed its attempt at its first chunk."""
+        response closes its attempt; a stream closed its attempt at its first chunk.
+        In a hand-over mode the answer is a ``Delivery`` of all that and the response."""
+        if self.spec.hand_over:
+            return self._delivery(result)
         if isinstance(result, APIResult):
-            result = self.succeeded(result)
-            if self._trace is not None:
-                self.ended(response=summarize(result))
-            return result
+            return self._finished(result)
         if isinstance(result, httpx.Response):
             self._close_record(_OK)
             if self._trace is not None:
                 payload = parse_json_object(result.content)
                 self.ended(response=None if payload is None else summarize(payload))
+        return result
+
+    def _delivery(self, result: object) -> Delivery:
+        if isinstance(result, APIResult):  # "response" mode: the body was read
+            result = self._finished(result)
+            assert result.call_info is not None and self._read is not None
+            response, elapsed = self._read
+            return Delivery(self, response, result, result.call_info, elapsed)
+        if isinstance(result, httpx.Response):  # "unread" mode, not a stream
+            assert self._unread_info is not None
+            return Delivery(self, result, None, self._unread_info)
+        assert isinstance(result, _StreamBase)  # a stream, in either mode
+        return Delivery(self, result.response, result, result.call_info)
+
+    def _finished(self, result: R) -> R:
+        result = self.succeeded(result)
+        if self._trace is not None:
+            self.ended(response=summarize(result))
         return result
 
     def succeeded(self, result: R) -> R:

@@ -1,0 +1,247 @@
+"""``.with_raw_response`` on every resource (respx, sync and async): openai-python's
+``LegacyAPIResponse`` names, the final attempt's response after retries, ``parse()``
+of results and streams, stormguard's extras, and errors raised as stormguard's."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+import respx
+
+import stormguard
+from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
+from tests.sdk.test_endpoints_responses import response_json
+
+EMBEDDING = {
+    "object": "list",
+    "data": [{"object": "embedding", "index": 0, "embedding": [0.5, 0.25]}],
+    "model": "e",
+    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+}
+MODEL = {"id": "org/m", "object": "model", "created": 1, "owned_by": "me"}
+COMPLETION = {
+    "id": "cmpl-1",
+    "object": "text_completion",
+    "created": 1,
+    "model": "m",
+    "choices": [{"index": 0, "text": "yes", "finish_reason": "stop"}],
+}
+
+#: resource call, method, path, JSON answer, result type, a field of the result.
+CALLS: list[tuple[str, Callable[[Any, str], Any], str, str, dict[str, Any], type, Any]] = [
+    (
+        "chat",
+        lambda c, way: getattr(c.chat.completions, way).create(messages=MESSAGES),
+        "POST",
+        "/chat/completions",
+        chat_json("hi"),
+        stormguard.ChatCompletion,
+        lambda r: r.choices[0].message.content == "hi",
+    ),
+    (
+        "completions",
+        lambda c, way: getattr(c.completions, way).create(prompt="q"),
+        "POST",
+        "/completions",
+        COMPLETION,
+        stormguard.Completion,
+        lambda r: r.choices[0].text == "yes",
+    ),
+    (
+        "models.list",
+        lambda c, way: getattr(c.models, way).list(),
+        "GET",
+        "/models",
+        {"object": "list", "data": [MODEL]},
+        stormguard.ModelList,
+        lambda r: r.data[0].id == "org/m",
+    ),
+    (
+        "models.retrieve",
+        lambda c, way: getattr(c.models, way).retrieve("org/m"),
+        "GET",
+        "/models/org%2Fm",
+        MODEL,
+        stormguard.Model,
+        lambda r: r.owned_by == "me",
+    ),
+    (
+        "embeddings",
+        lambda c, way: getattr(c.embeddings, way).create(input="a", encoding_format="float"),
+        "POST",
+        "/embeddings",
+        EMBEDDING,
+        stormguard.CreateEmbeddingResponse,
+        lambda r: r.data[0].embedding == [0.5, 0.25],
+    ),
+    (
+        "responses",
+        lambda c, way: getattr(c.responses, way).create(input="hi"),
+        "POST",
+        "/responses",
+        response_json("hey"),
+        stormguard.Response,
+        lambda r: r.output_text == "hey!",
+    ),
+]
+
+
+def failing() -> httpx.Response:
+    return httpx.Response(500, json={"error": {"message": "oops"}}, headers={"x-request-id": "r1"})
+
+
+FINAL_HEADERS = {"x-request-id": "r2", "x-queue-depth": "3", "x-ratelimit-remaining-requests": "9"}
+
+
+def final_answer(answer: dict[str, Any]) -> httpx.Response:
+    return httpx.Response(200, json=answer, headers=FINAL_HEADERS)
+
+
+@pytest.mark.parametrize(
+    ("call", "method", "path", "answer", "result_type", "check"),
+    [pytest.param(*row[1:], id=row[0]) for row in CALLS],
+)
+async def test_raw_response_is_the_final_attempt_after_a_retry(
+    api: Api,
+    mock: respx.MockRouter,
+    call: Callable[[Any, str], Any],
+    method: str,
+    path: str,
+    answer: dict[str, Any],
+    result_type: type,
+    check: Callable[[Any], bool],
+) -> None:
+    route = mock.route(method=method, url=BASE + path).mock(
+        side_effect=[failing(), final_answer(answer)]
+    )
+    raw = await api.run(call(api.client(), "with_raw_response"))
+    assert isinstance(raw, stormguard.LegacyAPIResponse)
+    assert route.call_count == 2
+    assert raw.status_code == 200
+    assert raw.headers["x-request-id"] == raw.request_id == "r2"
+    assert raw.http_request.headers["x-stormguard-attempt"] == "2"
+    assert raw.http_request.url == route.calls[1].request.url
+    assert raw.method == method and raw.url == httpx.URL(BASE + path)
+    assert raw.http_response.status_code == 200 and raw.http_version == "HTTP/1.1"
+    assert raw.retries_taken == 1
+    assert json.loads(raw.content) == answer and json.loads(raw.text) == answer
+    assert raw.is_closed
+    assert isinstance(raw.elapsed, datetime.timedelta)
+    # stormguard's extras, on the raw response and on the parsed result.
+    assert raw.server_load.queue_depth == 3 and raw.rate_limit.remaining_requests == 9
+    assert [a.status_code for a in raw.attempt_history] == [500, 200]
+    result = raw.parse()
+    assert isinstance(result, result_type) and check(result)
+    assert result is raw.parse()
+    assert result.attempt_history == raw.attempt_history == raw.call_info.attempt_history
+    assert result.server_load.queue_depth == 3 and result.rate_limit.remaining_requests == 9
+    assert "200" in repr(raw)
+
+
+async def test_raw_response_of_a_stream_parses_to_the_stream(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=[
+            failing(),
+            event_stream(sse(chunk("a"), chunk("b")), **{"x-request-id": "s2"}),
+        ]
+    )
+    raw = await api.run(
+        api.client().chat.completions.with_raw_response.create(messages=MESSAGES, stream=True)
+    )
+    assert raw.status_code == 200 and raw.request_id == "s2" and raw.retries_taken == 1
+    assert raw.headers["content-type"] == "text/event-stream"
+    stream = raw.parse()
+    expected = stormguard.Stream if api.mode == "sync" else stormguard.AsyncStream
+    assert isinstance(stream, expected)
+    chunks = await api.collect(stream)
+    assert [c.choices[0].delta.content for c in chunks] == ["a", "b"]
+    assert stream.attempt_history == raw.attempt_history and len(raw.attempt_history) == 2
+
+
+async def test_raw_response_of_a_responses_stream(api: Api, mock: respx.MockRouter) -> None:
+    events = [
+        json.dumps({"type": "response.created", "response": response_json(status="in_progress")}),
+        json.dumps({"type": "response.output_text.delta", "delta": "hey"}),
+        json.dumps({"type": "response.completed", "response": response_json("hey")}),
+    ]
+    mock.post("/responses").respond(
+        200, headers={"content-type": "text/event-stream"}, content=sse(*events, done=False)
+    )
+    raw = await api.run(api.client().responses.with_raw_response.create(input="hi", stream=True))
+    got = await api.collect(raw.parse())
+    assert [e.type for e in got] == [
+        "response.created",
+        "response.output_text.delta",
+        "response.completed",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error"),
+    [
+        (400, {"error": {"message": "bad", "code": "invalid"}}, stormguard.BadRequestError),
+        (404, {"error": {"message": "no such model"}}, stormguard.NotFoundError),
+        (500, {"error": {"message": "oops"}}, stormguard.InternalServerError),
+    ],
+)
+async def test_an_error_status_is_raised_as_stormguards_error_not_handed_over(
+    api: Api,
+    mock: respx.MockRouter,
+    status: int,
+    body: dict[str, Any],
+    error: type[stormguard.APIStatusError],
+) -> None:
+    route = mock.get("/models/m").respond(status, json=body)
+    client = api.client(retry_policy=stormguard.RetryPolicy(max_attempts=2))
+    with pytest.raises(error) as caught:
+        await api.run(client.models.with_raw_response.retrieve("m"))
+    assert caught.value.status_code == status
+    assert caught.value.response is not None and caught.value.request is not None
+    assert caught.value.attempts == route.call_count == (2 if status == 500 else 1)
+
+
+async def test_raw_response_keeps_the_call_options(api: Api, mock: respx.MockRouter) -> None:
+    vector = base64.b64encode(struct.pack("<2f", 0.5, 0.25)).decode()
+    answer = {**EMBEDDING, "data": [{"object": "embedding", "index": 0, "embedding": vector}]}
+    route = mock.post("/embeddings").respond(200, json=answer)
+    raw = await api.run(
+        api.client().embeddings.with_raw_response.create(
+            input=["a"],
+            model="e",
+            extra_headers={"x-trace": "1"},
+            extra_query={"q": "2"},
+            timeout=5,
+        )
+    )
+    request = route.calls[0].request
+    assert request.headers["x-trace"] == "1" and request.url.params["q"] == "2"
+    assert json.loads(request.content)["encoding_format"] == "base64"
+    assert raw.parse().data[0].embedding == [0.5, 0.25]
+
+
+async def test_plain_calls_are_unchanged_beside_raw_ones(api: Api, mock: respx.MockRouter) -> None:
+    mock.post("/chat/completions").respond(200, json=chat_json("x"))
+    client = api.client()
+    raw = await api.run(client.chat.completions.with_raw_response.create(messages=MESSAGES))
+    plain = await api.run(client.chat.completions.create(messages=MESSAGES))
+    assert isinstance(plain, stormguard.ChatCompletion)
+    assert plain.choices[0].message.content == raw.parse().choices[0].message.content == "x"
+
+
+def test_mypy_strict_accepts_raw_and_streaming_responses() -> None:
+    from pathlib import Path
+
+    from mypy import api as mypy_api
+
+    sample = Path(__file__).with_name("openai_style_typing_raw.py")
+    out, err, status = mypy_api.run(["--strict", "--no-error-summary", str(sample)])
+    assert status == 0, out + err
