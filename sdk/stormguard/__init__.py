@@ -77,6 +77,7 @@ from ._rate_limit_headers import RateLimit
 from ._raw_response import LegacyAPIResponse
 from ._retry import RetryPolicy
 from ._stats import CallStats
+from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
 from ._streaming import AsyncStream, Stream
 from ._throttle import AdaptiveThrottle
 from ._transport import (
@@ -95,10 +96,12 @@ __all__ = [
     "NOT_GIVEN",
     "APIConnectionError",
     "APIError",
+    "APIResponse",
     "APIResponseValidationError",
     "APIStatusError",
     "APITimeoutError",
     "AdaptiveThrottle",
+    "AsyncAPIResponse",
     "AsyncClient",
     "AsyncStormguardTransport",
     "AsyncStream",
@@ -170,6 +173,7 @@ __all__ = [
     "StormguardError",
     "StormguardTransport",
     "Stream",
+    "StreamAlreadyConsumed",
     "StreamInterruptedError",
     "Telemetry",
     "ThrottledError",

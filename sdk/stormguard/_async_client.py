@@ -43,6 +43,7 @@ from ._options import NotGiven, Omit
 from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
 from ._raw_response import async_to_raw_response_wrapper
 from ._responses import translate_transport_error
+from ._streamed_response import async_to_streamed_response_wrapper
 from ._streaming import AsyncStream, _StreamState
 from .tokens._flow import drive_precheck_async
 
@@ -205,6 +206,14 @@ class AsyncChatCompletions:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return AsyncChatCompletionsWithRawResponse(AsyncChatCompletions(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> AsyncChatCompletionsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return AsyncChatCompletionsWithStreamingResponse(
+            AsyncChatCompletions(self._client, "unread")
+        )
+
     @overload
     async def create(
         self,
@@ -280,6 +289,12 @@ class AsyncCompletions:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return AsyncCompletionsWithRawResponse(AsyncCompletions(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> AsyncCompletionsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return AsyncCompletionsWithStreamingResponse(AsyncCompletions(self._client, "unread"))
+
     @overload
     async def create(
         self,
@@ -347,6 +362,12 @@ class AsyncModels:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return AsyncModelsWithRawResponse(AsyncModels(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> AsyncModelsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return AsyncModelsWithStreamingResponse(AsyncModels(self._client, "unread"))
+
     async def list(
         self,
         *,
@@ -391,6 +412,12 @@ class AsyncEmbeddings:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return AsyncEmbeddingsWithRawResponse(AsyncEmbeddings(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> AsyncEmbeddingsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return AsyncEmbeddingsWithStreamingResponse(AsyncEmbeddings(self._client, "unread"))
+
     async def create(
         self,
         *,
@@ -430,6 +457,12 @@ class AsyncResponses:
         """The same methods, returning the final response with the result
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return AsyncResponsesWithRawResponse(AsyncResponses(self._client, "response"))
+
+    @property
+    def with_streaming_response(self) -> AsyncResponsesWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return AsyncResponsesWithStreamingResponse(AsyncResponses(self._client, "unread"))
 
     @overload
     async def create(
@@ -529,3 +562,39 @@ class AsyncResponsesWithRawResponse:
 
     def __init__(self, responses: AsyncResponses) -> None:
         self.create = async_to_raw_response_wrapper(responses.create)
+
+
+class AsyncChatCompletionsWithStreamingResponse:
+    """``client.chat.completions.with_streaming_response``."""
+
+    def __init__(self, completions: AsyncChatCompletions) -> None:
+        self.create = async_to_streamed_response_wrapper(completions.create)
+
+
+class AsyncCompletionsWithStreamingResponse:
+    """``client.completions.with_streaming_response``."""
+
+    def __init__(self, completions: AsyncCompletions) -> None:
+        self.create = async_to_streamed_response_wrapper(completions.create)
+
+
+class AsyncModelsWithStreamingResponse:
+    """``client.models.with_streaming_response``."""
+
+    def __init__(self, models: AsyncModels) -> None:
+        self.list = async_to_streamed_response_wrapper(models.list)
+        self.retrieve = async_to_streamed_response_wrapper(models.retrieve)
+
+
+class AsyncEmbeddingsWithStreamingResponse:
+    """``client.embeddings.with_streaming_response``."""
+
+    def __init__(self, embeddings: AsyncEmbeddings) -> None:
+        self.create = async_to_streamed_response_wrapper(embeddings.create)
+
+
+class AsyncResponsesWithStreamingResponse:
+    """``client.responses.with_streaming_response``."""
+
+    def __init__(self, responses: AsyncResponses) -> None:
+        self.create = async_to_streamed_response_wrapper(responses.create)

@@ -43,6 +43,7 @@ from ._options import NotGiven, Omit
 from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
 from ._raw_response import to_raw_response_wrapper
 from ._responses import translate_transport_error
+from ._streamed_response import to_streamed_response_wrapper
 from ._streaming import Stream, _StreamState
 from .tokens._flow import drive_precheck_sync
 
@@ -198,6 +199,12 @@ class ChatCompletions:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return ChatCompletionsWithRawResponse(ChatCompletions(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> ChatCompletionsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return ChatCompletionsWithStreamingResponse(ChatCompletions(self._client, "unread"))
+
     @overload
     def create(
         self,
@@ -273,6 +280,12 @@ class Completions:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return CompletionsWithRawResponse(Completions(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> CompletionsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return CompletionsWithStreamingResponse(Completions(self._client, "unread"))
+
     @overload
     def create(
         self,
@@ -338,6 +351,12 @@ class Models:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return ModelsWithRawResponse(Models(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> ModelsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return ModelsWithStreamingResponse(Models(self._client, "unread"))
+
     def list(
         self,
         *,
@@ -382,6 +401,12 @@ class Embeddings:
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return EmbeddingsWithRawResponse(Embeddings(self._client, "response"))
 
+    @property
+    def with_streaming_response(self) -> EmbeddingsWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return EmbeddingsWithStreamingResponse(Embeddings(self._client, "unread"))
+
     def create(
         self,
         *,
@@ -421,6 +446,12 @@ class Responses:
         """The same methods, returning the final response with the result
         (``.parse()``), as openai-python's ``.with_raw_response``."""
         return ResponsesWithRawResponse(Responses(self._client, "response"))
+
+    @property
+    def with_streaming_response(self) -> ResponsesWithStreamingResponse:
+        """The same methods as context managers of the final response, its body read
+        only when asked, as openai-python's ``.with_streaming_response``."""
+        return ResponsesWithStreamingResponse(Responses(self._client, "unread"))
 
     @overload
     def create(
@@ -520,3 +551,39 @@ class ResponsesWithRawResponse:
 
     def __init__(self, responses: Responses) -> None:
         self.create = to_raw_response_wrapper(responses.create)
+
+
+class ChatCompletionsWithStreamingResponse:
+    """``client.chat.completions.with_streaming_response``."""
+
+    def __init__(self, completions: ChatCompletions) -> None:
+        self.create = to_streamed_response_wrapper(completions.create)
+
+
+class CompletionsWithStreamingResponse:
+    """``client.completions.with_streaming_response``."""
+
+    def __init__(self, completions: Completions) -> None:
+        self.create = to_streamed_response_wrapper(completions.create)
+
+
+class ModelsWithStreamingResponse:
+    """``client.models.with_streaming_response``."""
+
+    def __init__(self, models: Models) -> None:
+        self.list = to_streamed_response_wrapper(models.list)
+        self.retrieve = to_streamed_response_wrapper(models.retrieve)
+
+
+class EmbeddingsWithStreamingResponse:
+    """``client.embeddings.with_streaming_response``."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.create = to_streamed_response_wrapper(embeddings.create)
+
+
+class ResponsesWithStreamingResponse:
+    """``client.responses.with_streaming_response``."""
+
+    def __init__(self, responses: Responses) -> None:
+        self.create = to_streamed_response_wrapper(responses.create)

@@ -38,3 +38,28 @@ async def async_calls(client: stormguard.AsyncClient) -> None:
     async for event in events.parse():
         print(event.type)
     print(completion.id, raw.request_id, model.id)
+
+
+def sync_streaming(client: stormguard.Client) -> None:
+    with client.chat.completions.with_streaming_response.create(
+        model="m", messages=MESSAGES
+    ) as response:
+        status: int = response.status_code
+        lines: list[str] = list(response.iter_lines())
+        completion: stormguard.ChatCompletion = response.parse()
+    with client.models.with_streaming_response.retrieve("m") as response_of_model:
+        model: stormguard.Model = response_of_model.parse()
+        data: bytes = response_of_model.read()
+    print(status, lines, completion.id, model.id, data)
+
+
+async def async_streaming(client: stormguard.AsyncClient) -> None:
+    async with client.chat.completions.with_streaming_response.create(
+        model="m", messages=MESSAGES
+    ) as response:
+        async for line in response.iter_lines():
+            print(line)
+        completion: stormguard.ChatCompletion = await response.parse()
+    async with client.embeddings.with_streaming_response.create(input="a") as response_of_e:
+        vectors: stormguard.CreateEmbeddingResponse = await response_of_e.parse()
+    print(completion.id, vectors.data)

@@ -1,14 +1,17 @@
-"""``.with_raw_response`` on every resource (respx, sync and async): openai-python's
-``LegacyAPIResponse`` names, the final attempt's response after retries, ``parse()``
-of results and streams, stormguard's extras, and errors raised as stormguard's."""
+"""``.with_raw_response`` and ``.with_streaming_response`` on every resource (respx,
+sync and async): openai-python's names, the final attempt's response after retries,
+``parse()`` of results and streams, stormguard's extras, errors raised as
+stormguard's, and a streaming response's body read only when asked and closed at the
+end of its block."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -245,3 +248,164 @@ def test_mypy_strict_accepts_raw_and_streaming_responses() -> None:
     sample = Path(__file__).with_name("openai_style_typing_raw.py")
     out, err, status = mypy_api.run(["--strict", "--no-error-summary", str(sample)])
     assert status == 0, out + err
+
+
+class TrackedBody(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body that records whether it was read and whether it was closed
+    (what the server sees: the connection closed with the body unread)."""
+
+    def __init__(self, *pieces: bytes) -> None:
+        self.pieces = pieces
+        self.read = 0
+        self.closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.pieces:
+            self.read += 1
+            yield piece
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            self.read += 1
+            yield piece
+
+    def close(self) -> None:
+        self.closed = True
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def tracked(body: TrackedBody, content_type: str = "application/json") -> httpx.Response:
+    return httpx.Response(200, headers={"content-type": content_type}, stream=body)
+
+
+async def enter(api: Api, stack: contextlib.AsyncExitStack, manager: Any) -> Any:
+    if api.mode == "sync":
+        return stack.enter_context(manager)
+    return await stack.enter_async_context(manager)
+
+
+@pytest.mark.parametrize(
+    ("call", "method", "path", "answer", "result_type", "check"),
+    [pytest.param(*row[1:], id=row[0]) for row in CALLS],
+)
+async def test_streaming_response_reads_the_body_only_when_asked(
+    api: Api,
+    mock: respx.MockRouter,
+    call: Callable[[Any, str], Any],
+    method: str,
+    path: str,
+    answer: dict[str, Any],
+    result_type: type,
+    check: Callable[[Any], bool],
+) -> None:
+    body = TrackedBody(json.dumps(answer).encode())
+    headers = {"content-type": "application/json", **FINAL_HEADERS}
+    final = httpx.Response(200, headers=headers, stream=body)
+    route = mock.route(method=method, url=BASE + path).mock(side_effect=[failing(), final])
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, call(api.client(), "with_streaming_response"))
+        expected = stormguard.APIResponse if api.mode == "sync" else stormguard.AsyncAPIResponse
+        assert isinstance(response, expected)
+        assert route.call_count == 2 and response.retries_taken == 1
+        assert response.status_code == 200 and response.request_id == "r2"
+        assert response.server_load.queue_depth == 3
+        assert body.read == 0 and not body.closed  # not read before asked
+        result = await api.run(response.parse())
+        assert isinstance(result, result_type) and check(result)
+        assert result is await api.run(response.parse())
+        assert [a.status_code for a in result.attempt_history] == [500, 200]
+        assert result.rate_limit.remaining_requests == 9
+    assert body.closed
+
+
+async def test_streaming_response_closed_unread_at_the_end_of_its_block(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    body = TrackedBody(json.dumps(chat_json()).encode())
+    mock.post("/chat/completions").mock(return_value=tracked(body))
+    client = api.client()
+    async with contextlib.AsyncExitStack() as stack:
+        manager = client.chat.completions.with_streaming_response.create(messages=MESSAGES)
+        response = await enter(api, stack, manager)
+        assert not response.is_closed
+    assert body.read == 0 and body.closed and response.is_closed
+    assert client.stats().logical_calls == 1
+
+
+async def test_streaming_response_read_text_json_and_pieces(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    data = json.dumps(chat_json("héllo")).encode()
+    mock.post("/chat/completions").mock(
+        side_effect=[tracked(TrackedBody(data[:7], data[7:])) for _ in range(3)]
+    )
+    client = api.client()
+    create = client.chat.completions.with_streaming_response.create
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES))
+        assert await api.run(response.read()) == data
+        assert await api.run(response.text()) == data.decode()
+        assert await api.run(response.json()) == chat_json("héllo")
+        assert (await api.run(response.parse())).choices[0].message.content == "héllo"
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES))
+        pieces = await api.collect(response.iter_bytes(chunk_size=5))
+        assert b"".join(pieces) == data and {len(p) for p in pieces[:-1]} == {5}
+        with pytest.raises(stormguard.StreamAlreadyConsumed):
+            await api.run(response.read())
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES))
+        assert "".join(await api.collect(response.iter_text())) == data.decode()
+
+
+async def test_streaming_response_of_a_stream(api: Api, mock: respx.MockRouter) -> None:
+    first, rest = sse(chunk("a"), done=False), sse(chunk("b"))
+    mock.post("/chat/completions").mock(
+        side_effect=[
+            failing(),
+            *(tracked(TrackedBody(first, rest), "text/event-stream") for _ in range(3)),
+        ]
+    )
+    client = api.client()
+    create = client.chat.completions.with_streaming_response.create
+    # Lines from the first byte: what was read to know the stream had started, then the rest.
+    body_lines = [f"data: {chunk('a')}", "", f"data: {chunk('b')}", "", "data: [DONE]", ""]
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES, stream=True))
+        assert response.retries_taken == 1
+        assert await api.collect(response.iter_lines()) == body_lines
+        with pytest.raises(stormguard.StreamAlreadyConsumed):
+            await api.run(response.parse())
+    # parse() hands over the Stream; the block's end closes it, read or not.
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES, stream=True))
+        stream = await api.run(response.parse())
+        expected = stormguard.Stream if api.mode == "sync" else stormguard.AsyncStream
+        assert isinstance(stream, expected)
+        assert [c.choices[0].delta.content for c in await api.collect(stream)] == ["a", "b"]
+    body = TrackedBody(first, rest)
+    mock.post("/chat/completions").mock(return_value=tracked(body, "text/event-stream"))
+    async with contextlib.AsyncExitStack() as stack:
+        await enter(api, stack, create(messages=MESSAGES, stream=True))
+        assert body.read == 1 and not body.closed  # its first event only
+    assert body.closed and body.read == 1
+
+
+async def test_streaming_response_errors_are_stormguards(api: Api, mock: respx.MockRouter) -> None:
+    mock.get("/models/m").respond(404, json={"error": {"message": "no such model"}})
+    client = api.client(max_response_bytes=64)
+    async with contextlib.AsyncExitStack() as stack:
+        with pytest.raises(stormguard.NotFoundError) as caught:
+            await enter(api, stack, client.models.with_streaming_response.retrieve("m"))
+    assert caught.value.attempts == 1
+    big = TrackedBody(b'{"id": "m", "pad": "' + b"x" * 100 + b'"}')
+    mock.get("/models/big").mock(return_value=tracked(big))
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, client.models.with_streaming_response.retrieve("big"))
+        with pytest.raises(stormguard.APIResponseValidationError) as too_large:
+            await api.run(response.parse())
+    assert "max_response_bytes=64" in str(too_large.value)
+    assert too_large.value.attempts == 1 and too_large.value.request is not None
+    assert big.closed
