@@ -14,6 +14,7 @@ import struct
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import respx
@@ -409,3 +410,57 @@ async def test_streaming_response_errors_are_stormguards(api: Api, mock: respx.M
     assert "max_response_bytes=64" in str(too_large.value)
     assert too_large.value.attempts == 1 and too_large.value.request is not None
     assert big.closed
+
+
+class CutBody(TrackedBody):
+    """A body whose connection breaks after its first piece."""
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.pieces[:1]
+        raise httpx.ReadError("connection reset")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces[:1]:
+            yield piece
+        raise httpx.ReadError("connection reset")
+
+
+class StalledBody(TrackedBody):
+    """A body that sends its first piece, then nothing."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.pieces[0]
+        await anyio.Event().wait()
+
+
+async def test_a_body_cut_after_the_hand_over_is_the_calls_error_not_retried(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    route = mock.post("/chat/completions").mock(return_value=tracked(CutBody(b'{"id": ', b'"x"}')))
+    client = api.client()
+    async with contextlib.AsyncExitStack() as stack:
+        manager = client.chat.completions.with_streaming_response.create(messages=MESSAGES)
+        response = await enter(api, stack, manager)
+        with pytest.raises(stormguard.APIConnectionError) as caught:
+            await api.run(response.parse())
+    assert "ReadError" in str(caught.value) and caught.value.request is not None
+    assert route.call_count == 1 and caught.value.attempts == 1
+    assert [a.outcome for a in caught.value.attempt_history] == ["ok"]
+
+
+async def test_async_body_read_after_the_hand_over_ends_by_the_calls_deadline(
+    mock: respx.MockRouter,
+) -> None:
+    api = Api("async")
+    mock.post("/chat/completions").mock(return_value=tracked(StalledBody(b'{"id": ')))
+    # The deadline is the fake clock's, read as seconds of real time by the reads'
+    # cancel scope: half a second here, whatever the machine's load.
+    client = api.client(timeout=0.5)
+    try:
+        manager = client.chat.completions.with_streaming_response.create(messages=MESSAGES)
+        async with manager as response:
+            with pytest.raises(stormguard.APITimeoutError) as caught:
+                await response.read()
+        assert "deadline" in str(caught.value) and caught.value.response_started
+    finally:
+        await api.close_all()
