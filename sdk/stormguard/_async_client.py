@@ -176,6 +176,17 @@ class AsyncClient(BaseClient):
         await response.aclose()
         return call.complete(response, reader.body())
 
+    @property
+    def with_raw_response(self) -> AsyncClientWithRawResponse:
+        """Every resource's ``with_raw_response`` (``client.with_raw_response.chat
+        .completions.create(...)``), as openai-python's."""
+        return AsyncClientWithRawResponse(self)
+
+    @property
+    def with_streaming_response(self) -> AsyncClientWithStreamingResponse:
+        """Every resource's ``with_streaming_response``, as openai-python's."""
+        return AsyncClientWithStreamingResponse(self)
+
     async def close(self) -> None:
         """Close the connection pool (unless the httpx client was passed in)."""
         if self._owns_http:
@@ -274,6 +285,16 @@ class AsyncChat:
 
     def __init__(self, client: AsyncClient) -> None:
         self.completions = AsyncChatCompletions(client)
+
+    @property
+    def with_raw_response(self) -> AsyncChatWithRawResponse:
+        """``client.chat.with_raw_response.completions``, as openai-python's."""
+        return AsyncChatWithRawResponse(self)
+
+    @property
+    def with_streaming_response(self) -> AsyncChatWithStreamingResponse:
+        """``client.chat.with_streaming_response.completions``, as openai-python's."""
+        return AsyncChatWithStreamingResponse(self)
 
 
 class AsyncCompletions:
@@ -598,3 +619,39 @@ class AsyncResponsesWithStreamingResponse:
 
     def __init__(self, responses: AsyncResponses) -> None:
         self.create = async_to_streamed_response_wrapper(responses.create)
+
+
+class AsyncChatWithRawResponse:
+    """``client.chat.with_raw_response``."""
+
+    def __init__(self, chat: AsyncChat) -> None:
+        self.completions = chat.completions.with_raw_response
+
+
+class AsyncClientWithRawResponse:
+    """``client.with_raw_response``: each resource's ``with_raw_response``."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.chat = client.chat.with_raw_response
+        self.completions = client.completions.with_raw_response
+        self.embeddings = client.embeddings.with_raw_response
+        self.models = client.models.with_raw_response
+        self.responses = client.responses.with_raw_response
+
+
+class AsyncChatWithStreamingResponse:
+    """``client.chat.with_streaming_response``."""
+
+    def __init__(self, chat: AsyncChat) -> None:
+        self.completions = chat.completions.with_streaming_response
+
+
+class AsyncClientWithStreamingResponse:
+    """``client.with_streaming_response``: each resource's ``with_streaming_response``."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.chat = client.chat.with_streaming_response
+        self.completions = client.completions.with_streaming_response
+        self.embeddings = client.embeddings.with_streaming_response
+        self.models = client.models.with_streaming_response
+        self.responses = client.responses.with_streaming_response

@@ -169,6 +169,17 @@ class Client(BaseClient):
             response.close()
         return call.complete(response, reader.body())
 
+    @property
+    def with_raw_response(self) -> ClientWithRawResponse:
+        """Every resource's ``with_raw_response`` (``client.with_raw_response.chat
+        .completions.create(...)``), as openai-python's."""
+        return ClientWithRawResponse(self)
+
+    @property
+    def with_streaming_response(self) -> ClientWithStreamingResponse:
+        """Every resource's ``with_streaming_response``, as openai-python's."""
+        return ClientWithStreamingResponse(self)
+
     def close(self) -> None:
         """Close the connection pool (unless the httpx client was passed in)."""
         if self._owns_http:
@@ -265,6 +276,16 @@ class Chat:
 
     def __init__(self, client: Client) -> None:
         self.completions = ChatCompletions(client)
+
+    @property
+    def with_raw_response(self) -> ChatWithRawResponse:
+        """``client.chat.with_raw_response.completions``, as openai-python's."""
+        return ChatWithRawResponse(self)
+
+    @property
+    def with_streaming_response(self) -> ChatWithStreamingResponse:
+        """``client.chat.with_streaming_response.completions``, as openai-python's."""
+        return ChatWithStreamingResponse(self)
 
 
 class Completions:
@@ -587,3 +608,39 @@ class ResponsesWithStreamingResponse:
 
     def __init__(self, responses: Responses) -> None:
         self.create = to_streamed_response_wrapper(responses.create)
+
+
+class ChatWithRawResponse:
+    """``client.chat.with_raw_response``."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.completions = chat.completions.with_raw_response
+
+
+class ClientWithRawResponse:
+    """``client.with_raw_response``: each resource's ``with_raw_response``."""
+
+    def __init__(self, client: Client) -> None:
+        self.chat = client.chat.with_raw_response
+        self.completions = client.completions.with_raw_response
+        self.embeddings = client.embeddings.with_raw_response
+        self.models = client.models.with_raw_response
+        self.responses = client.responses.with_raw_response
+
+
+class ChatWithStreamingResponse:
+    """``client.chat.with_streaming_response``."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.completions = chat.completions.with_streaming_response
+
+
+class ClientWithStreamingResponse:
+    """``client.with_streaming_response``: each resource's ``with_streaming_response``."""
+
+    def __init__(self, client: Client) -> None:
+        self.chat = client.chat.with_streaming_response
+        self.completions = client.completions.with_streaming_response
+        self.embeddings = client.embeddings.with_streaming_response
+        self.models = client.models.with_streaming_response
+        self.responses = client.responses.with_streaming_response

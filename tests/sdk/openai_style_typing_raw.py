@@ -63,3 +63,20 @@ async def async_streaming(client: stormguard.AsyncClient) -> None:
     async with client.embeddings.with_streaming_response.create(input="a") as response_of_e:
         vectors: stormguard.CreateEmbeddingResponse = await response_of_e.parse()
     print(completion.id, vectors.data)
+
+
+def through_the_client(client: stormguard.Client) -> None:
+    completion: stormguard.ChatCompletion = client.with_raw_response.chat.completions.create(
+        messages=MESSAGES
+    ).parse()
+    with client.chat.with_streaming_response.completions.create(messages=MESSAGES) as response:
+        again: stormguard.ChatCompletion = response.parse()
+    print(completion.id, again.id)
+
+
+async def through_the_async_client(client: stormguard.AsyncClient) -> None:
+    raw = await client.with_raw_response.models.retrieve("m")
+    model: stormguard.Model = raw.parse()
+    async with client.with_streaming_response.embeddings.create(input="a") as response:
+        vectors: stormguard.CreateEmbeddingResponse = await response.parse()
+    print(model.id, vectors.data)

@@ -22,6 +22,7 @@ import respx
 import stormguard
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 from tests.sdk.test_endpoints_responses import response_json
+from tests.sdk.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
 
 EMBEDDING = {
     "object": "list",
@@ -464,3 +465,50 @@ async def test_async_body_read_after_the_hand_over_ends_by_the_calls_deadline(
         assert "deadline" in str(caught.value) and caught.value.response_started
     finally:
         await api.close_all()
+
+
+async def test_the_calls_span_ends_when_a_streaming_response_is_parsed_or_closed(
+    api: Api,
+    mock: respx.MockRouter,
+    otel: Otel,  # noqa: F811
+) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=[tracked(TrackedBody(json.dumps(chat_json()).encode())) for _ in range(2)]
+    )
+    client = api.client(telemetry=otel.telemetry)
+    create = client.chat.completions.with_streaming_response.create
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, create(messages=MESSAGES))
+        assert otel.spans() == [s for s in otel.spans() if s.parent is not None]  # still open
+        await api.run(response.parse())
+        attributes = otel.logical().attributes or {}
+        assert (
+            attributes["gen_ai.usage.input_tokens"],
+            attributes["gen_ai.usage.output_tokens"],
+        ) == (
+            5,
+            2,
+        )
+    otel.exporter.clear()
+    async with contextlib.AsyncExitStack() as stack:
+        await enter(api, stack, create(messages=MESSAGES))
+    assert (otel.logical().attributes or {})["stormguard.cancelled"] is True
+
+
+async def test_the_client_and_chat_lead_to_the_same_methods(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").respond(200, json=chat_json("x"))
+    mock.get("/models").respond(200, json={"object": "list", "data": [MODEL]})
+    client = api.client()
+    raw = await api.run(client.with_raw_response.chat.completions.create(messages=MESSAGES))
+    assert raw.parse().choices[0].message.content == "x"
+    raw = await api.run(client.chat.with_raw_response.completions.create(messages=MESSAGES))
+    assert raw.status_code == 200
+    async with contextlib.AsyncExitStack() as stack:
+        response = await enter(api, stack, client.with_streaming_response.models.list())
+        assert (await api.run(response.parse())).data[0].id == "org/m"
+    async with contextlib.AsyncExitStack() as stack:
+        manager = client.chat.with_streaming_response.completions.create(messages=MESSAGES)
+        response = await enter(api, stack, manager)
+        assert (await api.run(response.json()))["id"] == "chatcmpl-1"
