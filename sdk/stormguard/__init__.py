@@ -103,6 +103,7 @@ __all__ = [
     "AdaptiveThrottle",
     "AsyncAPIResponse",
     "AsyncClient",
+    "AsyncOpenAI",
     "AsyncStormguardTransport",
     "AsyncStream",
     "AttemptRecord",
@@ -154,6 +155,7 @@ __all__ = [
     "NotFoundError",
     "NotGiven",
     "Omit",
+    "OpenAI",
     "PermissionDeniedError",
     "Priority",
     "QueueTimeoutError",
@@ -185,5 +187,11 @@ __all__ = [
     "httpx_client",
     "omit",
 ]
+
+#: openai-python's class names, so that ``from openai import OpenAI`` and ``openai.OpenAI(...)``
+#: port by changing only the import (``from stormguard import OpenAI``, ``import stormguard as
+#: openai``); the same classes as ``Client`` and ``AsyncClient``.
+OpenAI = Client
+AsyncOpenAI = AsyncClient
 
 setup_logging()

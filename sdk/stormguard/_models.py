@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -101,6 +102,10 @@ class Record:
     def to_dict(self) -> dict[str, Any]:
         """A deep copy of the JSON object, unknown fields included."""
         return copy.deepcopy(dict(self._data))
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The JSON object as text, unknown fields included (openai's ``to_json``)."""
+        return json.dumps(dict(self._data), indent=indent)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record):
@@ -220,6 +225,11 @@ class APIResult(Record):
     def request_id(self) -> str | None:
         """The server's ``x-request-id`` for the attempt that succeeded."""
         return self._info.request_id if self._info is not None else None
+
+    @property
+    def _request_id(self) -> str | None:
+        """openai-python's name for :attr:`request_id` (public there despite the underscore)."""
+        return self.request_id
 
 
 class CompletionUsage(Record):
