@@ -1,0 +1,62 @@
+"""The transport form of the compat examples: openai-python's own client over stormguard.
+
+Each example imports from stormguard; its transport form imports from this module
+instead (``import stormguard as openai`` becomes ``import
+tests.compat.openai_over_stormguard as openai``), which is what a project writes once to
+put stormguard under openai-python: ``OpenAI`` and ``AsyncOpenAI`` are openai's classes
+with ``http_client=stormguard.httpx_client(...)`` (``async_httpx_client`` for
+``AsyncOpenAI``) and ``max_retries=0`` (one retry loop: stormguard's), unless the caller
+gives them. The base URL comes from the arguments or ``OPENAI_BASE_URL``, as openai reads
+it. The errors are openai's own, since under the transport openai raises them.
+
+openai 3.x types ``http_client`` as an ``httpx2.Client``; ``stormguard.httpx_client``
+returns an ``httpx.Client``, which openai takes through its legacy, untyped path. The
+keywords therefore pass through untyped here (``**kwargs: Any``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import openai
+from openai import APIConnectionError, APIError, APIStatusError, NotFoundError, RateLimitError
+
+import stormguard
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "APIStatusError",
+    "AsyncOpenAI",
+    "NotFoundError",
+    "OpenAI",
+    "RateLimitError",
+]
+
+
+def _base_url(kwargs: dict[str, Any]) -> str:
+    url = kwargs.get("base_url") or os.environ.get("OPENAI_BASE_URL")
+    if not url:
+        raise ValueError("give base_url or set OPENAI_BASE_URL")
+    return str(url)
+
+
+class OpenAI(openai.OpenAI):
+    """``openai.OpenAI`` over ``stormguard.httpx_client``, with ``max_retries=0``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "http_client" not in kwargs:
+            kwargs["http_client"] = stormguard.httpx_client(base_url=_base_url(kwargs))
+        kwargs.setdefault("max_retries", 0)
+        super().__init__(**kwargs)
+
+
+class AsyncOpenAI(openai.AsyncOpenAI):
+    """``openai.AsyncOpenAI`` over ``stormguard.async_httpx_client``, with ``max_retries=0``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "http_client" not in kwargs:
+            kwargs["http_client"] = stormguard.async_httpx_client(base_url=_base_url(kwargs))
+        kwargs.setdefault("max_retries", 0)
+        super().__init__(**kwargs)

@@ -1,0 +1,25 @@
+"""mypy --strict accepts every compat example in both forms: as written against
+stormguard, and rewritten onto openai-python's clients over stormguard's transport
+(forms.py). One mypy run checks them all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mypy import api as mypy_api
+
+from tests.compat.forms import EXAMPLES, OPENAI_OVER_STORMGUARD, example_names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_mypy_strict_accepts_both_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    files = [str(EXAMPLES / f"{name}.py") for name in example_names()]
+    for name in example_names():
+        rewritten = tmp_path / f"transport_{name}.py"
+        rewritten.write_text(OPENAI_OVER_STORMGUARD.source(name))
+        files.append(str(rewritten))
+    monkeypatch.chdir(ROOT)  # the rewritten files import tests.compat from here
+    out, err, status = mypy_api.run(["--strict", "--no-error-summary", *files])
+    assert status == 0, out + err
