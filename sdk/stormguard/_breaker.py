@@ -73,6 +73,7 @@ from ._exceptions import (
     QueueTimeoutError,
     StreamInterruptedError,
 )
+from ._outbox import Outbox
 
 __all__ = [
     "BreakerConfig",
@@ -321,8 +322,10 @@ class CircuitBreaker:
         self.config = config if config is not None else BreakerConfig()
         self._clock = clock or Clock()
         self._rng = rng or random.Random()
-        self._listeners = tuple(listeners)
         self._lock = threading.Lock()
+        self._outbox: Outbox[BreakerTransition] = Outbox(
+            self._lock, listeners, _describe_breaker_transition, logger
+        )
         self._state = CircuitState.CLOSED
         self._epoch = 0  # bumped on every state change; permits remember theirs
         self._window: deque[tuple[bool, bool]] = deque()  # (failed, slow), oldest first
@@ -336,8 +339,6 @@ class CircuitBreaker:
         self._probe_ids = itertools.count()
         self._probes: dict[int, float] = {}  # probe id -> time granted
         self._probe_successes = 0
-        self._pending: deque[BreakerTransition] = deque()
-        self._emitting = False
 
     # -- public --------------------------------------------------------------------------
 
@@ -515,40 +516,16 @@ class CircuitBreaker:
             self._window.clear()
             self._failures = self._slow = self._consecutive = 0
             self._streak = 0
-        if self._listeners:
-            self._pending.append(BreakerTransition(self.name, before, to, reason, now, open_for))
-
-    # -- outside the lock ----------------------------------------------------------------
+        if self._outbox.listening:
+            self._outbox.put(BreakerTransition(self.name, before, to, reason, now, open_for))
 
     def _emit(self) -> None:
-        """Hand pending transitions to the listeners, in order, without holding the lock.
+        """Hand pending transitions to the listeners (``_outbox.py``), without the lock."""
+        self._outbox.deliver()
 
-        One thread delivers at a time; a transition queued meanwhile (by another
-        thread, or by a listener calling back into the breaker) is delivered by it.
-        """
-        while True:
-            with self._lock:
-                if self._emitting or not self._pending:
-                    return
-                self._emitting = True
-                batch = tuple(self._pending)
-                self._pending.clear()
-            try:
-                for transition in batch:
-                    for listener in self._listeners:
-                        try:
-                            listener(transition)
-                        except Exception:
-                            logger.exception(
-                                "Breaker listener %r failed on %s → %s of %s",
-                                listener,
-                                transition.from_state.value,
-                                transition.to_state.value,
-                                transition.name,
-                            )
-            finally:
-                with self._lock:
-                    self._emitting = False
+
+def _describe_breaker_transition(transition: BreakerTransition) -> str:
+    return f"breaker {transition.name}: {transition.from_state.value} → {transition.to_state.value}"
 
 
 class BreakerRegistry:

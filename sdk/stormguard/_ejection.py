@@ -75,7 +75,6 @@ import random
 import socket
 import statistics
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -85,6 +84,7 @@ import httpx
 from ._breaker import is_breaker_failure
 from ._clock import Clock
 from ._exceptions import APIConnectionError, APITimeoutError
+from ._outbox import Outbox
 from ._window import WindowedPair
 from .protocol import Priority
 
@@ -357,7 +357,6 @@ class EjectionTracker:
         self._states = states
         self._clock = clock or Clock()
         self._rng = rng or random.Random()
-        self._listeners = tuple(listeners)
         self._run_probe = run_probe
         probe = self.config.probe
         self._probe: ConnectProbe | None = None
@@ -366,8 +365,9 @@ class EjectionTracker:
         elif probe == "connect":
             self._probe = connect_check
         self._lock = threading.Lock()
-        self._pending: deque[EjectionTransition] = deque()
-        self._emitting = False
+        self._outbox: Outbox[EjectionTransition] = Outbox(
+            self._lock, listeners, _describe_ejection_transition, logger
+        )
 
     # -- asked before each attempt -------------------------------------------------------
 
@@ -591,10 +591,8 @@ class EjectionTracker:
         before, record.status = record.status, to
         if to is EndpointStatus.EJECTED and before is not EndpointStatus.EJECTED:
             record.reason = reason  # a failed connect check keeps the cause: unreachable
-        if self._listeners:
-            self._pending.append(
-                EjectionTransition(state.name, before, to, reason, now, ejected_for)
-            )
+        if self._outbox.listening:
+            self._outbox.put(EjectionTransition(state.name, before, to, reason, now, ejected_for))
 
     def snapshot(self) -> tuple[EndpointHealth, ...]:
         """Every endpoint's status, why it was last ejected and for how long still."""
@@ -622,30 +620,12 @@ class EjectionTracker:
     # -- outside the lock ----------------------------------------------------------------
 
     def _emit(self) -> None:
-        """Hand pending transitions to the listeners, in order, without the lock (as
-        the breaker does: one thread delivers at a time)."""
-        while True:
-            with self._lock:
-                if self._emitting or not self._pending:
-                    return
-                self._emitting = True
-                batch = tuple(self._pending)
-                self._pending.clear()
-            try:
-                for transition in batch:
-                    for listener in self._listeners:
-                        try:
-                            listener(transition)
-                        except Exception:
-                            logger.exception(
-                                "Ejection listener %r failed on %s of %s",
-                                listener,
-                                transition.reason,
-                                transition.endpoint,
-                            )
-            finally:
-                with self._lock:
-                    self._emitting = False
+        """Hand pending transitions to the listeners (``_outbox.py``), without the lock."""
+        self._outbox.deliver()
+
+
+def _describe_ejection_transition(transition: EjectionTransition) -> str:
+    return f"Ejection of {transition.endpoint}, {transition.reason}"
 
 
 def _ejected(state: EndpointState) -> bool:
