@@ -12,7 +12,6 @@ from types import TracebackType
 from typing import Any, Literal, overload
 
 import anyio
-import httpx
 import tenacity
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
@@ -28,6 +27,7 @@ from ._base_client import (
 from ._body import aiter_body
 from ._compat import Unpack
 from ._exceptions import StormguardError
+from ._http import http_errors, httpx
 from ._models import (
     APIResult,
     ChatCompletion,
@@ -142,7 +142,7 @@ class AsyncClient(BaseClient):
                 response = await self._http.send(request, stream=True)
         except TimeoutError as exc:
             raise call.deadline_passed("while waiting for the response") from exc
-        except httpx.HTTPError as exc:
+        except http_errors() as exc:
             raise call.failed(translate_transport_error(exc)) from exc
         call.saw_response(response)
         try:
@@ -163,7 +163,7 @@ class AsyncClient(BaseClient):
                 raise call.deadline_passed(
                     "while reading the response", response_started=True
                 ) from exc
-            except httpx.HTTPError as exc:
+            except http_errors() as exc:
                 raise call.failed(
                     translate_transport_error(
                         exc, response_started=True, server_load=call.server_load

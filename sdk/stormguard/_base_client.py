@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal, TypedDict
 
-import httpx
-
 from ._body import ACCEPT_ENCODING, DEFAULT_MAX_RESPONSE_BYTES
 from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
@@ -29,6 +27,7 @@ from ._discovery import (
 from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
 from ._endpoints import Endpoint, EndpointPicker, SpillOver, check_served, normalize_base_url
 from ._events import Observer
+from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._options import (

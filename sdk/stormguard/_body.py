@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Iterator
 
-import httpx
+from ._http import httpx
 
 __all__ = [
     "ACCEPT_ENCODING",

@@ -11,7 +11,6 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, Literal, overload
 
-import httpx
 import tenacity
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
@@ -28,6 +27,7 @@ from ._body import iter_body
 from ._compat import Unpack
 from ._deadline_transport import default_http_client, hold_to_deadlines
 from ._exceptions import StormguardError
+from ._http import http_errors, httpx
 from ._models import (
     APIResult,
     ChatCompletion,
@@ -143,7 +143,7 @@ class Client(BaseClient):
             try:
                 with call.sending():
                     response = self._http.send(request, stream=True)
-            except httpx.HTTPError as exc:
+            except http_errors() as exc:
                 raise call.failed(translate_transport_error(exc)) from exc
             call.saw_response(response)
             try:
@@ -157,7 +157,7 @@ class Client(BaseClient):
                 try:
                     for piece in iter_body(response):
                         reader.feed(piece)
-                except httpx.HTTPError as exc:
+                except http_errors() as exc:
                     raise call.failed(
                         translate_transport_error(
                             exc, response_started=True, server_load=call.server_load

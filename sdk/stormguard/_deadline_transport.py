@@ -31,10 +31,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpcore
-import httpx
-
 from ._deadline import Deadline, current_deadline
+from ._http import httpcore, httpx
 
 __all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client", "hold_to_deadlines"]
 

@@ -54,9 +54,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-import httpx
-
 from ._exceptions import APIConnectionError, APITimeoutError
+from ._http import httpx
 from ._redact import display_url
 
 if TYPE_CHECKING:

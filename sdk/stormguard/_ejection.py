@@ -79,11 +79,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-import httpx
-
 from ._breaker import is_breaker_failure
 from ._clock import Clock
 from ._exceptions import APIConnectionError, APITimeoutError
+from ._http import httpx
 from ._outbox import Outbox
 from ._window import WindowedPair
 from .protocol import Priority

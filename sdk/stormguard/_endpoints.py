@@ -33,9 +33,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import httpx
-
 from ._clock import Clock
+from ._http import httpx
 from ._redact import display_url
 from .protocol import Priority, ServerLoad
 

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx
-
+from ._http import httpx
 from ._retry import RetryPolicy
 
 __all__ = [

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import httpx
 import tenacity
 
 from . import _logs
@@ -64,6 +63,7 @@ from ._exceptions import (
 )
 from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
+from ._http import httpx, response_types
 from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
 from ._models import APIResult, CallInfo, Record, output_text_of
 from ._prompt_view import precheck_view
@@ -1042,7 +1042,7 @@ class LogicalCall:
             return self._delivery(result)
         if isinstance(result, APIResult):
             return self._finished(result)
-        if isinstance(result, httpx.Response):
+        if isinstance(result, response_types()):
             self._close_record(_OK)
             if self._trace is not None:
                 payload = parse_json_object(result.content)
@@ -1055,7 +1055,7 @@ class LogicalCall:
             assert result.call_info is not None and self._read is not None
             response, elapsed = self._read
             return Delivery(self, response, result, result.call_info, elapsed)
-        if isinstance(result, httpx.Response):  # "unread" mode, not a stream
+        if isinstance(result, response_types()):  # "unread" mode, not a stream
             assert self._unread_info is not None
             return Delivery(self, result, None, self._unread_info)
         assert isinstance(result, _StreamBase)  # a stream, in either mode

@@ -31,8 +31,7 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar, cast
 
-import httpx
-
+from ._http import httpx
 from ._pipeline import Delivery
 
 if TYPE_CHECKING:

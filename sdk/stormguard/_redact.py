@@ -42,7 +42,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
+from ._http import httpx
 
 if TYPE_CHECKING:
     from ._exceptions import StormguardError

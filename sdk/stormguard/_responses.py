@@ -10,8 +10,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import httpx
-
 from ._exceptions import (
     APIConnectionError,
     APIError,
@@ -21,6 +19,7 @@ from ._exceptions import (
     error_object,
     status_error_class,
 )
+from ._http import httpx, request_errors, timeout_errors
 from ._models import APIResult, CallInfo
 from ._redact import Redactor
 from .protocol import HEADER_REQUEST_ID, ServerLoad
@@ -54,7 +53,7 @@ def translate_transport_error(
     the request httpx names (the pipeline adds the attempt's when it names none)."""
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     request = _request_of(exc)
-    if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+    if isinstance(exc, (*timeout_errors(), TimeoutError)):
         return APITimeoutError(
             f"Request timed out ({detail})",
             request,
@@ -71,7 +70,7 @@ def translate_transport_error(
 
 
 def _request_of(exc: Exception) -> httpx.Request | None:
-    if not isinstance(exc, httpx.RequestError):
+    if not isinstance(exc, request_errors()):
         return None
     try:
         return exc.request

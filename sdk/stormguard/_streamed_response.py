@@ -28,10 +28,10 @@ from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 import anyio
-import httpx
 
 from ._body import aiter_body, iter_body
 from ._exceptions import APIError, StormguardError
+from ._http import http_errors, httpx
 from ._pipeline import BodyReader, Delivery
 from ._raw_response import _ResponseBase
 from ._responses import translate_transport_error
@@ -233,7 +233,7 @@ class APIResponse(_ResponseBase[R]):
             for piece in iter_body(response):
                 reader.feed(piece)
                 yield piece
-        except httpx.HTTPError as exc:
+        except http_errors() as exc:
             raise self._body.transport_failed(exc) from exc
         except APIError as exc:  # past the cap or the deadline
             raise self._delivery.call.failed_after_hand_over(exc) from None
@@ -262,7 +262,7 @@ def _replay(stream: Stream[Any]) -> Iterator[bytes]:
         for chunk in stream._bytes:
             state.passing_through(chunk)
             yield chunk
-    except httpx.HTTPError as exc:
+    except http_errors() as exc:
         raise state.transport_failed(exc) from exc
     state.passed_through()
 
@@ -343,7 +343,7 @@ class AsyncAPIResponse(_ResponseBase[R]):
                         break
                 reader.feed(piece)
                 yield piece
-        except (httpx.HTTPError, TimeoutError) as exc:
+        except http_errors(TimeoutError) as exc:
             raise self._body.transport_failed(exc) from exc
         except APIError as exc:  # past the cap or the deadline
             raise call.failed_after_hand_over(exc) from None
@@ -380,7 +380,7 @@ async def _areplay(stream: AsyncStream[Any]) -> AsyncIterator[bytes]:
                     break
             state.passing_through(chunk)
             yield chunk
-    except (httpx.HTTPError, TimeoutError) as exc:
+    except http_errors(TimeoutError) as exc:
         raise state.transport_failed(exc) from exc
     state.passed_through()
 

@@ -30,7 +30,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import anyio
-import httpx
 
 from ._body import BodyLimit, BodyTooLargeError, aiter_body, iter_body
 from ._events import ResponseSummary
@@ -40,6 +39,7 @@ from ._exceptions import (
     APITimeoutError,
     StreamInterruptedError,
 )
+from ._http import http_errors, httpx, timeout_errors
 from ._models import CallInfo, Record, ResponseStreamEvent
 from ._responses import error_from_payload, parse_json_object, request_id_of
 from ._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
@@ -305,7 +305,7 @@ class _StreamState(Generic[T]):
         return self._raise(self._transport_error(exc))
 
     def _transport_error(self, exc: Exception) -> APIError:
-        if isinstance(exc, (httpx.TimeoutException, TimeoutError)):
+        if isinstance(exc, timeout_errors(TimeoutError)):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return APITimeoutError(
                 # A bare TimeoutError is the cancel scope of the call's deadline (async).
@@ -392,7 +392,7 @@ class _StreamState(Generic[T]):
             return
         self.done = True
         error: APIError
-        if isinstance(cut, (httpx.TimeoutException, TimeoutError)):
+        if cut is not None and isinstance(cut, timeout_errors(TimeoutError)):
             error = self._transport_error(cut)  # the deadline, not the server, ended it
         else:
             how = f" ({type(cut).__name__})" if cut is not None else " before [DONE]"
@@ -493,7 +493,7 @@ class Stream(_StreamBase[T]):
         except StopIteration:
             state.end_of_body()
             return
-        except httpx.HTTPError as exc:
+        except http_errors() as exc:
             raise state.transport_failed(exc) from exc
         state.feed(raw)
 
@@ -571,7 +571,7 @@ class AsyncStream(_StreamBase[T]):
         except StopAsyncIteration:
             state.end_of_body()
             return
-        except (httpx.HTTPError, TimeoutError) as exc:
+        except http_errors(TimeoutError) as exc:
             raise state.transport_failed(exc) from exc
         state.feed(raw)
 

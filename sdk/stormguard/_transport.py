@@ -39,7 +39,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
-import httpx
 
 from ._api_specs import EMBEDDINGS, RESPONSES
 from ._async_client import AsyncClient
@@ -58,6 +57,7 @@ from ._exceptions import (
     ThrottledError,
     TokenRateLimitedError,
 )
+from ._http import http_errors, httpx, response_types, transport_errors
 from ._models import ModelList
 from ._pipeline import CallSpec
 from ._streaming import AsyncStream, Stream
@@ -171,7 +171,7 @@ def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTT
     one it came from, else a timeout, a read error or a decoding error (an answer
     that is not what the API promises)."""
     cause = error.__cause__
-    if isinstance(cause, httpx.HTTPError):
+    if isinstance(cause, http_errors()):
         return cause
     exc: httpx.HTTPError
     if isinstance(error, APITimeoutError):
@@ -200,7 +200,7 @@ class _ReplayStream(httpx.SyncByteStream):
             for chunk in self._stream._bytes:
                 state.passing_through(chunk)
                 yield chunk
-        except httpx.TransportError as exc:
+        except transport_errors() as exc:
             state.passed_through(cut=exc)
             raise
         except StormguardError as error:  # past the cap or the deadline
@@ -237,7 +237,7 @@ class _AsyncReplayStream(httpx.AsyncByteStream):
                     ) from None
                 state.passing_through(chunk)
                 yield chunk
-        except httpx.TransportError as exc:
+        except transport_errors() as exc:
             state.passed_through(cut=exc)
             raise
         except StormguardError as error:  # past the cap or the deadline
@@ -281,7 +281,7 @@ class StormguardTransport(httpx.BaseTransport):
             return response_for_error(error, request)
         if isinstance(result, Stream):
             return _stream_response(result, _ReplayStream(result))
-        assert isinstance(result, httpx.Response)
+        assert isinstance(result, response_types())
         return result
 
     def close(self) -> None:
@@ -305,7 +305,7 @@ class AsyncStormguardTransport(httpx.AsyncBaseTransport):
             return response_for_error(error, request)
         if isinstance(result, AsyncStream):
             return _stream_response(result, _AsyncReplayStream(result))
-        assert isinstance(result, httpx.Response)
+        assert isinstance(result, response_types())
         return result
 
     async def aclose(self) -> None:
@@ -318,10 +318,10 @@ def httpx_client(**options: Unpack[ClientOptions]) -> httpx.Client:
     to ``openai.OpenAI(http_client=..., max_retries=0)``. Options as for ``Client``."""
     # No httpx timeout of its own: the pipeline gives every attempt its share of the
     # call's deadline.
-    return httpx.Client(transport=StormguardTransport(Client(**options)), timeout=None)  # noqa: S113
+    return httpx.Client(transport=StormguardTransport(Client(**options)), timeout=None)
 
 
 def async_httpx_client(**options: Unpack[ClientOptions]) -> httpx.AsyncClient:
     """The ``httpx.AsyncClient`` twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
     transport = AsyncStormguardTransport(AsyncClient(**options))
-    return httpx.AsyncClient(transport=transport, timeout=None)  # noqa: S113 (as above)
+    return httpx.AsyncClient(transport=transport, timeout=None)

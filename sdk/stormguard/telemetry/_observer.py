@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-import httpx
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, propagate, trace
 from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
@@ -48,6 +47,7 @@ from .._events import (
     PrecheckPassed,
     ResponseSummary,
 )
+from .._http import httpx
 from .._redact import display_url
 from .._version import __version__
 from . import _names as n

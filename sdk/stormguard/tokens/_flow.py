@@ -24,7 +24,6 @@ from collections.abc import Generator
 from typing import TypeVar
 
 import anyio
-import httpx
 
 from .._body import (
     ACCEPT_ENCODING,
@@ -37,6 +36,7 @@ from .._body import (
 )
 from .._clock import Clock
 from .._deadline import Deadline
+from .._http import http_errors, httpx
 
 __all__ = [
     "Flow",
@@ -54,6 +54,12 @@ T = TypeVar("T")
 Flow = Generator[httpx.Request, "httpx.Response | None", T]
 
 _ABANDONED = "stormguard.abandoned"
+
+
+def _gave_up_errors() -> tuple[type[Exception], ...]:
+    """What ends a lookup without an answer: the HTTP library, a body too large,
+    the time allowed."""
+    return http_errors(BodyTooLargeError, TimeoutError)
 
 
 def abandoned(request: httpx.Request) -> bool:
@@ -146,7 +152,7 @@ def _lookup_sync(
     with bound.bound():  # every socket operation ends by it (``_deadline_transport.py``)
         try:
             response = client.send(_with_client_headers(request, client.headers), stream=True)
-        except httpx.HTTPError:
+        except http_errors():
             return None
         try:
             limit = BodyLimit(max_bytes, response)
@@ -155,7 +161,7 @@ def _lookup_sync(
                 if bound.expired:
                     return None
                 chunks.append(piece)
-        except (httpx.HTTPError, BodyTooLargeError):
+        except http_errors(BodyTooLargeError):
             return None
         finally:
             response.close()
@@ -180,7 +186,7 @@ async def _lookup_async(
             finally:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
-    except (httpx.HTTPError, BodyTooLargeError, TimeoutError):
+    except _gave_up_errors():
         return None
     return read_response(response, b"".join(chunks))
 

@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from .._exceptions import ContextWindowExceededError
+from .._http import httpx
 from ._bpe import BPEFileError, offline_encoding
 from ._counter import TokenCounter
 from ._estimate import EstimatingCounter

@@ -10,8 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-import httpx
-
+from .._http import httpx
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
 from ._flow import Flow, abandoned, tokenize_url

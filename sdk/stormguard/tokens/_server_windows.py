@@ -7,8 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
+from .._http import httpx
 from ._flow import Flow, abandoned, models_url
 
 __all__ = ["ServerWindows", "parse_models_response"]

@@ -1,0 +1,110 @@
+"""The HTTP library under the client: httpx, or its successor httpx2.
+
+openai-python 3.x runs on httpx2, a continuation of httpx under a new name with
+the same API; code written for openai 1.x runs on httpx. stormguard speaks the
+API the two share. It imports httpx when it is installed (the library it was
+built and tested on) and httpx2 otherwise, so it runs with either one alone.
+Every other module takes ``httpx`` (and ``httpcore``) from here, never by name.
+
+Objects of the other library, when both are installed, are still understood: a
+``Client(http_client=httpx2.Client())`` beside an imported httpx, or openai 3.x
+sending its httpx2 requests through ``stormguard.httpx2_client()``. Their
+exceptions and responses are recognised by the functions below, which look at
+every HTTP library loaded in the process (a library nobody imported has no
+objects about), as openai-python's own ``_httpx2`` module does for httpx.
+What stormguard builds for such an object (a response, a stream, an error) is
+built from the object's own library: :func:`library_of`.
+"""
+
+from __future__ import annotations
+
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+
+if TYPE_CHECKING:  # checked against httpx; httpx2 has the same API
+    import httpcore
+    import httpx
+else:
+    try:
+        import httpcore
+        import httpx
+    except ImportError:
+        import httpcore2 as httpcore
+        import httpx2 as httpx
+
+__all__ = [
+    "decoding_errors",
+    "http_errors",
+    "httpcore",
+    "httpx",
+    "library_of",
+    "loaded_libraries",
+    "request_errors",
+    "response_types",
+    "timeout_errors",
+    "transport_errors",
+]
+
+_NAMES = ("httpx", "httpx2")
+E = TypeVar("E", bound=BaseException)
+
+
+def loaded_libraries() -> tuple[ModuleType, ...]:
+    """httpx and httpx2, those of them imported in this process (the primary one
+    always is)."""
+    found = [httpx]
+    for name in _NAMES:
+        module = sys.modules.get(name)
+        if module is not None and module not in found and hasattr(module, "HTTPError"):
+            found.append(module)
+    return tuple(found)
+
+
+def library_of(obj: object) -> Any:
+    """The library (httpx or httpx2 module) whose class ``obj`` is an instance of;
+    the primary one for anything else."""
+    root = type(obj).__module__.split(".", 1)[0]
+    if root in _NAMES:
+        module = sys.modules.get(root)
+        if module is not None:
+            return module
+    return httpx
+
+
+def _each(name: str, also: tuple[type[BaseException], ...] = ()) -> Any:
+    return (*(getattr(module, name) for module in loaded_libraries()), *also)
+
+
+@overload
+def http_errors() -> tuple[type[httpx.HTTPError], ...]: ...
+@overload
+def http_errors(*also: type[E]) -> tuple[type[httpx.HTTPError] | type[E], ...]: ...
+def http_errors(*also: type[BaseException]) -> Any:
+    """Every loaded library's ``HTTPError`` (and ``also``), for an ``except`` clause."""
+    return _each("HTTPError", also)
+
+
+def request_errors() -> tuple[type[httpx.RequestError], ...]:
+    return cast("tuple[type[httpx.RequestError], ...]", _each("RequestError"))
+
+
+def transport_errors() -> tuple[type[httpx.TransportError], ...]:
+    return cast("tuple[type[httpx.TransportError], ...]", _each("TransportError"))
+
+
+@overload
+def timeout_errors() -> tuple[type[httpx.TimeoutException], ...]: ...
+@overload
+def timeout_errors(*also: type[E]) -> tuple[type[httpx.TimeoutException] | type[E], ...]: ...
+def timeout_errors(*also: type[BaseException]) -> Any:
+    return _each("TimeoutException", also)
+
+
+def decoding_errors() -> tuple[type[httpx.DecodingError], ...]:
+    return cast("tuple[type[httpx.DecodingError], ...]", _each("DecodingError"))
+
+
+def response_types() -> tuple[type[httpx.Response], ...]:
+    """Every loaded library's ``Response``, for ``isinstance``."""
+    return cast("tuple[type[httpx.Response], ...]", _each("Response"))
