@@ -41,7 +41,9 @@ writes ``"None"`` for an absent value, read as None); ``request_id`` from
 400, ``code="context_length_exceeded"`` and ``request``/``response`` None:
 nothing was sent. The other local refusals are not ``APIError`` s and have none
 of these. The constructors differ from openai's (message first, keywords), and
-the classes are stormguard's own: ``except openai.APIError`` does not catch them.
+the classes are stormguard's own: ``except openai.APIError`` does not catch them,
+unless the client was built with ``openai_errors=True`` (``stormguard.openai_errors``
+then raises each as a class that is also openai's).
 
 Every error also carries ``server_load`` (parsed load headers, all None when
 there was no response), ``rate_limit`` (its ``x-ratelimit-*`` headers),
@@ -64,9 +66,8 @@ from ._rate_limit_headers import RateLimit
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
-    import httpx
-
     from ._history import AttemptRecord
+    from ._http import httpx
     from .tokens import Precheck
 
 __all__ = [
@@ -147,7 +148,10 @@ class StormguardError(Exception):
     precheck: Precheck | None
 
     def __init__(self, message: str, *, server_load: ServerLoad | None = None) -> None:
-        super().__init__(message)
+        # Exception's own __init__, not super()'s: a class that is also another
+        # library's error (``stormguard.openai_errors``) must not pass ``message`` on to
+        # that library's constructor, whose signature differs.
+        Exception.__init__(self, message)
         self.message = message
         self.server_load = server_load if server_load is not None else _EMPTY_LOAD
         self.rate_limit = _NO_RATE_LIMIT
