@@ -85,6 +85,7 @@ from ._transport import (
     StormguardTransport,
     async_httpx_client,
     httpx_client,
+    openai_http_library,
 )
 from ._version import __version__
 from .protocol import Priority, ServerLoad, ShedReason
@@ -186,6 +187,7 @@ __all__ = [
     "async_httpx_client",
     "httpx_client",
     "omit",
+    "openai_http_library",
 ]
 
 #: openai-python's class names, so that ``from openai import OpenAI`` and ``openai.OpenAI(...)``

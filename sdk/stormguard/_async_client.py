@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import anyio
 import tenacity
@@ -47,6 +47,9 @@ from ._streamed_response import async_to_streamed_response_wrapper
 from ._streaming import AsyncStream, _StreamState
 from .tokens._flow import drive_precheck_async
 
+if TYPE_CHECKING:
+    from ._http import AsyncHTTPClient, LimitsLike
+
 __all__ = ["AsyncClient"]
 
 
@@ -60,28 +63,30 @@ class AsyncClient(BaseClient):
 
     ``timeout`` is the total time of one call, every attempt and backoff
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
-    bounds"). ``http_client`` lets you bring your own ``httpx.AsyncClient``
-    (proxies, TLS, limits); the client then does not close it.
+    bounds"). ``http_client`` lets you bring your own ``httpx.AsyncClient`` or
+    ``httpx2.AsyncClient`` (proxies, TLS, limits); the client then does not close it.
     """
 
     def __init__(
         self,
         *,
-        http_client: httpx.AsyncClient | None = None,
-        connection_limits: httpx.Limits | None = None,
+        http_client: AsyncHTTPClient | None = None,
+        connection_limits: LimitsLike | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
-        """``http_client``: your own ``httpx.AsyncClient`` (proxies, TLS, limits), which
+        """``http_client``: your own ``httpx.AsyncClient`` or ``httpx2.AsyncClient``, which
         ``close()`` then leaves open; ``connection_limits``: the pool limits of the
         client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
         The other options: ``ClientOptions``."""
-        check_http_options(http_client, httpx.AsyncClient, connection_limits)
+        limits = check_http_options(http_client, "AsyncClient", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = (
+        # httpx2's AsyncClient has httpx's API: the pipeline drives either one the same way.
+        self._http = cast(
+            "httpx.AsyncClient",
             http_client
             if http_client is not None
-            else httpx.AsyncClient(limits=connection_limits or DEFAULT_CONNECTION_LIMITS)
+            else httpx.AsyncClient(limits=limits or DEFAULT_CONNECTION_LIMITS),
         )
         self._bind_resources()
 

@@ -27,7 +27,7 @@ from ._discovery import (
 from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
 from ._endpoints import Endpoint, EndpointPicker, SpillOver, check_served, normalize_base_url
 from ._events import Observer
-from ._http import httpx
+from ._http import http_client_types, httpx, primary_limits
 from ._limiter import ConcurrencyLimiter
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._options import (
@@ -621,23 +621,22 @@ class ClientOptions(TypedDict, total=False):
 
 
 def check_http_options(
-    http_client: object, expected: type, connection_limits: httpx.Limits | None
-) -> None:
-    """A clear error for an ``http_client`` of the wrong kind, or one given with
-    ``connection_limits`` (which size only the client's own pool)."""
-    if http_client is not None and not isinstance(http_client, expected):
+    http_client: object, kind: Literal["Client", "AsyncClient"], connection_limits: object
+) -> httpx.Limits | None:
+    """A clear error for an ``http_client`` of the wrong kind (not an httpx or httpx2
+    ``kind``), or one given with ``connection_limits`` (which size only the client's
+    own pool); the limits as the primary library's."""
+    if http_client is not None and not isinstance(http_client, http_client_types(kind)):
         raise TypeError(
-            f"http_client must be an httpx.{expected.__name__}, got {type(http_client).__name__}"
-        )
-    if connection_limits is not None and not isinstance(connection_limits, httpx.Limits):
-        raise TypeError(
-            f"connection_limits must be an httpx.Limits, got {type(connection_limits).__name__}"
+            f"http_client must be an httpx.{kind} or an httpx2.{kind},"
+            f" got {type(http_client).__name__}"
         )
     if http_client is not None and connection_limits is not None:
         raise TypeError(
             "connection_limits sizes the client's own pool: with your own http_client,"
             " set limits on it instead"
         )
+    return None if connection_limits is None else primary_limits(connection_limits)
 
 
 class ClientChanges(TypedDict, total=False):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Iterator
 
-from ._http import httpx
+from ._http import httpx, library_of
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -176,19 +176,26 @@ async def aiter_body(response: httpx.Response) -> AsyncIterator[bytes]:
         yield piece
 
 
-def read_response(response: httpx.Response, body: bytes) -> httpx.Response:
+def read_response(
+    response: httpx.Response, body: bytes, request: httpx.Request | None = None
+) -> httpx.Response:
     """A response whose (decoded) body has been read, rebuilt for code that wants a
     plain one: the body, and headers that no longer claim an encoding or a length
-    of the original bytes."""
+    of the original bytes. Built by the library of ``request`` (default: the
+    response's own), so an httpx2 caller gets an httpx2 response whatever library
+    carried it."""
+    if request is None:
+        request = response.request
     headers = [
         (k, v)
         for k, v in response.headers.multi_items()
         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
     ]
-    return httpx.Response(
+    response_type: type[httpx.Response] = library_of(request).Response
+    return response_type(
         response.status_code,
         headers=headers,
         content=body,
-        request=response.request,
+        request=request,
         extensions={"http_version": response.extensions.get("http_version", b"HTTP/1.1")},
     )

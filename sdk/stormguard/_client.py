@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import tenacity
 
@@ -47,6 +47,9 @@ from ._streamed_response import to_streamed_response_wrapper
 from ._streaming import Stream, _StreamState
 from .tokens._flow import drive_precheck_sync
 
+if TYPE_CHECKING:
+    from ._http import LimitsLike, SyncHTTPClient
+
 __all__ = ["Client"]
 
 
@@ -60,31 +63,32 @@ class Client(BaseClient):
 
     ``timeout`` is the total time of one call, every attempt and backoff
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
-    bounds"). ``http_client`` lets you bring your own ``httpx.Client`` (proxies,
-    TLS, limits); the client then does not close it, and holds its
-    ``httpx.HTTPTransport`` s to the calls' deadlines as it does its own (a
-    transport of another kind keeps httpx's per-operation timeouts).
+    bounds"). ``http_client`` lets you bring your own ``httpx.Client`` or
+    ``httpx2.Client`` (proxies, TLS, limits); the client then does not close it,
+    and holds its ``HTTPTransport`` s to the calls' deadlines as it does its own
+    (a transport of another kind keeps the library's per-operation timeouts).
     """
 
     def __init__(
         self,
         *,
-        http_client: httpx.Client | None = None,
-        connection_limits: httpx.Limits | None = None,
+        http_client: SyncHTTPClient | None = None,
+        connection_limits: LimitsLike | None = None,
         **options: Unpack[ClientOptions],
     ) -> None:
-        """``http_client``: your own ``httpx.Client`` (proxies, TLS, limits), which
+        """``http_client``: your own ``httpx.Client`` or ``httpx2.Client``, which
         ``close()`` then leaves open; ``connection_limits``: the pool limits of the
         client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
         The other options: ``ClientOptions``."""
-        check_http_options(http_client, httpx.Client, connection_limits)
+        limits = check_http_options(http_client, "Client", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
         if http_client is None:
-            http_client = default_http_client(connection_limits or DEFAULT_CONNECTION_LIMITS)
+            http_client = default_http_client(limits or DEFAULT_CONNECTION_LIMITS)
         else:
             hold_to_deadlines(http_client)
-        self._http = http_client
+        # httpx2's Client has httpx's API: the pipeline drives either one the same way.
+        self._http = cast("httpx.Client", http_client)
         self._bind_resources()
 
     def _bind_resources(self) -> None:

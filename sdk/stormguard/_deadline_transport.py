@@ -27,12 +27,13 @@ import ipaddress
 import queue
 import socket
 import ssl
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ._deadline import Deadline, current_deadline
-from ._http import httpcore, httpx
+from ._http import httpcore, httpx, library_of
 
 __all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client", "hold_to_deadlines"]
 
@@ -57,28 +58,33 @@ def _clip(
 class DeadlineStream(httpcore.NetworkStream):
     """A network stream whose reads and writes end by the deadline of its request."""
 
-    def __init__(self, stream: httpcore.NetworkStream, deadline: Deadline | None) -> None:
+    def __init__(
+        self, stream: httpcore.NetworkStream, deadline: Deadline | None, core: Any = httpcore
+    ) -> None:
         self._stream = stream
         self._deadline = deadline
+        self._core = core  # httpcore or httpcore2: whose errors the pool above maps
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        clipped, by_deadline = _clip(self._deadline, timeout, httpcore.ReadTimeout, "a read")
+        core = self._core
+        clipped, by_deadline = _clip(self._deadline, timeout, core.ReadTimeout, "a read")
         try:
             return self._stream.read(max_bytes, clipped)
-        except httpcore.ReadTimeout as exc:
+        except core.ReadTimeout as exc:
             if by_deadline:
-                raise httpcore.ReadTimeout(f"{_PASSED} while reading") from exc
+                raise core.ReadTimeout(f"{_PASSED} while reading") from exc
             raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         # Only a request writes: its deadline is the one the reads that follow keep.
         self._deadline = current_deadline()
-        clipped, by_deadline = _clip(self._deadline, timeout, httpcore.WriteTimeout, "a write")
+        core = self._core
+        clipped, by_deadline = _clip(self._deadline, timeout, core.WriteTimeout, "a write")
         try:
             self._stream.write(buffer, clipped)
-        except httpcore.WriteTimeout as exc:
+        except core.WriteTimeout as exc:
             if by_deadline:
-                raise httpcore.WriteTimeout(f"{_PASSED} while writing") from exc
+                raise core.WriteTimeout(f"{_PASSED} while writing") from exc
             raise
 
     def close(self) -> None:
@@ -90,9 +96,10 @@ class DeadlineStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        clipped, _ = _clip(self._deadline, timeout, httpcore.ConnectTimeout, "the TLS handshake")
+        core = self._core
+        clipped, _ = _clip(self._deadline, timeout, core.ConnectTimeout, "the TLS handshake")
         return DeadlineStream(
-            self._stream.start_tls(ssl_context, server_hostname, clipped), self._deadline
+            self._stream.start_tls(ssl_context, server_hostname, clipped), self._deadline, core
         )
 
     def get_extra_info(self, info: str) -> Any:
@@ -116,15 +123,23 @@ def _is_ip_literal(host: str) -> bool:
     return True
 
 
+def _core_of(backend: object) -> Any:
+    """httpcore or httpcore2: the library ``backend`` belongs to."""
+    root = type(backend).__module__.split(".", 1)[0]
+    return sys.modules.get(root, httpcore) if root.startswith("httpcore") else httpcore
+
+
 class DeadlineBackend(httpcore.NetworkBackend):
-    """Wraps a backend (httpcore's ``SyncBackend``): connects within the current
-    deadline and hands out :class:`DeadlineStream` s."""
+    """Wraps a backend (httpcore's or httpcore2's ``SyncBackend``): connects within
+    the current deadline and hands out :class:`DeadlineStream` s. Its errors are the
+    wrapped backend's library's, which the pool above it maps to httpx's (httpx2's)."""
 
     def __init__(
         self, backend: httpcore.NetworkBackend, *, resolve: Resolver = _getaddrinfo
     ) -> None:
         self._backend = backend
         self._resolve = resolve
+        self._core = _core_of(backend)
 
     def connect_tcp(
         self,
@@ -137,27 +152,27 @@ class DeadlineBackend(httpcore.NetworkBackend):
         deadline = current_deadline()
         options = list(socket_options or ())
         if deadline is None or deadline.timeout is None or _is_ip_literal(host):
-            clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+            clipped, _ = _clip(deadline, timeout, self._core.ConnectTimeout, "connecting")
             stream = self._backend.connect_tcp(host, port, clipped, local_address, options)
-            return DeadlineStream(stream, deadline)
+            return DeadlineStream(stream, deadline, self._core)
         # A name: resolved beside the call, so a resolver that hangs costs it no more
         # than its deadline; then each address in turn, as socket.create_connection.
-        error: Exception = httpcore.ConnectError(f"{host!r} resolved to no address")
+        error: Exception = self._core.ConnectError(f"{host!r} resolved to no address")
         for address in self._addresses(host, port, deadline):
-            clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+            clipped, _ = _clip(deadline, timeout, self._core.ConnectTimeout, "connecting")
             try:
                 stream = self._backend.connect_tcp(address, port, clipped, local_address, options)
-            except httpcore.ConnectError as exc:
+            except self._core.ConnectError as exc:
                 error = exc
                 continue
-            return DeadlineStream(stream, deadline)
+            return DeadlineStream(stream, deadline, self._core)
         raise error
 
     def _addresses(self, host: str, port: int, deadline: Deadline) -> list[str]:
         """The addresses of ``host``, looked up in a thread of its own and waited for
         no longer than the deadline (a blocked ``getaddrinfo`` cannot be interrupted;
         the thread ends when the resolver gives up)."""
-        left, _ = _clip(deadline, None, httpcore.ConnectTimeout, "resolving the host")
+        left, _ = _clip(deadline, None, self._core.ConnectTimeout, "resolving the host")
         answer: queue.SimpleQueue[list[str] | OSError] = queue.SimpleQueue()
 
         def lookup() -> None:
@@ -170,9 +185,9 @@ class DeadlineBackend(httpcore.NetworkBackend):
         try:
             result = answer.get(timeout=left)
         except queue.Empty:
-            raise httpcore.ConnectTimeout(f"{_PASSED} while resolving {host!r}") from None
+            raise self._core.ConnectTimeout(f"{_PASSED} while resolving {host!r}") from None
         if isinstance(result, OSError):
-            raise httpcore.ConnectError(f"could not resolve {host!r}: {result}") from result
+            raise self._core.ConnectError(f"could not resolve {host!r}: {result}") from result
         return result
 
     def connect_unix_socket(
@@ -182,9 +197,9 @@ class DeadlineBackend(httpcore.NetworkBackend):
         socket_options: Iterable[httpcore.SOCKET_OPTION] | None = None,
     ) -> httpcore.NetworkStream:
         deadline = current_deadline()
-        clipped, _ = _clip(deadline, timeout, httpcore.ConnectTimeout, "connecting")
+        clipped, _ = _clip(deadline, timeout, self._core.ConnectTimeout, "connecting")
         return DeadlineStream(
-            self._backend.connect_unix_socket(path, clipped, socket_options), deadline
+            self._backend.connect_unix_socket(path, clipped, socket_options), deadline, self._core
         )
 
     def sleep(self, seconds: float) -> None:
@@ -217,41 +232,42 @@ class DeadlineTransport(httpx.HTTPTransport):
         if not _hold_transport(self):  # pragma: no cover (httpcore 1.x has the seam)
             raise RuntimeError(
                 "stormguard.DeadlineTransport found no network backend in this httpcore"
-                f" ({httpcore.__version__}); it needs httpcore 1.x"
+                f" ({httpcore.__version__}); it needs httpcore 1.x or httpcore2"
             )
 
 
-def _hold_transport(transport: httpx.HTTPTransport) -> bool:
-    """Wrap the network backend of ``transport``'s pool in a :class:`DeadlineBackend`
-    (once); False when it has none, or may multiplex requests (HTTP/2)."""
+def _hold_transport(transport: object) -> bool:
+    """Wrap the network backend of ``transport``'s pool (an httpx or httpx2
+    ``HTTPTransport``) in a :class:`DeadlineBackend` (once); False when it has none,
+    or may multiplex requests (HTTP/2)."""
     pool = getattr(transport, "_pool", None)
     backend = getattr(pool, "_network_backend", None)
-    if not isinstance(backend, httpcore.NetworkBackend) or getattr(pool, "_http2", False):
+    core = _core_of(backend)
+    if not isinstance(backend, core.NetworkBackend) or getattr(pool, "_http2", False):
         return False
     if not isinstance(backend, DeadlineBackend):
         pool._network_backend = DeadlineBackend(backend)  # type: ignore[union-attr]
     return True
 
 
-def hold_to_deadlines(client: httpx.Client) -> None:
-    """Hold your own ``client`` to stormguard's call deadlines, as the default one is:
-    each of its ``httpx.HTTPTransport`` s (the default one and any mounted, HTTP/1.1)
-    gets the clipping network backend. Requests you send with the client yourself
-    carry no deadline and are not clipped; other transports are left as they are."""
+def hold_to_deadlines(client: object) -> None:
+    """Hold your own ``client`` (an ``httpx.Client`` or ``httpx2.Client``) to
+    stormguard's call deadlines, as the default one is: each of its
+    ``HTTPTransport`` s (the default one and any mounted, HTTP/1.1) gets the
+    clipping network backend. Requests you send with the client yourself carry no
+    deadline and are not clipped; other transports are left as they are."""
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     for transport in transports:
-        if isinstance(transport, httpx.HTTPTransport):
+        if transport is not None and isinstance(transport, library_of(transport).HTTPTransport):
             _hold_transport(transport)
 
 
 def _environment_proxies() -> dict[str, str | None]:
-    """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx reads them (an httpx
+    """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx (httpx2) reads them (a
     client given a transport reads none of them itself)."""
-    try:
-        from httpx._utils import get_environment_proxies
-    except ImportError:  # pragma: no cover (httpx < 1 has it)
-        return {}
-    return get_environment_proxies()
+    utils = sys.modules.get(f"{httpx.__name__}._utils")
+    read = getattr(utils, "get_environment_proxies", None)
+    return dict(read()) if callable(read) else {}
 
 
 def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:

@@ -23,8 +23,18 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 if TYPE_CHECKING:  # checked against httpx; httpx2 has the same API
+    from typing import TypeAlias
+
     import httpcore
     import httpx
+    import httpx2
+
+    #: An ``http_client`` a sync client accepts: httpx's or httpx2's.
+    SyncHTTPClient: TypeAlias = "httpx.Client | httpx2.Client"
+    #: An ``http_client`` an async client accepts: httpx's or httpx2's.
+    AsyncHTTPClient: TypeAlias = "httpx.AsyncClient | httpx2.AsyncClient"
+    #: Connection limits: httpx's or httpx2's ``Limits``.
+    LimitsLike: TypeAlias = "httpx.Limits | httpx2.Limits"
 else:
     try:
         import httpcore
@@ -35,11 +45,13 @@ else:
 
 __all__ = [
     "decoding_errors",
+    "http_client_types",
     "http_errors",
     "httpcore",
     "httpx",
     "library_of",
     "loaded_libraries",
+    "primary_limits",
     "request_errors",
     "response_types",
     "timeout_errors",
@@ -103,6 +115,24 @@ def timeout_errors(*also: type[BaseException]) -> Any:
 
 def decoding_errors() -> tuple[type[httpx.DecodingError], ...]:
     return cast("tuple[type[httpx.DecodingError], ...]", _each("DecodingError"))
+
+
+def http_client_types(kind: str) -> tuple[type, ...]:
+    """Every loaded library's ``Client`` (``kind="Client"``) or ``AsyncClient``."""
+    return tuple(getattr(module, kind) for module in loaded_libraries())
+
+
+def primary_limits(limits: object) -> httpx.Limits:
+    """``limits`` as the primary library's ``Limits`` (httpx2's has the same fields)."""
+    if isinstance(limits, httpx.Limits):
+        return limits
+    if not isinstance(limits, _each("Limits")):
+        raise TypeError(f"connection_limits must be an httpx.Limits, got {type(limits).__name__}")
+    return httpx.Limits(
+        max_connections=getattr(limits, "max_connections", None),
+        max_keepalive_connections=getattr(limits, "max_keepalive_connections", None),
+        keepalive_expiry=getattr(limits, "keepalive_expiry", None),
+    )
 
 
 def response_types() -> tuple[type[httpx.Response], ...]:

@@ -690,13 +690,15 @@ class LogicalCall:
             headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
         self._started = self.core.clock.now()
         self._pending = None
+        timeout = self.core.attempt_timeout(remaining, self.spec.attempt_timeouts)
+        # The timeout as a plain dict, which httpx and httpx2 both read: either one's
+        # Timeout object is a number to the other.
         self._request = http.build_request(
             self.spec.method,
             url,
             content=self._content,
             headers=headers,
-            timeout=self.core.attempt_timeout(remaining, self.spec.attempt_timeouts),
-            extensions=extensions or None,
+            extensions={**extensions, "timeout": timeout.as_dict()},
         )
         return self._request
 

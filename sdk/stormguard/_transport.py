@@ -1,4 +1,4 @@
-"""The whole pipeline as an httpx transport, for code that uses openai-python.
+"""The whole pipeline as an HTTP transport, for code that uses openai-python.
 
     client = openai.OpenAI(
         base_url="http://127.0.0.1:8000/v1",
@@ -6,11 +6,17 @@
         max_retries=0,  # stormguard retries, within its budget; two retry loops multiply
     )
 
+``httpx_client()`` returns a client of the library the installed openai-python runs
+on: an ``httpx2.Client`` from openai 3.x on (its own, typed and taken natively), an
+``httpx.Client`` before; ``library="httpx"`` or ``"httpx2"`` asks by name. What the
+caller gets back (responses, streams, errors) is of its client's library, whichever
+one carries the pipeline's own requests (``_http.py``).
+
 Each request openai-python sends becomes one logical stormguard call (chat,
 completions, embeddings and responses are known by their path: their spans,
 pre-check and stream ends; any other request is protected all the same): token
 pre-check, breaker, endpoint choice, budgeted retries with backoff and
-Retry-After, fallback models. What comes back is plain httpx:
+Retry-After, fallback models. What comes back is plain httpx (or httpx2):
 
 * a success is the server's response (a stream is replayed from its first
   bytes, which stormguard read to know the stream had started);
@@ -22,8 +28,9 @@ Retry-After, fallback models. What comes back is plain httpx:
   limit: 429; a full local queue or adaptive throttling: 503);
 * no concurrency slot before the deadline is a timeout (``QueueTimeoutError``
   becomes ``httpx.ReadTimeout``: openai-python's ``APITimeoutError``);
-* a final transport failure is raised as the httpx exception it was, which
-  openai-python turns into ``APIConnectionError``/``APITimeoutError``.
+* a final transport failure is raised as the httpx exception it was (as the
+  caller's library's class of that name, when the other library carried it),
+  which openai-python turns into ``APIConnectionError``/``APITimeoutError``.
 
 The call's deadline bounds what the caller reads of a stream too: the replayed
 stream raises ``httpx.ReadTimeout`` when the deadline passes (sync: at the
@@ -33,10 +40,13 @@ socket read that would cross it; async: a cancel scope around each read), and
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import json
 import math
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import anyio
 
@@ -57,14 +67,18 @@ from ._exceptions import (
     ThrottledError,
     TokenRateLimitedError,
 )
-from ._http import http_errors, httpx, response_types, transport_errors
+from ._http import httpx, library_of, request_errors, response_types, transport_errors
 from ._models import ModelList
 from ._pipeline import CallSpec
 from ._streaming import AsyncStream, Stream
 from .protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY
 
+if TYPE_CHECKING:
+    import httpx2
+
 __all__ = [
     "AsyncStormguardTransport",
+    "Library",
     "StormguardTransport",
     "async_httpx_client",
     "httpx_client",
@@ -144,7 +158,8 @@ def _refusal(request: httpx.Request, status: int, message: str, code: str) -> ht
     if code == "circuit_open":
         headers[HEADER_LOAD_SHED] = "circuit_open"
     body = {"error": {"message": message, "type": "stormguard_refusal", "code": code}}
-    return httpx.Response(
+    response_type: type[httpx.Response] = library_of(request).Response
+    return response_type(
         status, headers=headers, content=json.dumps(body).encode(), request=request
     )
 
@@ -152,7 +167,7 @@ def _refusal(request: httpx.Request, status: int, message: str, code: str) -> ht
 def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.Response:
     """What the transport's caller gets for a call that failed (see the module doc)."""
     if isinstance(error, APIStatusError) and error.response is not None:
-        return read_response(error.response, error.raw_body or b"")
+        return read_response(error.response, error.raw_body or b"", request)
     if isinstance(error, CircuitOpenError):
         return _refusal(request, 503, str(error), "circuit_open")
     if isinstance(error, ContextWindowExceededError):
@@ -167,100 +182,170 @@ def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.
 
 
 def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTTPError:
-    """The httpx exception that tells the transport's caller about ``error``: the
-    one it came from, else a timeout, a read error or a decoding error (an answer
-    that is not what the API promises)."""
+    """The exception, of the caller's HTTP library (``request``'s), that tells the
+    transport's caller about ``error``: the one it came from (as the caller's
+    library's class of that name, when another library carried the call), else a
+    timeout, a read error or a decoding error (an answer that is not what the API
+    promises)."""
+    lib = library_of(request)
     cause = error.__cause__
-    if isinstance(cause, http_errors()):
-        return cause
+    if isinstance(cause, request_errors()):
+        return in_library_of(request, cause)
     exc: httpx.HTTPError
     if isinstance(error, APITimeoutError):
-        exc = httpx.ReadTimeout(str(error), request=request)
+        exc = lib.ReadTimeout(str(error), request=request)
     elif isinstance(error, APIConnectionError):
-        exc = httpx.ReadError(str(error), request=request)
+        exc = lib.ReadError(str(error), request=request)
     else:
-        exc = httpx.DecodingError(str(error), request=request)
+        exc = lib.DecodingError(str(error), request=request)
     exc.__cause__ = error
     return exc
 
 
-class _ReplayStream(httpx.SyncByteStream):
-    """The bytes read while deciding the stream had started, then the rest."""
+def in_library_of(request: httpx.Request, exc: httpx.RequestError) -> httpx.RequestError:
+    """``exc`` as an error of ``request``'s library: itself, or that library's class
+    of the same name (a transport error, when none), caused by it."""
+    lib = library_of(request)
+    if isinstance(exc, lib.RequestError):
+        return cast("httpx.RequestError", exc)
+    kind = getattr(lib, type(exc).__name__, None)
+    if not (isinstance(kind, type) and issubclass(kind, lib.RequestError)):
+        kind = lib.TransportError
+    converted: httpx.RequestError = kind(str(exc), request=request)
+    converted.__cause__ = exc
+    return converted
 
-    def __init__(self, stream: Stream[Any]) -> None:
-        self._stream = stream
+
+def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
+    """The bytes read while deciding the stream had started, then the rest; errors
+    as the caller's library's (``request``'s)."""
+    state = stream._state
+    if state.done:  # the whole stream came while it was starting
+        state.passed_through()
+    yield from state.raw_prefix  # decoded already, while the stream was starting
+    try:
+        # Each read ends by the call's deadline: the connection keeps it.
+        for chunk in stream._bytes:
+            state.passing_through(chunk)
+            yield chunk
+    except transport_errors() as exc:
+        state.passed_through(cut=exc)
+        raise in_library_of(request, exc) from None
+    except StormguardError as error:  # past the cap or the deadline
+        raise httpx_error_for(error, request) from error
+    state.passed_through()
+
+
+async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
+    """The async twin of :func:`replay`; each read ends by the call's deadline."""
+    state = stream._state
+    if state.done:  # the whole stream came while it was starting
+        state.passed_through()
+    for chunk in state.raw_prefix:  # decoded already, while the stream was starting
+        yield chunk
+    pieces, deadline = stream._bytes, state.call.deadline
+    lib = library_of(request)
+    try:
+        while True:
+            left = deadline.remaining()
+            try:
+                with anyio.fail_after(left if math.isfinite(left) else None):
+                    chunk = await pieces.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise lib.ReadTimeout(
+                    "The call's deadline passed during the stream", request=request
+                ) from None
+            state.passing_through(chunk)
+            yield chunk
+    except transport_errors() as exc:
+        state.passed_through(cut=exc)
+        raise in_library_of(request, exc) from None
+    except StormguardError as error:  # past the cap or the deadline
+        raise httpx_error_for(error, request) from error
+    state.passed_through()
+
+
+class _ReplayStream(httpx.SyncByteStream):
+    """:func:`replay` as httpx's byte stream."""
+
+    def __init__(self, stream: Stream[Any], request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
 
     def __iter__(self) -> Iterator[bytes]:
-        state = self._stream._state
-        if state.done:  # the whole stream came while it was starting
-            state.passed_through()
-        yield from state.raw_prefix  # decoded already, while the stream was starting
-        try:
-            # Each read ends by the call's deadline: the connection keeps it.
-            for chunk in self._stream._bytes:
-                state.passing_through(chunk)
-                yield chunk
-        except transport_errors() as exc:
-            state.passed_through(cut=exc)
-            raise
-        except StormguardError as error:  # past the cap or the deadline
-            raise httpx_error_for(error, state.response.request) from error
-        state.passed_through()
+        return replay(self._stream, self._request)
 
     def close(self) -> None:
         self._stream.close()
 
 
 class _AsyncReplayStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncStream[Any]) -> None:
-        self._stream = stream
+    def __init__(self, stream: AsyncStream[Any], request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        state = self._stream._state
-        if state.done:  # the whole stream came while it was starting
-            state.passed_through()
-        for chunk in state.raw_prefix:  # decoded already, while the stream was starting
-            yield chunk
-        pieces, deadline = self._stream._bytes, state.call.deadline
-        try:
-            while True:
-                left = deadline.remaining()
-                try:
-                    with anyio.fail_after(left if math.isfinite(left) else None):
-                        chunk = await pieces.__anext__()
-                except StopAsyncIteration:
-                    break
-                except TimeoutError:
-                    raise httpx.ReadTimeout(
-                        "The call's deadline passed during the stream",
-                        request=state.response.request,
-                    ) from None
-                state.passing_through(chunk)
-                yield chunk
-        except transport_errors() as exc:
-            state.passed_through(cut=exc)
-            raise
-        except StormguardError as error:  # past the cap or the deadline
-            raise httpx_error_for(error, state.response.request) from error
-        state.passed_through()
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return areplay(self._stream, self._request)
 
     async def aclose(self) -> None:
         await self._stream.aclose()
 
 
-def _stream_response(
-    stream: Stream[Any] | AsyncStream[Any],
-    byte_stream: httpx.SyncByteStream | httpx.AsyncByteStream,
+def stream_response(
+    stream: Stream[Any] | AsyncStream[Any], request: httpx.Request, byte_stream: object
 ) -> httpx.Response:
+    """The caller's response for a started stream: the server's status and headers
+    (less those of the encoded bytes), ``byte_stream`` as its body."""
     upstream = stream.response
     headers = [
         (k, v)
         for k, v in upstream.headers.multi_items()
         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
     ]
-    return httpx.Response(
-        upstream.status_code, headers=headers, stream=byte_stream, request=upstream.request
+    response_type: type[httpx.Response] = library_of(request).Response
+    return response_type(
+        upstream.status_code,
+        headers=headers,
+        stream=byte_stream,  # type: ignore[arg-type]
+        request=request,
     )
+
+
+def plain_response(result: httpx.Response, request: httpx.Request) -> httpx.Response:
+    """A read response handed on as is, or rebuilt by the caller's library."""
+    if isinstance(result, library_of(request).Response):
+        return cast("httpx.Response", result)
+    return read_response(result, result.content, request)
+
+
+def handle(
+    client: Client, request: httpx.Request, byte_stream: Callable[[Stream[Any]], object]
+) -> httpx.Response:
+    """One request of the transport's caller, run as a logical call (module doc)."""
+    try:
+        result = client._request(spec_from_request(client._core, request))
+    except StormguardError as error:
+        return response_for_error(error, request)
+    if isinstance(result, Stream):
+        return stream_response(result, request, byte_stream(result))
+    assert isinstance(result, response_types())
+    return plain_response(result, request)
+
+
+async def ahandle(
+    client: AsyncClient,
+    request: httpx.Request,
+    byte_stream: Callable[[AsyncStream[Any]], object],
+) -> httpx.Response:
+    """The async twin of :func:`handle`."""
+    try:
+        result = await client._request(spec_from_request(client._core, request))
+    except StormguardError as error:
+        return response_for_error(error, request)
+    if isinstance(result, AsyncStream):
+        return stream_response(result, request, byte_stream(result))
+    assert isinstance(result, response_types())
+    return plain_response(result, request)
 
 
 class StormguardTransport(httpx.BaseTransport):
@@ -275,14 +360,7 @@ class StormguardTransport(httpx.BaseTransport):
         return self._client
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            result = self._client._request(spec_from_request(self._client._core, request))
-        except StormguardError as error:
-            return response_for_error(error, request)
-        if isinstance(result, Stream):
-            return _stream_response(result, _ReplayStream(result))
-        assert isinstance(result, response_types())
-        return result
+        return handle(self._client, request, lambda s: _ReplayStream(s, request))
 
     def close(self) -> None:
         self._client.close()
@@ -299,29 +377,85 @@ class AsyncStormguardTransport(httpx.AsyncBaseTransport):
         return self._client
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            result = await self._client._request(spec_from_request(self._client._core, request))
-        except StormguardError as error:
-            return response_for_error(error, request)
-        if isinstance(result, AsyncStream):
-            return _stream_response(result, _AsyncReplayStream(result))
-        assert isinstance(result, response_types())
-        return result
+        return await ahandle(self._client, request, lambda s: _AsyncReplayStream(s, request))
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             await self._client.close()
 
 
-def httpx_client(**options: Unpack[ClientOptions]) -> httpx.Client:
-    """An ``httpx.Client`` whose transport runs the whole stormguard pipeline; give it
-    to ``openai.OpenAI(http_client=..., max_retries=0)``. Options as for ``Client``."""
-    # No httpx timeout of its own: the pipeline gives every attempt its share of the
+#: Which HTTP library's client :func:`httpx_client` returns: ``"openai"``, the one
+#: the installed openai-python runs on (httpx2 from openai 3.x on, httpx before it);
+#: or ``"httpx"``/``"httpx2"`` by name.
+Library = Literal["openai", "httpx", "httpx2"]
+
+
+def openai_http_library() -> str:
+    """``"httpx2"`` when the installed openai-python is 3.x or later (it runs on
+    httpx2), else ``"httpx"``; stormguard's own library when openai is not installed."""
+    openai = sys.modules.get("openai")
+    version = getattr(openai, "__version__", None)
+    if not isinstance(version, str):
+        try:
+            version = importlib.metadata.version("openai")
+        except importlib.metadata.PackageNotFoundError:
+            return httpx.__name__
+    major = version.split(".", 1)[0]
+    return "httpx2" if major.isdigit() and int(major) >= 3 else "httpx"
+
+
+def _library(library: Library) -> str:
+    name = openai_http_library() if library == "openai" else library
+    if name not in ("httpx", "httpx2"):
+        raise ValueError(f"library must be 'openai', 'httpx' or 'httpx2', got {library!r}")
+    if importlib.util.find_spec(name) is None:
+        raise ImportError(
+            f"stormguard.httpx_client(library={library!r}) needs {name}: pip install {name}"
+        )
+    return name
+
+
+@overload
+def httpx_client(
+    *, library: Literal["openai", "httpx2"] = ..., **options: Unpack[ClientOptions]
+) -> httpx2.Client: ...
+@overload
+def httpx_client(
+    *, library: Literal["httpx"], **options: Unpack[ClientOptions]
+) -> httpx.Client: ...
+def httpx_client(
+    *, library: Library = "openai", **options: Unpack[ClientOptions]
+) -> httpx.Client | httpx2.Client:
+    """A client of the HTTP library openai-python runs on (``library="openai"``:
+    httpx2 from openai 3.x on, httpx before it), whose transport runs the whole
+    stormguard pipeline; give it to ``openai.OpenAI(http_client=..., max_retries=0)``.
+    ``library="httpx"`` or ``"httpx2"`` asks for one by name. Options as for
+    ``Client``."""
+    client = Client(**options)
+    if _library(library) == "httpx2":
+        from ._httpx2_transport import httpx2_client
+
+        return httpx2_client(client)
+    # No timeout of its own: the pipeline gives every attempt its share of the
     # call's deadline.
-    return httpx.Client(transport=StormguardTransport(Client(**options)), timeout=None)
+    return httpx.Client(transport=StormguardTransport(client), timeout=None)
 
 
-def async_httpx_client(**options: Unpack[ClientOptions]) -> httpx.AsyncClient:
-    """The ``httpx.AsyncClient`` twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
-    transport = AsyncStormguardTransport(AsyncClient(**options))
-    return httpx.AsyncClient(transport=transport, timeout=None)
+@overload
+def async_httpx_client(
+    *, library: Literal["openai", "httpx2"] = ..., **options: Unpack[ClientOptions]
+) -> httpx2.AsyncClient: ...
+@overload
+def async_httpx_client(
+    *, library: Literal["httpx"], **options: Unpack[ClientOptions]
+) -> httpx.AsyncClient: ...
+def async_httpx_client(
+    *, library: Library = "openai", **options: Unpack[ClientOptions]
+) -> httpx.AsyncClient | httpx2.AsyncClient:
+    """The async twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
+    client = AsyncClient(**options)
+    if _library(library) == "httpx2":
+        from ._httpx2_transport import async_httpx2_client
+
+        return async_httpx2_client(client)
+    return httpx.AsyncClient(transport=AsyncStormguardTransport(client), timeout=None)

@@ -9,9 +9,10 @@ with ``http_client=stormguard.httpx_client(...)`` (``async_httpx_client`` for
 gives them. The base URL comes from the arguments or ``OPENAI_BASE_URL``, as openai reads
 it. The errors are openai's own, since under the transport openai raises them.
 
-openai 3.x types ``http_client`` as an ``httpx2.Client``; ``stormguard.httpx_client``
-returns an ``httpx.Client``, which openai takes through its legacy, untyped path. The
-keywords therefore pass through untyped here (``**kwargs: Any``).
+openai 3.x runs on httpx2 and types ``http_client`` as an ``httpx2.Client``:
+``stormguard.httpx_client`` returns one (the library the installed openai runs on), and
+mypy --strict accepts it (typed_http_client.py). The keywords pass through untyped here
+(``**kwargs: Any``) only because openai's own signatures take them.
 """
 
 from __future__ import annotations

@@ -21,7 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -32,6 +36,8 @@ from tests.compat.forms import EXAMPLES, FORMS, Form, example_names
 from tests.e2e.server_process import RunningServer, free_port, run_server
 
 pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SERVED = (
     "gpt-4o",
@@ -242,3 +248,39 @@ def test_every_example_has_its_test() -> None:
     tests = [name for name in globals() if name.startswith("test_")]
     untested = [e for e in example_names() if not any(t.startswith(f"test_{e}") for t in tests)]
     assert untested == []
+
+
+# Every example but the one that imports httpx itself (readme_timeouts), and what each
+# ends with when it runs as the tests above expect.
+WITHOUT_HTTPX = {name: "ok" for name in example_names() if name != "readme_timeouts"}
+WITHOUT_HTTPX["readme_request_id_of_an_error"] = "NotFoundError"
+
+
+@pytest.mark.parametrize("form_name", [form.name for form in FORMS])
+def test_the_examples_run_with_httpx2_alone(server: RunningServer, form_name: str) -> None:
+    """openai 3.x runs on httpx2; stormguard runs with nothing but httpx2 installed too,
+    as its own client and as openai's transport (httpx made unimportable in a child
+    process)."""
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_API_KEY": "sk-compat-example-key",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    for name in ("STORMGUARD_BASE_URL", "STORMGUARD_API_KEY", "OPENAI_ORG_ID", "OPENAI_PROJECT_ID"):
+        env.pop(name, None)
+    ran = subprocess.run(
+        [sys.executable, "-m", "tests.compat.without_httpx", form_name, *WITHOUT_HTTPX],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert ran.returncode == 0, ran.stderr
+    report = json.loads(ran.stdout.splitlines()[-1])
+    assert report["library"] == "httpx2"
+    assert report["httpx_imported"] is False
+    ended = {name: outcome["ended"] for name, outcome in report["outcomes"].items()}
+    assert ended == WITHOUT_HTTPX
+    assert report["outcomes"]["readme_chat_completions"]["printed"].strip()

@@ -1,6 +1,7 @@
 """mypy --strict accepts every compat example in both forms: as written against
 stormguard, and rewritten onto openai-python's clients over stormguard's transport
-(forms.py). One mypy run checks them all."""
+(forms.py), and openai 3.x's clients taking stormguard's HTTP clients natively
+(typed_http_client.py). One mypy run checks them all."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_mypy_strict_accepts_both_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     files = [str(EXAMPLES / f"{name}.py") for name in example_names()]
+    files.append(str(Path(__file__).with_name("typed_http_client.py")))
     for name in example_names():
         rewritten = tmp_path / f"transport_{name}.py"
         rewritten.write_text(OPENAI_OVER_STORMGUARD.source(name))

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 
@@ -265,16 +266,18 @@ async def test_dripped_response_headers_end_at_the_deadline(
     assert info.value.retry_stopped_by == "deadline"
 
 
-@pytest.mark.parametrize("own", ["own_http_client", "host_name"])
+@pytest.mark.parametrize("own", ["own_http_client", "own_httpx2_client", "host_name"])
 @in_both_modes
 async def test_dripped_headers_end_at_the_deadline_on_your_client_and_by_host_name(
     calls: Calls, hostile: HostileServer, own: str
 ) -> None:
-    """Your own ``httpx.Client``/``AsyncClient`` as it comes, or a base URL that names
-    ``localhost`` (resolved for the connection; ::1 may refuse before 127.0.0.1)."""
+    """Your own ``httpx.Client``/``AsyncClient`` (or httpx2's) as it comes, or a base URL
+    that names ``localhost`` (resolved for the connection; ::1 may refuse before
+    127.0.0.1)."""
     hostile.behaviours["/v1/chat/completions"] = drip(HEAD_JSON, interval=0.1)
-    if own == "own_http_client":
-        http = httpx.Client() if calls.mode == "sync" else httpx.AsyncClient()
+    if own.startswith("own_"):
+        library: Any = httpx2 if own == "own_httpx2_client" else httpx
+        http = library.Client() if calls.mode == "sync" else library.AsyncClient()
         client = calls.client(http_client=http)
     else:
         client = calls.client(base_url=f"http://localhost:{hostile.port}/v1")
@@ -283,7 +286,7 @@ async def test_dripped_headers_end_at_the_deadline_on_your_client_and_by_host_na
         await calls.create(client, max_tokens=5)
     assert_ended_by_deadline(clock.elapsed, info.value, DEADLINE)
     assert len(hostile.requests_to("/v1/chat/completions")) == 1
-    if own == "own_http_client":
+    if own.startswith("own_"):
         await calls.run(http.close() if calls.mode == "sync" else http.aclose())
 
 

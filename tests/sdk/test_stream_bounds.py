@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
+import httpx2
 import openai
 import pytest
 import respx
@@ -73,9 +75,20 @@ async def test_the_deadline_is_checked_between_pieces(api: Api, mock: respx.Mock
     assert stream.chunks_received == 5  # chunks 1-5 came in time; the 6th came at 6 s
 
 
+@pytest.mark.parametrize("library", ["httpx2", "httpx"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(mode: str) -> None:
-    options = {"base_url": BASE, "max_response_bytes": 100 * 1024, "clock": FakeClock()}
+async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(
+    mode: str, library: str
+) -> None:
+    """openai 3.x gets an httpx2 client (its own library) by default, and takes an httpx
+    one through its legacy path: either way the cap ends the stream with a decoding
+    error of the client's library."""
+    options: dict[str, Any] = {
+        "base_url": BASE,
+        "max_response_bytes": 100 * 1024,
+        "clock": FakeClock(),
+        "library": library,
+    }
     received = 0
     with respx.mock() as router:
         router.post(f"{BASE}/chat/completions").mock(return_value=event_stream(BIG))
@@ -105,7 +118,7 @@ async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(mo
                 async for _ in stream:
                     received += 1
     cause = info.value.__cause__
-    assert isinstance(cause, httpx.DecodingError)
+    assert isinstance(cause, (httpx2 if library == "httpx2" else httpx).DecodingError)
     assert "max_response_bytes=102400" in str(cause)
     assert isinstance(cause.__cause__, stormguard.APIResponseValidationError)
     assert 0 < received < 1300

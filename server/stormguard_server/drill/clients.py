@@ -227,14 +227,14 @@ class OpenAIOnStormguardClient:
         http = stormguard.async_httpx_client(
             base_url=base_url, api_key=_API_KEY, model=MODEL, timeout=timeout_s
         )
-        transport = http._transport
-        assert isinstance(transport, stormguard.AsyncStormguardTransport)
-        self._stormguard = transport.client
+        # The transport (httpx2's on openai 3, httpx's before) keeps the stormguard
+        # client it runs, for its figures.
+        self._stormguard: stormguard.AsyncClient = http._transport.client  # type: ignore[attr-defined]
         self._client = openai.AsyncOpenAI(
             base_url=base_url,
             api_key=_API_KEY,
             timeout=timeout_s,
-            http_client=http,  # type: ignore[arg-type]  # httpx2 on openai 3
+            http_client=http,
             max_retries=0,
         )
 
