@@ -4,6 +4,10 @@ A driver makes the call's deadline the *current* one around the I/O it does
 (``with deadline.bound():``); the sync transport (``_deadline_transport.py``)
 reads it there and clips every socket operation to it, so the deadline reaches
 code the call does not run itself (httpx, httpcore) without being passed down.
+
+A stream's bounds (``_stream_timeouts.py``) move that one object with
+``hold_to``: the first-chunk timeout of an attempt, then each idle gap, so the
+connection that holds it clips its next read to the new bound.
 """
 
 from __future__ import annotations
@@ -14,11 +18,14 @@ from types import TracebackType
 
 from ._clock import Clock
 
-__all__ = ["Deadline", "current_deadline"]
+__all__ = ["CALL_DEADLINE_PASSED", "Deadline", "current_deadline"]
 
 # An attempt given less than this is not worth sending: no LLM server answers a
 # request in under 1 ms, so sending it would only add load.
 MIN_ATTEMPT_TIME = 0.001
+
+#: What an error says when a call's own deadline is what passed.
+CALL_DEADLINE_PASSED = "the call's deadline passed"
 
 _current: ContextVar[Deadline | None] = ContextVar("stormguard_deadline", default=None)
 
@@ -31,7 +38,7 @@ def current_deadline() -> Deadline | None:
 class Deadline:
     """A point on the clock after which the caller no longer wants an answer."""
 
-    __slots__ = ("_clock", "at", "timeout")
+    __slots__ = ("_clock", "at", "passed", "timeout")
 
     def __init__(self, clock: Clock, timeout: float | None) -> None:
         if timeout is not None and (math.isnan(timeout) or timeout <= 0):
@@ -39,6 +46,8 @@ class Deadline:
         self._clock = clock
         self.timeout = timeout
         self.at = math.inf if timeout is None else clock.now() + timeout
+        #: What an error says when this deadline passes (a stream's bound says which).
+        self.passed = CALL_DEADLINE_PASSED
 
     def remaining(self) -> float:
         """Seconds left (``inf`` without a timeout, never negative)."""
@@ -60,7 +69,16 @@ class Deadline:
         bounded._clock = self._clock
         bounded.timeout = seconds
         bounded.at = self._clock.now() + max(seconds, 0.0)
+        bounded.passed = self.passed
         return bounded
+
+    def hold_to(self, at: float, passed: str) -> None:
+        """Move this deadline to ``at`` (``inf``: none), saying ``passed`` when it
+        passes: a stream's bounds do (module doc). I/O that holds this object
+        sees the new bound at its next operation."""
+        self.at = at
+        self.passed = passed
+        self.timeout = None if math.isinf(at) else max(at - self._clock.now(), 0.0)
 
     def bound(self) -> _Bound:
         """Make this the current deadline for the ``with`` block (see the module doc)."""

@@ -40,6 +40,11 @@ __all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client", "hold_
 _PASSED = "the call's deadline passed"
 
 
+def _passed(deadline: Deadline | None) -> str:
+    """What passed: the call's deadline, or the stream bound it was moved to."""
+    return _PASSED if deadline is None else deadline.passed
+
+
 def _clip(
     deadline: Deadline | None, timeout: float | None, error: type[Exception], doing: str
 ) -> tuple[float | None, bool]:
@@ -49,7 +54,7 @@ def _clip(
         return timeout, False
     left = deadline.remaining()
     if left <= 0.0:
-        raise error(f"{_PASSED} before {doing}")
+        raise error(f"{_passed(deadline)} before {doing}")
     if timeout is None or left < timeout:
         return left, True
     return timeout, False
@@ -72,7 +77,7 @@ class DeadlineStream(httpcore.NetworkStream):
             return self._stream.read(max_bytes, clipped)
         except core.ReadTimeout as exc:
             if by_deadline:
-                raise core.ReadTimeout(f"{_PASSED} while reading") from exc
+                raise core.ReadTimeout(f"{_passed(self._deadline)} while reading") from exc
             raise
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
@@ -84,7 +89,7 @@ class DeadlineStream(httpcore.NetworkStream):
             self._stream.write(buffer, clipped)
         except core.WriteTimeout as exc:
             if by_deadline:
-                raise core.WriteTimeout(f"{_PASSED} while writing") from exc
+                raise core.WriteTimeout(f"{_passed(self._deadline)} while writing") from exc
             raise
 
     def close(self) -> None:
