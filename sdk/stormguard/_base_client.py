@@ -49,6 +49,7 @@ from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
 from ._throttle import AdaptiveThrottle
 from ._version import __version__
+from .openai_errors import openai_errors_option
 from .protocol import (
     HEADER_ENDPOINT_LOAD_METRICS_FORMAT,
     HEADER_PRIORITY,
@@ -173,6 +174,7 @@ class ClientCore:
         discovery: DiscoveryConfig | None = None,
         discovery_listeners: Sequence[DiscoveryListener] = (),
         spill_over: SpillOver | None = None,
+        openai_errors: bool = False,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -196,6 +198,8 @@ class ClientCore:
             )
         #: Which other pools' endpoints a call of a class may use (None: none).
         self.spill_over = spill_over
+        #: Raise errors as classes that are also openai's (``stormguard.openai_errors``).
+        self.openai_errors = openai_errors_option(openai_errors)
         self.clock = clock or Clock()
         self.budget = retry_budget or RetryBudget(clock=self.clock)
         self.rng = random.Random()
@@ -587,7 +591,9 @@ class ClientOptions(TypedDict, total=False):
     (``DiscoveryConfig``), ``discovery_listeners`` receive every
     ``DiscoveryChange``; ``spill_over`` lets calls of some classes use another
     class's endpoints when those report headroom (``SpillOver``; None: never).
-    docs/discovery.md has both.
+    docs/discovery.md has both. ``openai_errors=True`` raises every error as a class
+    that is also openai-python's, for ``except openai.APIError`` (needs openai;
+    ``stormguard.openai_errors``, docs/errors.md).
     """
 
     base_url: BaseURL | None
@@ -618,6 +624,7 @@ class ClientOptions(TypedDict, total=False):
     discovery: DiscoveryConfig | None
     discovery_listeners: Sequence[DiscoveryListener]
     spill_over: SpillOver | None
+    openai_errors: bool
 
 
 def check_http_options(

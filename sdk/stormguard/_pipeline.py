@@ -76,6 +76,7 @@ from ._responses import (
 )
 from ._retry import RetryDecision
 from ._streaming import _StreamBase
+from .openai_errors import as_openai_error
 from .protocol import (
     HEADER_ATTEMPT,
     HEADER_DEADLINE_MS,
@@ -1104,6 +1105,8 @@ class LogicalCall:
             error.server_load = self.server_load
         if isinstance(error, APIError) and error.rate_limit.is_empty:
             error.rate_limit = self.rate_limit
+        if self.core.openai_errors:  # the error leaves the call here: openai's class too
+            as_openai_error(error)
 
 
 def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:
