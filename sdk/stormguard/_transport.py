@@ -45,7 +45,7 @@ import importlib.util
 import json
 import math
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import anyio
@@ -415,6 +415,15 @@ def _library(library: Library) -> str:
     return name
 
 
+def _check_transport_options(options: Mapping[str, object]) -> None:
+    """Options that mean nothing under openai-python, refused rather than ignored."""
+    if options.get("openai_errors"):
+        raise TypeError(
+            "openai_errors applies to stormguard's Client: under httpx_client, openai-python"
+            " raises its own errors from the responses and httpx errors the transport hands it"
+        )
+
+
 @overload
 def httpx_client(
     *, library: Literal["openai", "httpx2"] = ..., **options: Unpack[ClientOptions]
@@ -431,6 +440,7 @@ def httpx_client(
     stormguard pipeline; give it to ``openai.OpenAI(http_client=..., max_retries=0)``.
     ``library="httpx"`` or ``"httpx2"`` asks for one by name. Options as for
     ``Client``."""
+    _check_transport_options(options)
     client = Client(**options)
     if _library(library) == "httpx2":
         from ._httpx2_transport import httpx2_client
@@ -453,6 +463,7 @@ def async_httpx_client(
     *, library: Library = "openai", **options: Unpack[ClientOptions]
 ) -> httpx.AsyncClient | httpx2.AsyncClient:
     """The async twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
+    _check_transport_options(options)
     client = AsyncClient(**options)
     if _library(library) == "httpx2":
         from ._httpx2_transport import async_httpx2_client

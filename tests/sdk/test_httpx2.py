@@ -127,3 +127,10 @@ def test_httpx_client_hands_openai_the_library_it_runs_on() -> None:
     legacy.close()
     with pytest.raises(ValueError, match="library must be"):
         stormguard.httpx_client(library="requests", base_url="http://llm.test/v1")  # type: ignore[call-overload]
+
+
+def test_openai_errors_is_refused_under_the_transport() -> None:
+    """Under openai-python, openai raises its own errors: the option would do nothing."""
+    for make in (stormguard.httpx_client, stormguard.async_httpx_client):
+        with pytest.raises(TypeError, match="openai-python raises its own errors"):
+            make(base_url="http://llm.test/v1", openai_errors=True)
