@@ -34,8 +34,8 @@ from ._options import (
     NOT_GIVEN,
     AttemptTimeouts,
     NotGiven,
-    Omit,
     TimeoutLike,
+    Unset,
     check_timeout,
     drop_omitted,
     is_omitted,
@@ -111,7 +111,7 @@ GenerationEndpoint.COMPLETION = GenerationEndpoint(
 
 #: A call's ``timeout``: the total in seconds, an ``httpx.Timeout`` (``_options.py``),
 #: None for no limit, or ``NOT_GIVEN``/``omit`` for the client's.
-CallTimeout = float | TimeoutLike | None | NotGiven | Omit
+CallTimeout = float | TimeoutLike | None | Unset
 
 #: One server, or several: URLs or ``Endpoint`` objects (with weights).
 BaseURL = str | httpx.URL | Endpoint | Sequence[str | httpx.URL | Endpoint]

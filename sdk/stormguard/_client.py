@@ -39,7 +39,7 @@ from ._models import (
     Response,
     ResponseStreamEvent,
 )
-from ._options import NotGiven, Omit
+from ._options import Unset
 from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
 from ._raw_response import to_raw_response_wrapper
 from ._responses import translate_transport_error
@@ -437,7 +437,7 @@ class Embeddings:
         *,
         input: str | list[str] | Iterable[int] | Iterable[Iterable[int]],
         model: str | None = None,
-        encoding_format: Literal["float", "base64"] | NotGiven | Omit = NOT_GIVEN,
+        encoding_format: Literal["float", "base64"] | Unset = NOT_GIVEN,
         timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -484,9 +484,9 @@ class Responses:
         *,
         input: str | Iterable[Mapping[str, Any]],
         model: str | None = ...,
-        instructions: str | NotGiven | Omit | None = ...,
-        max_output_tokens: int | NotGiven | Omit | None = ...,
-        stream: Literal[False] | NotGiven | Omit | None = ...,
+        instructions: str | Unset | None = ...,
+        max_output_tokens: int | Unset | None = ...,
+        stream: Literal[False] | Unset | None = ...,
         timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -500,8 +500,8 @@ class Responses:
         *,
         input: str | Iterable[Mapping[str, Any]],
         model: str | None = ...,
-        instructions: str | NotGiven | Omit | None = ...,
-        max_output_tokens: int | NotGiven | Omit | None = ...,
+        instructions: str | Unset | None = ...,
+        max_output_tokens: int | Unset | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
         extra_headers: Mapping[str, str] | None = ...,
@@ -515,9 +515,9 @@ class Responses:
         *,
         input: str | Iterable[Mapping[str, Any]],
         model: str | None = None,
-        instructions: str | NotGiven | Omit | None = NOT_GIVEN,
-        max_output_tokens: int | NotGiven | Omit | None = NOT_GIVEN,
-        stream: bool | NotGiven | Omit | None = False,
+        instructions: str | Unset | None = NOT_GIVEN,
+        max_output_tokens: int | Unset | None = NOT_GIVEN,
+        stream: bool | Unset | None = False,
         timeout: CallTimeout = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,

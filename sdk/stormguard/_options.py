@@ -24,7 +24,7 @@ import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ._http import httpx
 from ._retry import RetryPolicy
@@ -35,6 +35,7 @@ __all__ = [
     "NotGiven",
     "Omit",
     "TimeoutLike",
+    "Unset",
     "check_timeout",
     "drop_omitted",
     "is_omitted",
@@ -56,7 +57,7 @@ class NotGiven:
             cls._instance = super().__new__(cls)
         return cls._instance
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:
         return False
 
     def __repr__(self) -> str:
@@ -76,7 +77,7 @@ class Omit:
             cls._instance = super().__new__(cls)
         return cls._instance
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:
         return False
 
     def __repr__(self) -> str:
@@ -84,6 +85,18 @@ class Omit:
 
 
 omit = Omit()
+
+
+class _FalseSentinel(Protocol):
+    """The shape of openai-python's ``NOT_GIVEN`` and ``omit``: an object that is
+    always false. Matched by shape, so stormguard imports openai neither to run nor
+    to type-check, and openai's sentinels type-check where stormguard's do."""
+
+    def __bool__(self) -> Literal[False]: ...
+
+
+#: "Not given" or "leave it out", stormguard's sentinels or openai-python's.
+Unset = NotGiven | Omit | _FalseSentinel
 
 
 def _openai_sentinels() -> tuple[type, ...]:

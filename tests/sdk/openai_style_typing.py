@@ -44,3 +44,16 @@ async def async_calls(client: stormguard.AsyncClient) -> None:
         extra_query={"api-version": "2024-06-01"},
     )
     await client.with_options(max_retries=0).models.list(timeout=openai.Timeout(5))
+
+
+def openai_sentinels(client: stormguard.Client) -> None:
+    """openai's NOT_GIVEN and omit where stormguard's are typed (wrappers pass them)."""
+    client.chat.completions.create(model="m", messages=[], timeout=openai.NOT_GIVEN)
+    client.embeddings.create(input="a", model="e", encoding_format=openai.NOT_GIVEN)
+    client.responses.create(
+        model="m",
+        input="hi",
+        instructions=openai.NOT_GIVEN,
+        max_output_tokens=openai.omit,
+        stream=openai.NOT_GIVEN,
+    )
