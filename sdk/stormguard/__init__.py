@@ -77,6 +77,7 @@ from ._rate_limit_headers import RateLimit
 from ._raw_response import LegacyAPIResponse
 from ._retry import RetryPolicy
 from ._stats import CallStats
+from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
 from ._streaming import AsyncStream, Stream
 from ._throttle import AdaptiveThrottle
@@ -178,6 +179,7 @@ __all__ = [
     "Stream",
     "StreamAlreadyConsumed",
     "StreamInterruptedError",
+    "StreamTimeouts",
     "Telemetry",
     "ThrottledError",
     "TimeoutLike",

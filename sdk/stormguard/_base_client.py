@@ -47,6 +47,7 @@ from ._pipeline import CallSpec
 from ._redact import Redactor
 from ._retry import RetryPolicy
 from ._stats import CallStats, StatsRecorder
+from ._stream_timeouts import StreamTimeouts
 from ._throttle import AdaptiveThrottle
 from ._version import __version__
 from .openai_errors import openai_errors_option
@@ -175,6 +176,7 @@ class ClientCore:
         discovery_listeners: Sequence[DiscoveryListener] = (),
         spill_over: SpillOver | None = None,
         openai_errors: bool = False,
+        stream_timeouts: StreamTimeouts | None = None,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -231,6 +233,7 @@ class ClientCore:
                 max_response_bytes=max_response_bytes,
                 token_policy=token_policy,
                 fallback_models=fallback_models,
+                stream_timeouts=stream_timeouts,
             )
         )
         #: Receives every call's events (spans, metrics); None: no events at all.
@@ -347,6 +350,8 @@ class ClientCore:
         if isinstance(settings.fallback_models, str):
             raise TypeError("fallback_models must be a list of model names, not one string")
         self.fallback_models = tuple(settings.fallback_models)
+        #: First-chunk, idle and overall bounds of every stream (None: the timeout only).
+        self.stream_timeouts = _stream_timeouts(settings.stream_timeouts)
         default_headers = drop_omitted(settings.default_headers or {})
         priority = settings.priority
         #: The class of the client's calls (its ``x-priority``), which picks their pool.
@@ -483,6 +488,9 @@ class ClientCore:
     ) -> CallSpec:
         chosen = self._model_for(model)
         streaming = bool(stream) and not is_omitted(stream)
+        # A stream's own bounds come among the keywords that are the body's otherwise.
+        params = dict(params)
+        stream_timeouts = params.pop("stream_timeouts", NOT_GIVEN)
         body: dict[str, Any] = {"model": chosen, input_field: input_value}
         body.update(drop_omitted(params))
         if extras.extra_body:
@@ -499,6 +507,11 @@ class ClientCore:
             stream=streaming,
             chunk_type=endpoint.chunk_type,
             model=chosen,
+            stream_timeouts=(
+                None  # the client's
+                if is_omitted(stream_timeouts)
+                else _stream_timeouts(stream_timeouts) or StreamTimeouts()
+            ),
         )
 
     def models_spec(self, *, extras: CallExtras) -> CallSpec:
@@ -553,6 +566,16 @@ class CallSettings:
     max_response_bytes: int
     token_policy: TokenPolicy | None
     fallback_models: Sequence[str]
+    stream_timeouts: StreamTimeouts | None = None
+
+
+def _stream_timeouts(value: object) -> StreamTimeouts | None:
+    if value is not None and not isinstance(value, StreamTimeouts):
+        raise TypeError(
+            "stream_timeouts must be a stormguard.StreamTimeouts or None,"
+            f" got {type(value).__name__}"
+        )
+    return value
 
 
 class ClientOptions(TypedDict, total=False):
@@ -593,7 +616,10 @@ class ClientOptions(TypedDict, total=False):
     class's endpoints when those report headroom (``SpillOver``; None: never).
     docs/discovery.md has both. ``openai_errors=True`` raises every error as a class
     that is also openai-python's, for ``except openai.APIError`` (needs openai;
-    ``stormguard.openai_errors``, docs/errors.md).
+    ``stormguard.openai_errors``, docs/errors.md). ``stream_timeouts`` bounds each
+    stream's wait for its first chunk (retried when it passes) and its gaps, and with
+    ``idle`` lets a stream that keeps sending outlive ``timeout`` (``StreamTimeouts``,
+    also per call; docs/retries.md).
     """
 
     base_url: BaseURL | None
@@ -625,6 +651,7 @@ class ClientOptions(TypedDict, total=False):
     discovery_listeners: Sequence[DiscoveryListener]
     spill_over: SpillOver | None
     openai_errors: bool
+    stream_timeouts: StreamTimeouts | None
 
 
 def check_http_options(
@@ -663,6 +690,7 @@ class ClientChanges(TypedDict, total=False):
     max_response_bytes: int
     token_policy: TokenPolicy | None
     fallback_models: Sequence[str]
+    stream_timeouts: StreamTimeouts | None
 
 
 class BaseClient:

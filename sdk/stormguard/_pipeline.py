@@ -75,6 +75,7 @@ from ._responses import (
     result_from_response,
 )
 from ._retry import RetryDecision
+from ._stream_timeouts import StreamBounds, StreamTimeouts
 from ._streaming import _StreamBase
 from .openai_errors import as_openai_error
 from .protocol import (
@@ -138,6 +139,8 @@ class CallSpec:
     content: bytes | None = None
     #: What the caller gets besides the result (``with_raw_response`` and the like).
     hand_over: HandOver = ""
+    #: A stream's first-chunk, idle and overall bounds (None: the client's).
+    stream_timeouts: StreamTimeouts | None = None
 
     @property
     def replays_stream(self) -> bool:
@@ -169,6 +172,17 @@ class LogicalCall:
         self.core = core
         self.spec = spec
         self.deadline = Deadline(core.clock, spec.timeout)
+        #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
+        #: (``_stream_timeouts.py``); None: the deadline alone bounds the call.
+        self.stream_bounds = (
+            StreamBounds.of(
+                core.stream_timeouts if spec.stream_timeouts is None else spec.stream_timeouts,
+                self.deadline,
+                core.clock,
+            )
+            if spec.stream
+            else None
+        )
         self.history: list[AttemptRecord] = []
         self.retry_stopped_by: str | None = None
         self.attempt_number = 0
@@ -433,6 +447,8 @@ class LogicalCall:
         }
 
     def _retry(self, state: tenacity.RetryCallState) -> bool:
+        if self.stream_bounds is not None:
+            self.stream_bounds.attempt_over()  # the retry is decided on the call's total
         error = _outcome_error(state)
         if error is None:
             return False
@@ -608,6 +624,8 @@ class LogicalCall:
         """Choose the endpoint of the next attempt and take a slot of its concurrency
         limit. Returns the waiter to wait on when the endpoint is at its limit (the
         driver waits, then hands the lease to ``granted``); None: go now."""
+        if self.stream_bounds is not None:
+            self.stream_bounds.attempt_over()
         if self.deadline.expired:
             raise APITimeoutError("The call's deadline passed before the attempt could start")
         self._check_throttle()
@@ -678,8 +696,12 @@ class LogicalCall:
         headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues)
         if self._requeues:
             headers[HEADER_REQUEUE] = str(self._requeues)
-        if math.isfinite(remaining):
-            headers[HEADER_DEADLINE_MS] = str(max(int(remaining * 1000), 1))
+        bounds = self.stream_bounds
+        # A stream that may outlive the call's timeout announces its own bound, so
+        # the server does not abort it at the total.
+        announced = remaining if bounds is None else bounds.deadline_header(remaining)
+        if math.isfinite(announced):
+            headers[HEADER_DEADLINE_MS] = str(max(int(announced * 1000), 1))
         url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
         extensions: dict[str, Any] = {}
         if self.spec.absolute_url is None and endpoint.authority is not None:
@@ -689,9 +711,12 @@ class LogicalCall:
                 extensions["sni_hostname"] = endpoint.server_hostname
         if self._trace is not None:
             headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
+        timeout = self.core.attempt_timeout(remaining, self.spec.attempt_timeouts)
+        if bounds is not None:
+            timeout = bounds.attempt_timeout(timeout)
+            bounds.attempt_started()  # the first chunk's bound, from now
         self._started = self.core.clock.now()
         self._pending = None
-        timeout = self.core.attempt_timeout(remaining, self.spec.attempt_timeouts)
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
         self._request = http.build_request(
@@ -863,10 +888,17 @@ class LogicalCall:
 
     def deadline_passed(self, doing: str, *, response_started: bool = False) -> APIError:
         """The error, recorded, of an attempt that the call's deadline ended ``doing``
-        something (a cancel scope fired, or a check between two reads)."""
+        something (a cancel scope fired, or a check between two reads); a stream's
+        bound that passed says which it was, and a first chunk's is retried."""
+        bounds = self.stream_bounds
+        reason = None if bounds is None else bounds.timeout_reason()
+        message = f"The call's deadline passed {doing}"
+        if bounds is not None and reason is not None:
+            message = f"{reason[0].upper()}{reason[1:]} {doing}"
+            response_started = response_started and not bounds.first_chunk_passed
         return self.failed(
             APITimeoutError(
-                f"The call's deadline passed {doing}",
+                message,
                 response_started=response_started,
                 server_load=self.server_load,
             )

@@ -20,6 +20,12 @@ The bytes come decoded in pieces of at most 64 KiB (``_body.iter_body``), each
 counted against ``max_response_bytes``, and the deadline is checked before each
 piece and every 512 events of a piece: a compressed stream of blank lines or
 of tiny events ends at the cap or the deadline, however fast it inflates.
+
+A call with ``StreamTimeouts`` reads its bytes through ``_bounded`` or
+``_abounded`` (``Stream._bytes``, which the other readers of a stream iterate
+too: ``with_streaming_response`` and transport mode): each wait for more bytes
+is held to the stream's bounds, the first chunk's before the hand-over and the
+idle gap after it (``_stream_timeouts.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from ._exceptions import (
     APITimeoutError,
     StreamInterruptedError,
 )
-from ._http import http_errors, httpx, timeout_errors
+from ._http import http_errors, httpx, library_of, timeout_errors
 from ._models import CallInfo, Record, ResponseStreamEvent
 from ._responses import error_from_payload, parse_json_object, request_id_of
 from ._sse import EventTooLargeError, ServerSentEvent, SSEDecoder
@@ -105,6 +111,8 @@ class _StreamState(Generic[T]):
         self.call = call
         self.response = response
         self.chunk_type = chunk_type
+        #: The stream's first-chunk and idle bounds (None: the call's deadline alone).
+        self.bounds = call.stream_bounds
         self.decoder = SSEDecoder()
         #: The decoded bytes of the stream so far, against ``max_response_bytes``.
         self.limit = BodyLimit(call.core.max_response_bytes)
@@ -155,14 +163,37 @@ class _StreamState(Generic[T]):
 
     def check_deadline(self) -> None:
         if self.call.deadline.expired:
-            raise self._raise(
-                APITimeoutError(
-                    "The call's deadline passed during the stream",
-                    response_started=True,
-                    server_load=self.call.server_load,
-                    request_id=self.info.request_id,
-                )
-            )
+            raise self._raise(self._timed_out("The call's deadline passed during the stream"))
+
+    def _timed_out(self, message: str) -> APITimeoutError:
+        """The timeout of the stream: ``message`` when the call's deadline (or an httpx
+        timeout) ended it; what the stream's bound says when one of them did. A
+        first chunk that did not come in time is retried (``response_started`` False:
+        no event came)."""
+        bounds = self.bounds
+        reason = None if bounds is None else bounds.timeout_reason()
+        started = True
+        if bounds is not None and reason is not None:
+            started = not bounds.first_chunk_passed
+            message = f"{reason[0].upper()}{reason[1:]}"
+            if started:
+                message += f", after {self.delivered} chunks"
+        return APITimeoutError(
+            message,
+            response_started=started,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
+
+    def idle_timeout(self) -> httpx.TimeoutException:
+        """The error a read ends with when the idle gap passed without bytes: an httpx
+        timeout, as a read cut by the connection raises (transport mode hands it on)."""
+        assert self.bounds is not None
+        library = library_of(self.response)
+        error: httpx.TimeoutException = library.ReadTimeout(
+            self.bounds.idle_passed(), request=self.response.request
+        )
+        return error
 
     def _count(self, piece: bytes) -> None:
         try:
@@ -307,14 +338,11 @@ class _StreamState(Generic[T]):
     def _transport_error(self, exc: Exception) -> APIError:
         if isinstance(exc, timeout_errors(TimeoutError)):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            return APITimeoutError(
+            return self._timed_out(
                 # A bare TimeoutError is the cancel scope of the call's deadline (async).
                 "The call's deadline passed during the stream"
                 if isinstance(exc, TimeoutError)
-                else f"Timed out during the stream ({detail})",
-                response_started=True,
-                server_load=self.call.server_load,
-                request_id=self.info.request_id,
+                else f"Timed out during the stream ({detail})"
             )
         return StreamInterruptedError(
             f"The stream was cut off after {self.delivered} chunks ({type(exc).__name__})",
@@ -429,6 +457,8 @@ class _StreamState(Generic[T]):
     def started(self) -> None:
         """The first chunk is in hand: the attempt succeeded, no more retries."""
         self.in_caller_hands = True
+        if self.bounds is not None:
+            self.bounds.handed_over()
         self.call.succeeded_info(self.info)
         if self.pending:
             first = self.pending[0]
@@ -484,10 +514,13 @@ class Stream(_StreamBase[T]):
     def __init__(self, state: _StreamState[T]) -> None:
         self._state = state
         self._bytes = iter_body(state.response)
+        if state.bounds is not None:
+            self._bytes = _bounded(self._bytes, state)
 
     def _read_more(self) -> None:
         state = self._state
-        state.check_deadline()
+        if state.bounds is None:  # else ``_bounded`` checks, with the idle bound renewed
+            state.check_deadline()
         try:
             raw = next(self._bytes)
         except StopIteration:
@@ -561,6 +594,8 @@ class AsyncStream(_StreamBase[T]):
     def __init__(self, state: _StreamState[T]) -> None:
         self._state = state
         self._bytes = aiter_body(state.response)
+        if state.bounds is not None:
+            self._bytes = _abounded(self._bytes, state)
 
     async def _read_more(self) -> None:
         state = self._state
@@ -623,3 +658,42 @@ class AsyncStream(_StreamBase[T]):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _bounded(pieces: Iterator[bytes], state: _StreamState[Any]) -> Iterator[bytes]:
+    """``pieces`` read within the stream's bounds (sync): before each read the idle
+    bound is renewed in the deadline the connection clips its reads to, and the
+    deadline (the first chunk's, the total or the cap) is checked."""
+    bounds = state.bounds
+    assert bounds is not None
+    while True:
+        bounds.before_read(clip=True)
+        state.check_deadline()
+        try:
+            piece = next(pieces)
+        except StopIteration:
+            return
+        if bounds.after_read():
+            raise state.idle_timeout()
+        yield piece
+
+
+async def _abounded(pieces: AsyncIterator[bytes], state: _StreamState[Any]) -> AsyncIterator[bytes]:
+    """``pieces`` read within the stream's bounds (async): each read after the
+    hand-over in a cancel scope of the idle bound (the reader's own scope, computed
+    before the read, holds the deadline: the first chunk's, the total or the cap)."""
+    bounds = state.bounds
+    assert bounds is not None
+    while True:
+        idle = bounds.before_read(clip=False)
+        state.check_deadline()
+        try:
+            with anyio.fail_after(idle):
+                piece = await pieces.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise state.idle_timeout() from None
+        if bounds.after_read():
+            raise state.idle_timeout()
+        yield piece
