@@ -43,6 +43,7 @@ from ._options import Unset
 from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
 from ._raw_response import async_to_raw_response_wrapper
 from ._responses import translate_transport_error
+from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import async_to_streamed_response_wrapper
 from ._streaming import AsyncStream, _StreamState
 from .tokens._flow import drive_precheck_async
@@ -252,6 +253,7 @@ class AsyncChatCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -265,6 +267,7 @@ class AsyncChatCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -277,7 +280,7 @@ class AsyncChatCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "stream_timeouts": stream_timeouts},
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
             spec, self._hand_over
@@ -343,6 +346,7 @@ class AsyncCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -356,6 +360,7 @@ class AsyncCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -367,7 +372,7 @@ class AsyncCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "stream_timeouts": stream_timeouts},
         )
         result: Completion | AsyncStream[Completion] = await self._client._request(
             spec, self._hand_over
@@ -516,6 +521,7 @@ class AsyncResponses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -531,6 +537,7 @@ class AsyncResponses:
         max_output_tokens: int | Unset | None = NOT_GIVEN,
         stream: bool | Unset | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -546,7 +553,12 @@ class AsyncResponses:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
+            params={
+                "instructions": instructions,
+                "max_output_tokens": max_output_tokens,
+                "stream_timeouts": stream_timeouts,
+                **params,
+            },
         )
         result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(
             spec, self._hand_over

@@ -43,6 +43,7 @@ from ._options import Unset
 from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
 from ._raw_response import to_raw_response_wrapper
 from ._responses import translate_transport_error
+from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import to_streamed_response_wrapper
 from ._streaming import Stream, _StreamState
 from .tokens._flow import drive_precheck_sync
@@ -242,6 +243,7 @@ class ChatCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -255,6 +257,7 @@ class ChatCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -267,7 +270,7 @@ class ChatCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "stream_timeouts": stream_timeouts},
         )
         result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(
             spec, self._hand_over
@@ -333,6 +336,7 @@ class Completions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -346,6 +350,7 @@ class Completions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -357,7 +362,7 @@ class Completions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "stream_timeouts": stream_timeouts},
         )
         result: Completion | Stream[Completion] = self._client._request(spec, self._hand_over)
         return result
@@ -504,6 +509,7 @@ class Responses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -519,6 +525,7 @@ class Responses:
         max_output_tokens: int | Unset | None = NOT_GIVEN,
         stream: bool | Unset | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -534,7 +541,12 @@ class Responses:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={"instructions": instructions, "max_output_tokens": max_output_tokens, **params},
+            params={
+                "instructions": instructions,
+                "max_output_tokens": max_output_tokens,
+                "stream_timeouts": stream_timeouts,
+                **params,
+            },
         )
         result: Response | Stream[ResponseStreamEvent] = self._client._request(
             spec, self._hand_over

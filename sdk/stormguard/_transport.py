@@ -254,8 +254,10 @@ async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIter
             except StopAsyncIteration:
                 break
             except TimeoutError:
+                # What passed: the call's deadline, or a stream bound (max_duration).
+                passed = deadline.passed
                 raise lib.ReadTimeout(
-                    "The call's deadline passed during the stream", request=request
+                    f"{passed[0].upper()}{passed[1:]} during the stream", request=request
                 ) from None
             state.passing_through(chunk)
             yield chunk

@@ -57,3 +57,11 @@ def openai_sentinels(client: stormguard.Client) -> None:
         max_output_tokens=openai.omit,
         stream=openai.NOT_GIVEN,
     )
+
+
+def stream_bounds(client: stormguard.Client) -> None:
+    """A stream's own bounds per call, typed on every streamed create."""
+    bounds = stormguard.StreamTimeouts(first_chunk=10, idle=30)
+    client.chat.completions.create(model="m", messages=[], stream=True, stream_timeouts=bounds)
+    client.completions.create(model="m", prompt="p", stream=True, stream_timeouts=None)
+    client.responses.create(model="m", input="hi", stream=True, stream_timeouts=bounds)
