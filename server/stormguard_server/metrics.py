@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -20,8 +20,6 @@ from stormguard_server.records import RequestRecord
 
 PREFIX = "stormguard"
 
-# The *_created series double the output and no dashboard here reads them.
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Latency buckets from 10 ms to 2 min: TTFT under load and long completions both fit.
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120)
@@ -107,6 +105,23 @@ class _LiveCollector(Collector):
             yield family
 
 
+class _RegistryWithoutCreated(CollectorRegistry):
+    """A registry whose metrics come without their ``*_created`` samples: they double
+    the output and no dashboard here reads them. prometheus_client's
+    ``disable_created_metrics()`` would drop them from every registry of the
+    process, vLLM's own included when the admission layer runs inside it; this
+    drops them from the server's own registry only."""
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in super().collect():
+            samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            if len(samples) != len(metric.samples):
+                trimmed = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                trimmed.samples = samples
+                metric = trimmed
+            yield metric
+
+
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(f"{PREFIX}_{name}", doc, value=float(value))
 
@@ -120,7 +135,7 @@ class ServerMetrics:
         engine_stats: Callable[[], EngineStats],
         server_load: Callable[[], ServerLoad | None],
     ) -> None:
-        self.registry = CollectorRegistry()
+        self.registry: CollectorRegistry = _RegistryWithoutCreated()
         reg = self.registry
         self.responses = Counter(
             f"{PREFIX}_responses",
