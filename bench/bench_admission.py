@@ -17,7 +17,7 @@ measured is admission's, not HTTP's or the engine's. Two cases:
   an ``asyncio.Semaphore`` of the same size is the baseline, and admission's added
   latency is the difference.
 
-Target (issue 8): p99 < 1 ms. Not a timed test: numbers depend on the machine.
+Target: p99 < 1 ms. Not a timed test: numbers depend on the machine.
 """
 
 from __future__ import annotations

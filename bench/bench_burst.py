@@ -85,9 +85,9 @@ import tenacity
 
 import stormguard
 import stormguard_server
-from stormguard_server.drill.config import VLLM_ENGINE_ARGS
-from stormguard_server.drill.sampler import parse_metrics
-from stormguard_server.drill.servers import EngineSpec, ServerFleet, ServerProcess, free_port
+from stormguard_drill.config import VLLM_ENGINE_ARGS
+from stormguard_drill.sampler import parse_metrics
+from stormguard_drill.servers import EngineSpec, ServerFleet, ServerProcess, free_port
 
 MODEL = "stormguard-sim"  # vLLM serves the tiny model under this name too
 MESSAGES = [{"role": "user", "content": "say something about queues"}]

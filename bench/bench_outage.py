@@ -52,7 +52,7 @@ from bench_burst import (
     _Tally,
     run_threads,
 )
-from stormguard_server.drill.servers import free_port
+from stormguard_drill.servers import free_port
 from zero_server import running
 
 OUTAGES: dict[str, tuple[str, ...]] = {

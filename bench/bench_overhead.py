@@ -8,7 +8,7 @@ interleaved (httpx, stormguard, openai, httpx, ...) so drift hits all alike; the
 figure per client is the median over rounds of the mean time per call. Raw httpx
 also decodes the JSON body, the least any client does.
 
-Targets (issue 8): stormguard <= 1.05x raw httpx, and below openai. ``--profile``
+Targets: stormguard <= 1.05x raw httpx, and below openai. ``--profile``
 runs cProfile over stormguard's sync calls and prints where the time goes.
 Not a timed test: numbers depend on the machine.
 """

@@ -78,8 +78,8 @@ import tenacity
 
 import stormguard
 from bench_burst import MESSAGES, MODEL, SkipRow, _import_litellm, _p99, _settled
-from stormguard_server.drill.sampler import parse_metrics
-from stormguard_server.drill.servers import EngineSpec, ServerFleet, ServerProcess
+from stormguard_drill.sampler import parse_metrics
+from stormguard_drill.servers import EngineSpec, ServerFleet, ServerProcess
 from zero_server import running
 
 TARGET_SUCCESS = 0.999

@@ -68,7 +68,7 @@ from tests.e2e.hostile_client import (
     partial_body_request,
 )
 
-from stormguard_server.drill.servers import free_port
+from stormguard_drill.servers import free_port
 
 CHAT = {
     "model": "stormguard-sim",

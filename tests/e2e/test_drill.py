@@ -108,7 +108,7 @@ ALL_CLIENTS = {
 
 
 def run_drill(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "stormguard_server.drill", "--tiny", "--seed", "7"]
+    command = [sys.executable, "-m", "stormguard_drill", "--tiny", "--seed", "7"]
     done = subprocess.run(
         [*command, "--out", str(out), *args],
         capture_output=True,

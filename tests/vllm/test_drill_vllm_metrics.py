@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import httpx
 
-from stormguard_server.drill.app import LogicalResult
-from stormguard_server.drill.config import preset
-from stormguard_server.drill.runner import PairingRun
-from stormguard_server.drill.sampler import CLIENT_ATTEMPTS
-from stormguard_server.drill.summary import summarize
-from stormguard_server.drill.vllm import ADMITTED, WARMUP_REQUESTS, parse_vllm
+from stormguard_drill.app import LogicalResult
+from stormguard_drill.config import preset
+from stormguard_drill.runner import PairingRun
+from stormguard_drill.sampler import CLIENT_ATTEMPTS
+from stormguard_drill.summary import summarize
+from stormguard_drill.vllm import ADMITTED, WARMUP_REQUESTS, parse_vllm
 
 METRICS = """\
 # TYPE vllm:kv_cache_usage_perc gauge

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from stormguard_server.drill.config import VLLM_ENGINE_ARGS, Mode, preset
-from stormguard_server.drill.workload import build_schedule
+from stormguard_drill.config import VLLM_ENGINE_ARGS, Mode, preset
+from stormguard_drill.workload import build_schedule
 
 MAX_MODEL_LEN = int(VLLM_ENGINE_ARGS[VLLM_ENGINE_ARGS.index("--max-model-len") + 1])
 

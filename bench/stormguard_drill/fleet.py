@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stormguard_server.drill.clients import ClientName
-from stormguard_server.drill.fleet_config import FleetConfig
-from stormguard_server.drill.fleet_runner import run_fleet_pairing, server_args
-from stormguard_server.drill.fleet_summary import (
+from stormguard_drill.clients import ClientName
+from stormguard_drill.fleet_config import FleetConfig
+from stormguard_drill.fleet_runner import run_fleet_pairing, server_args
+from stormguard_drill.fleet_summary import (
     compare_with_router,
     fleet_document_config,
     summarize_fleet,
 )
-from stormguard_server.drill.report import load_average, machine, source
-from stormguard_server.drill.runner import Admission
-from stormguard_server.drill.servers import EngineSpec, ServerFleet
-from stormguard_server.drill.workload import build_schedule
+from stormguard_drill.report import load_average, machine, source
+from stormguard_drill.runner import Admission
+from stormguard_drill.servers import EngineSpec, ServerFleet
+from stormguard_drill.workload import build_schedule
 
 
 async def fleet_drill(

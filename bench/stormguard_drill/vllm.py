@@ -25,10 +25,10 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from stormguard_server.drill.clients import MODEL
-from stormguard_server.drill.config import VLLM_ENGINE_ARGS
-from stormguard_server.drill.sampler import parse_metrics
-from stormguard_server.drill.servers import EngineSpec
+from stormguard_drill.clients import MODEL
+from stormguard_drill.config import VLLM_ENGINE_ARGS
+from stormguard_drill.sampler import parse_metrics
+from stormguard_drill.servers import EngineSpec
 
 SKIP_OFF_REASON = (
     "admission-off pairings skipped on vllm: real vLLM has no OOM fault to show"

@@ -20,7 +20,7 @@ from typing import Any
 
 from matplotlib.patches import Rectangle
 
-from stormguard_server.drill.plots import CLIENT_COLORS, shrink_png
+from stormguard_drill.plots import CLIENT_COLORS, shrink_png
 
 # After plots.py, which selects the Agg backend.
 import matplotlib.pyplot as plt  # isort: skip

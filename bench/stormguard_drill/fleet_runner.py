@@ -25,14 +25,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stormguard_server.drill.app import LogicalResult
-from stormguard_server.drill.clients import ClientName
-from stormguard_server.drill.fleet_config import FleetConfig
-from stormguard_server.drill.fleet_faults import FaultLog, Replicas, Samples, run_timeline
-from stormguard_server.drill.fleet_worker import Ejection, Job, WorkerResult
-from stormguard_server.drill.runner import Admission
-from stormguard_server.drill.servers import ServerFleet, ServerProcess
-from stormguard_server.drill.workload import Arrival
+from stormguard_drill.app import LogicalResult
+from stormguard_drill.clients import ClientName
+from stormguard_drill.fleet_config import FleetConfig
+from stormguard_drill.fleet_faults import FaultLog, Replicas, Samples, run_timeline
+from stormguard_drill.fleet_worker import Ejection, Job, WorkerResult
+from stormguard_drill.runner import Admission
+from stormguard_drill.servers import ServerFleet, ServerProcess
+from stormguard_drill.workload import Arrival
 
 # A process has this long to import, warm up and say it is ready (LiteLLM's first
 # import takes seconds of CPU on a busy machine), and this long past the pairing's end
@@ -77,7 +77,7 @@ class _Worker:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "stormguard_server.drill.fleet_worker",
+                "stormguard_drill.fleet_worker",
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,

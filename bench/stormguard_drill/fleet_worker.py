@@ -1,6 +1,6 @@
 """One client process of the fleet: its share of the calls, through its own client.
 
-``python -m stormguard_server.drill.fleet_worker``, started by the fleet runner, which
+``python -m stormguard_drill.fleet_worker``, started by the fleet runner, which
 talks to it over stdin and stdout, one JSON document a line:
 
 1. the runner writes the job (``Job``): which client, the replicas, this process's
@@ -29,13 +29,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import stormguard
-from stormguard_server.drill import attempt_log
-from stormguard_server.drill.app import LogicalResult, run_logical
-from stormguard_server.drill.clients import ClientName
-from stormguard_server.drill.config import Patience
-from stormguard_server.drill.fleet_clients import make_fleet_client
-from stormguard_server.drill.runner import replay
-from stormguard_server.drill.workload import Arrival
+from stormguard_drill import attempt_log
+from stormguard_drill.app import LogicalResult, run_logical
+from stormguard_drill.clients import ClientName
+from stormguard_drill.config import Patience
+from stormguard_drill.fleet_clients import make_fleet_client
+from stormguard_drill.runner import replay
+from stormguard_drill.workload import Arrival
 
 
 @dataclass(frozen=True, slots=True)

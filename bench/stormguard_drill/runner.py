@@ -24,13 +24,13 @@ from typing import Any, Literal
 
 import httpx
 
-from stormguard_server.drill.app import LogicalResult, run_logical, unfinished
-from stormguard_server.drill.clients import ClientName, StormguardClient, make_client
-from stormguard_server.drill.config import BacklogWorkload, DrillConfig
-from stormguard_server.drill.sampler import MetricsSampler, Parse, parse_sim
-from stormguard_server.drill.servers import ServerFleet, ServerProcess
-from stormguard_server.drill.vllm import parse_vllm
-from stormguard_server.drill.workload import Arrival, calibration_pool
+from stormguard_drill.app import LogicalResult, run_logical, unfinished
+from stormguard_drill.clients import ClientName, StormguardClient, make_client
+from stormguard_drill.config import BacklogWorkload, DrillConfig
+from stormguard_drill.sampler import MetricsSampler, Parse, parse_sim
+from stormguard_drill.servers import ServerFleet, ServerProcess
+from stormguard_drill.vllm import parse_vllm
+from stormguard_drill.workload import Arrival, calibration_pool
 
 Admission = Literal["off", "on"]
 ADMISSIONS: tuple[Admission, ...] = ("off", "on")

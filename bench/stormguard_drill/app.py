@@ -16,9 +16,9 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from stormguard_server.drill.clients import CallOutcome, DrillClient
-from stormguard_server.drill.config import Patience
-from stormguard_server.drill.workload import Arrival, Kind
+from stormguard_drill.clients import CallOutcome, DrillClient
+from stormguard_drill.config import Patience
+from stormguard_drill.workload import Arrival, Kind
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from stormguard_server.drill.fleet_config import Fault, FleetTimeline
-from stormguard_server.drill.sampler import MetricsSampler
-from stormguard_server.drill.servers import ServerFleet, ServerProcess, free_port
+from stormguard_drill.fleet_config import Fault, FleetTimeline
+from stormguard_drill.sampler import MetricsSampler
+from stormguard_drill.servers import ServerFleet, ServerProcess, free_port
 
 Samples = list[tuple[float, dict[str, float]]]
 _READY_POLL_S = 0.05

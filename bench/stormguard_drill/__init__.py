@@ -9,7 +9,11 @@ and ``rebound``, an engine crash while a backlog of calls waits, then what comes
 back after the cold start; both also with openai-python on stormguard's httpx
 transport and with LiteLLM. ``stormguard-drill --help``.
 
-It lives inside an installed package (not only in bench/) so that the
-``stormguard-drill`` console script works from any install with the ``bench``
-extra; ``bench/drill.py`` is a thin launcher for a checkout.
+It is a package of its own, beside the server rather than inside it: it drives
+``stormguard_server`` processes and borrows a few of its pieces (the tiny model
+builder, the vLLM environment check, the admin token's variable), while the server
+imports nothing from it, so a server install carries no benchmark harness. It is
+installed with the distribution so that the ``stormguard-drill`` console script works
+from any install with the ``bench`` extra; ``bench/drill.py`` is a thin launcher for a
+checkout.
 """

@@ -24,13 +24,13 @@ from typing import Any
 
 from tqdm import tqdm
 
-from stormguard_server.drill.clients import (
+from stormguard_drill.clients import (
     AVALANCHE_CLIENTS,
     CLIENT_NAMES,
     ClientName,
     unavailable,
 )
-from stormguard_server.drill.config import (
+from stormguard_drill.config import (
     BURST_SKIP_OFF_REASON,
     COLD_START_S,
     ENGINES,
@@ -42,12 +42,12 @@ from stormguard_server.drill.config import (
     engine_args,
     preset,
 )
-from stormguard_server.drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
-from stormguard_server.drill.fleet_clients import FLEET_CLIENTS
-from stormguard_server.drill.fleet_config import fleet_preset
-from stormguard_server.drill.fleet_plots import plot_fleet
-from stormguard_server.drill.plots import plot_all
-from stormguard_server.drill.report import (
+from stormguard_drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
+from stormguard_drill.fleet_clients import FLEET_CLIENTS
+from stormguard_drill.fleet_config import fleet_preset
+from stormguard_drill.fleet_plots import plot_fleet
+from stormguard_drill.plots import plot_all
+from stormguard_drill.report import (
     load_average,
     machine,
     markdown_table,
@@ -55,12 +55,12 @@ from stormguard_server.drill.report import (
     table,
     write_json,
 )
-from stormguard_server.drill.runner import ADMISSIONS, Admission, run_all, warm_up
-from stormguard_server.drill.runner import calibrate as run_calibration
-from stormguard_server.drill.servers import EngineSpec, ServerFleet
-from stormguard_server.drill.summary import summarize
-from stormguard_server.drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
-from stormguard_server.drill.workload import build_schedule
+from stormguard_drill.runner import ADMISSIONS, Admission, run_all, warm_up
+from stormguard_drill.runner import calibrate as run_calibration
+from stormguard_drill.servers import EngineSpec, ServerFleet
+from stormguard_drill.summary import summarize
+from stormguard_drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
+from stormguard_drill.workload import build_schedule
 from stormguard_server.vllm.launch import check_environment
 
 

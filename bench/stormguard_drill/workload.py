@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from stormguard_server.drill.config import (
+from stormguard_drill.config import (
     AnyWorkload,
     BacklogWorkload,
     Kind,
@@ -26,7 +26,7 @@ from stormguard_server.drill.config import (
     Wave,
     Workload,
 )
-from stormguard_server.drill.fleet_config import FleetWorkload
+from stormguard_drill.fleet_config import FleetWorkload
 
 __all__ = ["Arrival", "Kind", "build_schedule", "calibration_pool"]
 

@@ -53,12 +53,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from stormguard_server.drill.app import LogicalResult
-from stormguard_server.drill.clients import CLIENT_LIMIT
-from stormguard_server.drill.config import AnyWorkload, BacklogWorkload, Targets, Workload
-from stormguard_server.drill.runner import PairingRun
-from stormguard_server.drill.sampler import CLIENT_ATTEMPTS, SIM_ONLY_SERIES
-from stormguard_server.drill.vllm import ADMITTED, WARMUP_REQUESTS
+from stormguard_drill.app import LogicalResult
+from stormguard_drill.clients import CLIENT_LIMIT
+from stormguard_drill.config import AnyWorkload, BacklogWorkload, Targets, Workload
+from stormguard_drill.runner import PairingRun
+from stormguard_drill.sampler import CLIENT_ATTEMPTS, SIM_ONLY_SERIES
+from stormguard_drill.vllm import ADMITTED, WARMUP_REQUESTS
 
 _SERVER_ATTEMPTS = "stormguard_attempts_total"
 

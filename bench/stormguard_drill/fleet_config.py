@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stormguard_server.drill.config import ENGINE_ARGS, Mode, Patience, PromptShape
+from stormguard_drill.config import ENGINE_ARGS, Mode, Patience, PromptShape
 
 FaultKind = Literal["dead", "crash_loop", "slow"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("dead", "crash_loop", "slow")

@@ -21,8 +21,8 @@ import random
 from collections.abc import Callable, Sequence
 
 import stormguard
-from stormguard_server.drill import attempt_log
-from stormguard_server.drill.clients import (
+from stormguard_drill import attempt_log
+from stormguard_drill.clients import (
     CallOutcome,
     ClientName,
     DrillClient,
@@ -31,7 +31,7 @@ from stormguard_server.drill.clients import (
     StormguardClient,
     import_litellm,
 )
-from stormguard_server.drill.workload import Arrival
+from stormguard_drill.workload import Arrival
 
 FLEET_CLIENTS: tuple[ClientName, ...] = ("openai", "litellm-router", "stormguard")
 FLEET_CLIENT_TITLES: dict[str, str] = {

@@ -40,11 +40,11 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from stormguard_server.drill.app import LogicalResult
-from stormguard_server.drill.fleet_config import FaultKind, FleetConfig, FleetTargets
-from stormguard_server.drill.fleet_faults import Samples
-from stormguard_server.drill.fleet_runner import FleetRun
-from stormguard_server.drill.summary import (
+from stormguard_drill.app import LogicalResult
+from stormguard_drill.fleet_config import FaultKind, FleetConfig, FleetTargets
+from stormguard_drill.fleet_faults import Samples
+from stormguard_drill.fleet_runner import FleetRun
+from stormguard_drill.summary import (
     BIN_S,
     counter_at,
     percentile,

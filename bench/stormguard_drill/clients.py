@@ -40,8 +40,8 @@ import tenacity
 from openai.types.chat import ChatCompletionUserMessageParam
 
 import stormguard
-from stormguard_server.drill import attempt_log
-from stormguard_server.drill.workload import Arrival
+from stormguard_drill import attempt_log
+from stormguard_drill.workload import Arrival
 
 ClientName = Literal[
     "openai", "openai+tenacity", "stormguard", "openai+sg-httpx", "litellm", "litellm-router"

@@ -1,0 +1,3 @@
+from stormguard_drill.cli import main
+
+main()

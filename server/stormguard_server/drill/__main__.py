@@ -1,3 +1,0 @@
-from stormguard_server.drill.cli import main
-
-main()
