@@ -1,5 +1,7 @@
 # One command sets up and runs the tests (`make test`), one sets up and runs the
 # main job (`make demo`: the reference server and a client against it).
+# `make test` leaves out the drill's end-to-end tests (marker `drill`, ~2 minutes
+# on 2 cores): `make test-drill` runs them.
 # `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
 # tests against it (docs/vllm.md).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -10,7 +12,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup test lint unit demo setup-vllm test-vllm clean
+.PHONY: setup test lint unit test-drill demo setup-vllm test-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +28,12 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 unit: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not drill" $(PYTEST_ARGS)
 
 test: lint unit
+
+test-drill: $(STAMP)
+	$(PY) -m pytest -m drill $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

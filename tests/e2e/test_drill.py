@@ -18,7 +18,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+# Not in `make test`: about 105 s on 2 cores, so `make test-drill` runs them in a CI step
+# of their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.drill]
 
 TOP_LEVEL = {
     "scenario",
