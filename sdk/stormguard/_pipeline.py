@@ -568,7 +568,9 @@ class LogicalCall:
             reason = self._forced_stop
         elif self.attempt_number - self._requeues >= self.core.retry_policy.max_attempts:
             reason = "max_attempts"
-        elif not self.deadline.allows_sleep(self._next_delay):
+        # tenacity (>= 8.3) computes the wait before it asks stop: the wait this stop
+        # decides on is the one about to be slept.
+        elif not self.deadline.allows_sleep(state.upcoming_sleep):
             reason = "deadline"
         elif self._next_target is None and not self.any_endpoint_accepting():
             reason = "circuit_open"
