@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from stormguard._version import __version__
+from stormguard import __version__
 from stormguard_server.admin import create_admin_app
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.app import build_state, create_app

@@ -24,7 +24,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stormguard._version import __version__
+from stormguard import __version__
 from stormguard.protocol import HEADER_ATTEMPT, HEADER_PRIORITY
 from stormguard_server.records import RequestRecord
 
