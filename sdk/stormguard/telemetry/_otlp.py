@@ -50,7 +50,7 @@ def configure_otlp(
     """Export spans (and metrics) over OTLP/HTTP protobuf to ``endpoint``.
 
     >>> setup = configure_otlp("http://localhost:4318", service_name="my-app")  # doctest: +SKIP
-    >>> ...  # stormguard.Client calls are now traced
+    >>> # stormguard.Client calls are now traced, until:
     >>> setup.shutdown()  # doctest: +SKIP
 
     ``endpoint`` is the collector's base URL (``/v1/traces`` and ``/v1/metrics``
