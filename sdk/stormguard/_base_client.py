@@ -347,6 +347,8 @@ class ClientCore:
         self.max_response_bytes = settings.max_response_bytes
         self.retry_policy = settings.retry_policy
         self.token_policy = settings.token_policy
+        if self.token_policy is not None:  # one clock: a policy without its own takes ours
+            self.token_policy.adopt_clock(self.clock)
         if isinstance(settings.fallback_models, str):
             raise TypeError("fallback_models must be a list of model names, not one string")
         self.fallback_models = tuple(settings.fallback_models)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._clock import ClockLike
 from .._exceptions import ContextWindowExceededError
 from .._http import httpx
 from ._bpe import BPEFileError, offline_encoding
@@ -101,7 +101,7 @@ class TokenPolicy:
         server_retry_after: float = 60.0,
         lookup_timeout: float = 2.0,
         bpe_directories: Sequence[str | Path] = (),
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.counters = ModelMap(counters)
         self.context_windows = ModelMap(context_windows)
@@ -126,6 +126,14 @@ class TokenPolicy:
         self._bpe_directories = tuple(bpe_directories)
         self._tiktoken: dict[str, TokenCounter | None] = {}
         self._lock = threading.Lock()
+
+    def adopt_clock(self, clock: ClockLike) -> None:
+        """Read ``clock`` (the client's: ``Client`` calls this) in the lookups' and the
+        rate limiter's bookkeeping, where no clock was given of their own."""
+        self.server_counter.adopt_clock(clock)
+        self.server_windows.adopt_clock(clock)
+        if self.rate_limiter is not None:
+            self.rate_limiter.adopt_clock(clock)
 
     def counter_for(self, model: str, *, base_url: str | httpx.URL | None = None) -> TokenCounter:
         """The counter that counts prompts for ``model`` (its ``name`` is reported)."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import math
 import threading
-import time
-from collections.abc import Callable
 
+from .._clock import ClockLike, ClockRef
 from .._exceptions import TokenRateLimitedError
 
 __all__ = ["Reservation", "TokenRateLimiter"]
@@ -38,7 +37,7 @@ class TokenRateLimiter:
         self,
         tokens_per_minute: float,
         burst: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         if not tokens_per_minute > 0 or math.isinf(tokens_per_minute):
             raise ValueError("tokens_per_minute must be a positive finite number")
@@ -47,12 +46,18 @@ class TokenRateLimiter:
         if not self.burst > 0:
             raise ValueError("burst must be positive")
         self._rate = tokens_per_minute / 60.0  # tokens per second
-        self._clock = clock
+        self._clock = ClockRef(clock)
         self._level = self.burst
-        self._updated = clock()
+        self._updated = self._clock.now()
         #: No reservation may be sent before this moment (the server's reset).
         self._not_before = -math.inf
         self._lock = threading.Lock()
+
+    def adopt_clock(self, clock: ClockLike) -> None:
+        """Read ``clock`` (a client's) unless this limiter was given one of its own."""
+        with self._lock:
+            if self._clock.adopt(clock):
+                self._updated = self._clock.now()
 
     def reserve(self, tokens: int, max_wait: float | None = None) -> Reservation:
         """Take ``tokens`` now; raise :class:`TokenRateLimitedError` if the wait is too long.
@@ -110,7 +115,7 @@ class TokenRateLimiter:
             self._level = min(self.burst, self._level + tokens)
 
     def _refill(self) -> None:
-        now = self._clock()
+        now = self._clock.now()
         elapsed = max(0.0, now - self._updated)  # a clock that steps back refills nothing
         self._updated = now
         self._level = min(self.burst, self._level + elapsed * self._rate)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from .._clock import ClockLike, ClockRef
 from .._http import httpx
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
@@ -54,15 +54,19 @@ class ServerTokenizeCounter:
         cache_size: int = 1024,
         retry_after: float = 60.0,
         timeout: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.fallback: TokenCounter = fallback if fallback is not None else EstimatingCounter()
         self.retry_after = retry_after
         self.timeout = timeout
-        self._clock = clock
+        self._clock = ClockRef(clock)
         self._cache: LRUCache[str, TokenCount] = LRUCache(cache_size)
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
+
+    def adopt_clock(self, clock: ClockLike) -> None:
+        """Read ``clock`` (a client's) unless this was given one of its own."""
+        self._clock.adopt(clock)
 
     def count_text(self, text: str) -> int:
         return self.fallback.count_text(text)
@@ -103,11 +107,11 @@ class ServerTokenizeCounter:
 
     def _available(self, url: str) -> bool:
         with self._lock:
-            return self._down_until.get(url, float("-inf")) <= self._clock()
+            return self._down_until.get(url, float("-inf")) <= self._clock.now()
 
     def _mark_down(self, url: str) -> None:
         with self._lock:
-            self._down_until[url] = self._clock() + self.retry_after
+            self._down_until[url] = self._clock.now() + self.retry_after
 
     def __repr__(self) -> str:
         return f"ServerTokenizeCounter(fallback={self.fallback!r})"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .._clock import ClockLike, ClockRef
 from .._http import httpx
 from ._flow import Flow, abandoned, models_url
 
@@ -35,14 +34,18 @@ class ServerWindows:
         ttl: float = 600.0,
         retry_after: float = 60.0,
         timeout: float = 2.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.ttl = ttl
         self.retry_after = retry_after
         self.timeout = timeout
-        self._clock = clock
+        self._clock = ClockRef(clock)
         self._entries: dict[str, _Entry] = {}
         self._lock = threading.Lock()
+
+    def adopt_clock(self, clock: ClockLike) -> None:
+        """Read ``clock`` (a client's) unless this was given one of its own."""
+        self._clock.adopt(clock)
 
     def window_flow(self, base_url: str | httpx.URL, model: str) -> Flow[int | None]:
         """The window ``model`` has on the endpoint at ``base_url``, or None if unreported."""
@@ -50,7 +53,7 @@ class ServerWindows:
         key = str(url)
         with self._lock:
             entry = self._entries.get(key)
-            fresh = entry is not None and entry.expires > self._clock()
+            fresh = entry is not None and entry.expires > self._clock.now()
         if entry is not None and fresh:
             return entry.windows.get(model)
         lookup = httpx.Request(
@@ -60,7 +63,7 @@ class ServerWindows:
         windows = parse_models_response(response)
         if windows is None and abandoned(lookup):
             return None  # the call ran out of time, not the server: nothing to remember
-        now = self._clock()
+        now = self._clock.now()
         with self._lock:
             if windows is None:
                 self._entries[key] = _Entry(now + self.retry_after)
