@@ -11,7 +11,8 @@ order openai sends them, each with ``type`` and ``sequence_number``:
 ``response.output_item.done`` and ``response.completed`` (``response.incomplete``,
 with ``incomplete_details.reason = "max_output_tokens"``, when the output was cut
 at that limit). An engine failure after the stream began ends it with an ``error``
-event (the code the chat route's 5xx would carry) and then ``response.failed``.
+event (its ``code`` the status the chat route's answer would have, as digits) and then
+``response.failed``.
 No ``data: [DONE]``: the Responses API's streams end with the connection.
 """
 
@@ -147,10 +148,16 @@ class ResponsesAnswer:
         ]
 
     def failed(self, out: Output, *, status: int, code: str, message: str) -> list[bytes]:
+        """The ``error`` event's ``code`` is the status the failure would have had as an
+        HTTP answer, as digits ("503", "504", "500"): a client reads a status from the
+        code alone (openai's event has no other field for it; vLLM's chat streams put
+        the status there too), so a restarting engine is a 503, not a 500. The reason
+        (``engine_unavailable``, ``deadline_exceeded``, ``engine_error``) leads the
+        message; ``response.failed`` carries openai's own ``server_error``."""
         failed = self._response(out, "failed", text=None)
         failed["error"] = {"code": "server_error", "message": message}
         return [
-            self._event("error", code=code, message=message, param=None),
+            self._event("error", code=str(status), message=f"{code}: {message}", param=None),
             self._event("response.failed", response=failed),
         ]
 

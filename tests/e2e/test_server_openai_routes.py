@@ -1,5 +1,6 @@
 """The real openai package, unchanged, on the reference server's embeddings, Responses
-and model routes: each call parsed by openai-python itself, sync and async."""
+and model routes: each call parsed by openai-python itself, sync and async; and a
+Responses stream cut by an engine crash, as openai-python and stormguard read it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 import openai
 import pytest
 
+import stormguard
 from stormguard.protocol import LOAD_HEADERS
 from tests.e2e.server_process import RunningServer, run_server
 
@@ -114,3 +116,43 @@ def test_async_client(server: RunningServer) -> None:
             assert kinds[-1] == "response.completed"
 
     asyncio.run(main())
+
+
+def test_a_responses_stream_cut_by_an_engine_crash_is_a_503() -> None:
+    """The engine crashes mid-stream: the ``error`` event names the status its HTTP
+    answer would have (503: the engine restarts), so the SDK raises a 503 after the
+    events it delivered, and openai-python hands the event on with that code."""
+    with run_server(admin=True) as crashing:
+        with stormguard.Client(base_url=crashing.base_url, model=MODEL) as client:
+            stream = client.responses.create(
+                input="tell me a long story", max_output_tokens=1500, stream=True,
+                extra_body={"ignore_eos": True},
+            )  # fmt: skip
+            kinds: list[str] = []
+            with pytest.raises(stormguard.APIStatusError) as broken:
+                for event in stream:
+                    kinds.append(event.type)
+                    if kinds.count("response.output_text.delta") == 3:
+                        assert crashing.admin_post("/admin/crash").status_code == 200
+        assert broken.value.status_code == 503
+        assert isinstance(broken.value, stormguard.ServiceUnavailableError)
+        assert broken.value.code == "503"
+        assert "engine_unavailable" in broken.value.message
+        assert "crashed" in broken.value.message
+        assert broken.value.attempts == 1  # content was delivered: not retried
+        assert kinds[-1] == "response.output_text.delta"
+
+        crashing.wait_ready()
+        plain = openai.OpenAI(base_url=crashing.base_url, api_key="x", max_retries=0)
+        events = []
+        with plain.responses.create(
+            model=MODEL, input="tell me a long story", max_output_tokens=1500, stream=True,
+            extra_body={"ignore_eos": True},
+        ) as raw:  # fmt: skip
+            for event in raw:
+                events.append(event)
+                if len(events) == 6:
+                    assert crashing.admin_post("/admin/crash").status_code == 200
+        error, failed = events[-2:]
+        assert error.type == "error" and error.code == "503"
+        assert failed.type == "response.failed" and failed.response.status == "failed"
