@@ -38,6 +38,7 @@ from stormguard_server.middleware import (
 )
 from stormguard_server.openai_format import ChoicesAnswer
 from stormguard_server.refusals import refusal_headers
+from stormguard_server.request_id import RequestIdMiddleware
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
 from stormguard_server.responses import serve_responses
 from stormguard_server.schemas import (
@@ -140,6 +141,8 @@ def create_app(
         shed_headers=state.admission is not None,
         registry=state.metrics.registry,
     )
+    # Every answer names itself (an unknown route's 404 and the limits' 503s too).
+    app.add_middleware(RequestIdMiddleware)
     # Outermost, so that every status a client gets is counted: the error boundary's
     # 500 too, and the one Starlette sends for an error that escapes everything.
     app.add_middleware(

@@ -262,3 +262,29 @@ async def test_generation_answers_carry_the_request_id(client: httpx.AsyncClient
         headers={"x-request-deadline-ms": "0"},
     )
     assert shed.status_code == 503 and shed.headers["x-request-id"].startswith("chatcmpl-")
+
+
+async def test_every_other_answer_carries_a_request_id_of_its_own(
+    make_client: AppClient,
+) -> None:
+    """An unknown route's 404 (and every answer that is no generation) names itself too,
+    so a caller can quote an id for a failed request (openai's ``exc.request_id``)."""
+    async with make_client(max_body_bytes=1000) as client:
+        answers = [
+            await client.get("/v1/nothing"),
+            await client.post("/v1/nothing", json={}),
+            await client.get(CHAT),
+            await client.post(COMPLETIONS, json={"model": "gpt-9", "prompt": "x"}),
+            await client.get("/v1/models/gpt-9"),
+            await client.post(CHAT, json={"messages": []}),
+            await client.post(COMPLETIONS, json={"prompt": "x" * 2000}),
+            await client.get("/v1/models"),
+            await client.get("/health"),
+        ]
+        assert [r.status_code for r in answers] == [404, 404, 405, 404, 404, 400, 413, 200, 200]
+        ids = [r.headers.get_list("x-request-id") for r in answers]
+        assert all(len(one) == 1 and one[0].startswith("req-") for one in ids), ids
+        assert len({one[0] for one in ids}) == len(ids)
+        # A generation keeps its own id: one header, the completion's.
+        ok = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+        assert ok.headers.get_list("x-request-id") == [ok.json()["id"]]
