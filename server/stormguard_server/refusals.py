@@ -37,6 +37,11 @@ def too_long_response(state: ServerState, message: str, *, param: str = "message
 
 def shed_response(state: ServerState, shed: Shed) -> Response:
     """A refusal from admission, with its reason, Retry-After and x-should-retry."""
+    return shed_error_response(shed)
+
+
+def shed_error_response(shed: Shed) -> Response:
+    """``shed_response`` for a front end without a ``ServerState`` (the vLLM middleware)."""
     headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
     code = "context_length_exceeded" if shed.reason is ShedReason.TOO_LONG else shed.reason.value
     return error_response(shed.status_code, shed.message, code=code, headers=headers)

@@ -26,9 +26,10 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(build_tiny_model(tmp_path_factory.mktemp("tiny-llama")))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def guarded_vllm(tiny_model: str) -> Iterator[VllmServer]:
-    """vLLM behind stormguard's admission: small queue so a flood is shed."""
+    """vLLM behind stormguard's admission: small queue so a flood is shed. One for the
+    session: each start costs 20 s to minutes of a small machine's CPU."""
     with run_vllm(tiny_model, "--max-queue-requests", "6", "--max-queue-wait-s", "5") as server:
         yield server
 

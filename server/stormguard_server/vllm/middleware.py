@@ -4,10 +4,11 @@
         --middleware stormguard_server.vllm.middleware.StormguardAdmission
 
 (``stormguard-server --engine vllm --model PATH`` starts exactly that.) The
-same ``AdmissionController`` as the reference server decides: a generation
-request's cost is its prompt tokens — counted with vLLM's own tokenizer and
-chat template — plus its ``max_tokens``; the budget is vLLM's KV capacity x
-the watermark; what does not fit waits in the bounded priority queue or is
+same ``AdmissionController`` as the reference server decides, for chat,
+completions, Responses and embeddings requests alike: a request's cost is its
+prompt tokens — counted with vLLM's own tokenizer and chat template — plus the
+tokens it may generate (none for embeddings; ``costs.py``); the budget is vLLM's
+KV capacity x the watermark; what does not fit waits in the bounded priority queue or is
 shed with the same 503, ``x-load-shed``, ``x-should-retry`` and a Retry-After
 from the measured hold times and the requests still running. A request whose
 ``x-request-deadline-ms`` cannot be met is refused at once; one whose caller
@@ -43,7 +44,8 @@ from stormguard_server.config import AdmissionConfig
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.errors import error_response
 from stormguard_server.middleware import LoadHeadersMiddleware
-from stormguard_server.refusals import refusal_headers
+from stormguard_server.refusals import refusal_headers, shed_error_response
+from stormguard_server.vllm.costs import ADMITTED_PATHS, Cost, request_cost
 from stormguard_server.vllm.engine_load import VllmLoadReader
 
 __all__ = ["ENV_ADMISSION", "StormguardAdmission", "admission_config_from_env"]
@@ -51,7 +53,6 @@ __all__ = ["ENV_ADMISSION", "StormguardAdmission", "admission_config_from_env"]
 logger = logging.getLogger("stormguard_server.vllm")
 
 ENV_ADMISSION = "STORMGUARD_ADMISSION"
-_GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 _MAX_BODY_BYTES = 8 * 1024 * 1024
 _TICK_S = 0.05
 
@@ -126,11 +127,7 @@ class StormguardAdmission:
             await self.app(scope, receive, send)
             return
         controller = self._ensure(scope)
-        if (
-            controller is None
-            or scope["method"] != "POST"
-            or scope["path"] not in _GENERATION_PATHS
-        ):
+        if controller is None or scope["method"] != "POST" or scope["path"] not in ADMITTED_PATHS:
             await self._with_headers(scope, receive, send)
             return
         body = await _read_body(receive, _MAX_BODY_BYTES)
@@ -160,41 +157,27 @@ class StormguardAdmission:
         if cost is None:  # not ours to judge: vLLM validates and answers it
             await self._with_headers(scope, _replay(body, receive), send)
             return
-        prompt_tokens, max_tokens = cost
-        assert self._reader is not None
-        max_len = self._reader.max_model_len()
-        if prompt_tokens + max_tokens > max_len:
-            message = (
-                f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the"
-                f" model's context length ({max_len})"
-            )
+        if cost.too_long is not None:
             refusal = error_response(
                 400,
-                message,
+                cost.too_long,
                 code="context_length_exceeded",
+                param=cost.param,
                 headers=refusal_headers(ShedReason.TOO_LONG, None, False),
             )
             await self._refuse(refusal, scope, receive, send)
             return
         ticket = controller.make_ticket(
-            prompt_tokens + max_tokens,
+            cost.tokens,
             priority=parse_priority(headers),
             attempt=parse_attempt(headers) or 1,
             deadline_ms=parse_deadline_ms(headers),
-            max_tokens=max_tokens,
+            max_tokens=cost.max_tokens,
         )
         try:
             permit = await unless_disconnected(receive, controller.acquire(ticket))
         except ShedError as exc:
-            shed = exc.shed
-            code = shed.reason.value
-            response = error_response(
-                shed.status_code,
-                shed.message,
-                code=code,
-                headers=refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry),
-            )
-            await self._refuse(response, scope, receive, send)
+            await self._refuse(shed_error_response(exc.shed), scope, receive, send)
             return
         except ClientGone:
             return  # the caller left while queued: vLLM never sees the request
@@ -203,32 +186,10 @@ class StormguardAdmission:
         finally:
             controller.release(permit)
 
-    def _cost(self, path: str, request: dict[str, Any]) -> tuple[int, int] | None:
-        """(prompt tokens, max_tokens) as vLLM will count them; None when unknown."""
+    def _cost(self, path: str, request: dict[str, Any]) -> Cost | None:
+        """The request's cost as vLLM will count it; None when unknown."""
         assert self._reader is not None
-        tokenizer = self._reader.tokenizer()
-        if path.endswith("/chat/completions"):
-            messages = request.get("messages")
-            if not isinstance(messages, list):
-                return None
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-            # transformers 5 returns a BatchEncoding (a Mapping), older ones a list.
-            prompt_tokens = len(ids["input_ids"] if isinstance(ids, Mapping) else ids)
-        else:
-            prompt = request.get("prompt")
-            if isinstance(prompt, str):
-                prompt_tokens = len(tokenizer.encode(prompt))
-            elif isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):
-                prompt_tokens = len(prompt)
-            else:
-                return None  # batches and the like: vLLM checks them itself
-        max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
-        if max_tokens is None:
-            # vLLM's default: whatever the context window leaves.
-            max_tokens = max(self._reader.max_model_len() - prompt_tokens, 1)
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            return None
-        return prompt_tokens, max_tokens
+        return request_cost(path, request, self._reader.tokenizer(), self._reader.max_model_len())
 
 
 async def _run_until_disconnect(
