@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from stormguard._version import __version__
+from stormguard import __version__
 from stormguard_server.admission import AdmissionController
 from stormguard_server.config import ServerConfig
 from stormguard_server.embeddings import serve_embeddings

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormguard_server.errors import error_response
+from stormguard_server.refusals import body_too_large_response
 
 
 class LoadHeadersMiddleware:
@@ -159,10 +160,7 @@ class BodyLimitMiddleware:
         await self.app(scope, _replay([request], None, receive), send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = error_response(
-            413, f"request body is larger than {self.max_bytes} bytes", code="body_too_large"
-        )
-        await response(scope, receive, send)
+        await body_too_large_response(self.max_bytes)(scope, receive, send)
 
 
 def declared_content_length(scope: Scope) -> int | None:

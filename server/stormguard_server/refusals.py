@@ -27,11 +27,24 @@ from stormguard_server.state import ServerState
 
 
 def too_long_response(state: ServerState, message: str, *, param: str = "messages") -> Response:
+    """``too_long_refusal`` of the reference app (its load headers only when admission
+    is on)."""
+    return too_long_refusal(message, param=param, admission=state.admission is not None)
+
+
+def too_long_refusal(message: str, *, param: str = "messages", admission: bool = True) -> Response:
     """400: the request can never fit; retrying cannot help. ``param`` names the field
     that holds the prompt (``messages``, ``prompt``, ``input``)."""
-    headers = {} if state.admission is None else refusal_headers(ShedReason.TOO_LONG, None, False)
+    headers = refusal_headers(ShedReason.TOO_LONG, None, False) if admission else {}
     return error_response(
         400, message, code="context_length_exceeded", param=param, headers=headers
+    )
+
+
+def body_too_large_response(max_bytes: int) -> Response:
+    """413: a request body over ``max_bytes``, refused before anything reads it."""
+    return error_response(
+        413, f"request body is larger than {max_bytes} bytes", code="body_too_large"
     )
 
 

@@ -213,3 +213,33 @@ async def test_shapes_not_counted_go_to_vllm_unadmitted(
     assert answered.status_code == 200
     load_of(answered)
     assert fake.seen == [("/v1/responses", tool_output)]
+
+
+async def test_refusals_are_the_reference_servers(
+    vllm: Served, make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In front of vLLM or in the reference server, a body over the limit and a request
+    that can never fit are refused by the same functions: the same status, error
+    fields and refusal headers (only the token counts in a message differ)."""
+    _, client = vllm
+    monkeypatch.setattr(middleware, "_MAX_BODY_BYTES", 1000)
+    async with make_client(max_body_bytes=1000, max_model_len=MAX_LEN) as reference:
+        big = {"model": "stormguard-sim", "input": "x" * 2000}
+        ours, theirs = (
+            await client.post("/v1/responses", json=big),
+            await reference.post("/v1/responses", json=big),
+        )
+        assert ours.status_code == theirs.status_code == 413
+        assert ours.json() == theirs.json()
+        long = {"model": "stormguard-sim", "input": "a b c", "max_output_tokens": 4 * MAX_LEN}
+        ours, theirs = (
+            await client.post("/v1/responses", json=long),
+            await reference.post("/v1/responses", json=long),
+        )
+        assert ours.status_code == theirs.status_code == 400
+        fields = ("type", "code", "param")
+        assert [ours.json()["error"][k] for k in fields] == [
+            theirs.json()["error"][k] for k in fields
+        ]
+        for header in ("x-load-shed", "x-should-retry"):
+            assert ours.headers[header] == theirs.headers[header]

@@ -34,7 +34,6 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormguard.protocol import (
-    ShedReason,
     parse_attempt,
     parse_deadline_ms,
     parse_priority,
@@ -42,9 +41,12 @@ from stormguard.protocol import (
 from stormguard_server.admission import AdmissionController, ShedError
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.disconnect import ClientGone, unless_disconnected
-from stormguard_server.errors import error_response
 from stormguard_server.middleware import LoadHeadersMiddleware
-from stormguard_server.refusals import refusal_headers, shed_error_response
+from stormguard_server.refusals import (
+    body_too_large_response,
+    shed_error_response,
+    too_long_refusal,
+)
 from stormguard_server.vllm.costs import ADMITTED_PATHS, Cost, request_cost
 from stormguard_server.vllm.engine_load import VllmLoadReader
 
@@ -132,8 +134,7 @@ class StormguardAdmission:
             return
         body = await _read_body(receive, _MAX_BODY_BYTES)
         if body is None:
-            response = error_response(413, "request body too large", code="body_too_large")
-            await self._refuse(response, scope, receive, send)
+            await self._refuse(body_too_large_response(_MAX_BODY_BYTES), scope, receive, send)
             return
         await self._admit(controller, scope, body, receive, send)
 
@@ -158,13 +159,7 @@ class StormguardAdmission:
             await self._with_headers(scope, _replay(body, receive), send)
             return
         if cost.too_long is not None:
-            refusal = error_response(
-                400,
-                cost.too_long,
-                code="context_length_exceeded",
-                param=cost.param,
-                headers=refusal_headers(ShedReason.TOO_LONG, None, False),
-            )
+            refusal = too_long_refusal(cost.too_long, param=cost.param)
             await self._refuse(refusal, scope, receive, send)
             return
         ticket = controller.make_ticket(
