@@ -1,6 +1,6 @@
 """The retry loop at the oldest tenacity stormguard allows (8.3.0, the first to compute
-the wait before asking stop, which the deadline check reads): the tests of retries,
-failover, fallback and deadlines run again in a child process that imports it.
+the wait before asking stop, which the deadline check reads): the tests of the retry
+loop, failover and the retry policy run again in a child process that imports it.
 ``make setup`` installs it beside the newest, in .venv/tenacity-floor."""
 
 from __future__ import annotations
@@ -16,10 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FLOOR = Path(sys.prefix) / "tenacity-floor"
 FLOOR_VERSION = "8.3.0"
 SUITES = [
-    "tests/sdk/test_pipeline.py",
-    "tests/sdk/test_client.py",
+    "tests/sdk/test_pipeline.py",  # the retry loop, its waits and its deadline
     "tests/sdk/test_failover.py",
-    "tests/sdk/test_fallback.py",
     "tests/sdk/test_retry_policy.py",
 ]
 
