@@ -11,32 +11,22 @@ from __future__ import annotations
 
 import uuid
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from stormguard.protocol import HEADER_REQUEST_ID
+from stormguard_server.middleware import LoadHeadersMiddleware
 
 __all__ = ["RequestIdMiddleware"]
 
-_HEADER = HEADER_REQUEST_ID.encode("latin-1")
+
+def fresh_request_id() -> dict[str, str]:
+    """A new ``x-request-id``, for an answer that has none of its own."""
+    return {HEADER_REQUEST_ID: f"req-{uuid.uuid4().hex}"}
 
 
-class RequestIdMiddleware:
-    """Adds ``x-request-id: req-<hex>`` to a response that has none."""
+class RequestIdMiddleware(LoadHeadersMiddleware):
+    """Adds ``x-request-id: req-<hex>`` to a response that has none: the load headers'
+    stamping, which never overrides a header the route set (a generation's id)."""
 
     def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                raw = list(message.get("headers", []))
-                if all(name.lower() != _HEADER for name, _ in raw):
-                    raw.append((_HEADER, f"req-{uuid.uuid4().hex}".encode("latin-1")))
-                    message["headers"] = raw
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
+        super().__init__(app, fresh_request_id)
