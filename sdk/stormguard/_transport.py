@@ -353,6 +353,9 @@ async def ahandle(
 class StormguardTransport(httpx.BaseTransport):
     """An httpx transport whose every request runs stormguard's call pipeline."""
 
+    #: The byte stream a started stream is replayed through (its library's class).
+    replay_stream: type[_ReplayStream] = _ReplayStream
+
     def __init__(self, client: Client) -> None:
         self._client = client
 
@@ -362,7 +365,7 @@ class StormguardTransport(httpx.BaseTransport):
         return self._client
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return handle(self._client, request, lambda s: _ReplayStream(s, request))
+        return handle(self._client, request, lambda s: self.replay_stream(s, request))
 
     def close(self) -> None:
         self._client.close()
@@ -370,6 +373,8 @@ class StormguardTransport(httpx.BaseTransport):
 
 class AsyncStormguardTransport(httpx.AsyncBaseTransport):
     """The async twin of :class:`StormguardTransport`."""
+
+    replay_stream: type[_AsyncReplayStream] = _AsyncReplayStream
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -379,7 +384,7 @@ class AsyncStormguardTransport(httpx.AsyncBaseTransport):
         return self._client
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await ahandle(self._client, request, lambda s: _AsyncReplayStream(s, request))
+        return await ahandle(self._client, request, lambda s: self.replay_stream(s, request))
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
