@@ -46,10 +46,11 @@ Defaults, and the reasons for them (docs/breakers.md has the long version):
   per client per open period, not a flood (the OOM-avalanche write-up:
   recover with a small share of traffic after warm-up).
 
-The caller decides what an outcome is: ``is_breaker_failure`` is the rule the
-client uses (connection errors, timeouts, 5xx, overload 429s), and ``Permit``
-records one call's outcome. Every method is thread-safe and usable from
-asyncio: one ``threading.Lock``, never held across I/O, a sleep or a listener.
+The caller decides what an outcome is: the client reads it from the outcome's
+``Verdict`` (``_verdict.classify``: connection errors, timeouts, 5xx but 503,
+408; never a shed or a 429), and ``Permit`` records one call's outcome. Every
+method is thread-safe and usable from asyncio: one ``threading.Lock``, never
+held across I/O, a sleep or a listener.
 """
 
 from __future__ import annotations
@@ -65,15 +66,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ._clock import Clock
-from ._exceptions import (
-    APIConnectionError,
-    APIResponseValidationError,
-    APIStatusError,
-    CircuitOpenError,
-    QueueTimeoutError,
-    StreamInterruptedError,
-)
+from ._exceptions import CircuitOpenError
 from ._outbox import Outbox
+from ._verdict import Verdict, classify
 
 __all__ = [
     "BreakerConfig",
@@ -209,32 +204,12 @@ class BreakerState:
 
 
 def is_breaker_failure(error: BaseException | None) -> bool:
-    """Whether an attempt's outcome says the server is unwell (None: it succeeded).
-
-    Only crash-like failures count: refused, reset or timed-out connections,
-    500, 502, 504 and every other 5xx but 503, 408, a stream cut before its first
-    chunk, and a 2xx body that breaks the API. A 503 or a 429 is a server that
-    answers: "alive, but full" (a shed, vLLM's queue-full answer, the caller's
-    rate), or "not serving until Retry-After" (``engine_restart``, ``warming``,
-    ``draining``). Those pace the calls instead (``_limiter.py``: the limit falls,
-    a restart pauses the endpoint for its Retry-After), and the calls wait within
-    their deadlines rather than fail. Not failures either: the caller's own
-    errors (other 4xx, ``too_long``), refusals made in this process,
-    cancellation, and a stream cut after content arrived (the call already
-    counted as a success at its first chunk; a crash that cut it fails the next
-    calls with refused connections).
-    """
-    if error is None:
-        return False
-    if isinstance(error, APIStatusError):
-        if error.status_code == 503:
-            return False
-        return error.status_code >= 500 or error.status_code == 408
-    if isinstance(error, StreamInterruptedError):
-        return error.chunks_received == 0
-    if isinstance(error, QueueTimeoutError):
-        return False  # no slot in time, here: nothing was sent
-    return isinstance(error, (APIConnectionError, APIResponseValidationError))
+    """Whether an attempt's outcome says the server is unwell (None: it succeeded):
+    crash-like failures only (refused or timed-out connections, 5xx but 503, 408,
+    a stream cut before its first chunk, a broken 2xx body), never a shed, a 429,
+    the caller's own error or a refusal made here. The rule and its reasons live
+    in ``_verdict.classify`` (``Verdict.breaker_failure``)."""
+    return classify(error).breaker_failure
 
 
 _SUCCESS, _FAILURE, _IGNORE = "success", "failure", "ignore"
@@ -280,12 +255,19 @@ class Permit:
         """Count nothing (caller error, cancelled, never sent); frees a half-open slot."""
         self._breaker._settle(self, _IGNORE, None, None)
 
-    def settle(self, error: BaseException | None, duration: float | None = None) -> None:
-        """Settle by ``is_breaker_failure``: None succeeds, a failure fails (with the
-        error's Retry-After), anything else is ignored."""
+    def settle(
+        self,
+        error: BaseException | None,
+        duration: float | None = None,
+        *,
+        verdict: Verdict | None = None,
+    ) -> None:
+        """Settle by the outcome's ``Verdict`` (``verdict``, else classified here):
+        None succeeds, a breaker failure fails (with the error's Retry-After),
+        anything else is ignored."""
         if error is None:
             self.success(duration)
-        elif is_breaker_failure(error):
+        elif (verdict or classify(error)).breaker_failure:
             load = getattr(error, "server_load", None)
             self.failure(duration, retry_after=getattr(load, "retry_after", None))
         else:

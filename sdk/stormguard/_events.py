@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ._breaker import BreakerTransition
     from ._budget import BudgetState
     from ._ejection import EjectionTransition
+    from ._stop_reason import StopReason
     from .protocol import ServerLoad
 
 __all__ = [
@@ -176,7 +177,7 @@ class CallEnded:
     model: str | None
     degraded_from: str | None
     attempts: int
-    retry_stopped_by: str | None
+    retry_stopped_by: StopReason | None
     response: ResponseSummary | None
     budget: BudgetState
     #: Seconds the call waited in local queues for concurrency slots, all attempts.

@@ -63,6 +63,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._rate_limit_headers import RateLimit
+from ._stop_reason import StopReason
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
@@ -140,10 +141,10 @@ class StormguardError(Exception):
     #: Number of HTTP attempts the logical call made (0 when refused before I/O).
     attempts: int
     attempt_history: tuple[AttemptRecord, ...]
-    #: Why the retry loop stopped: ``max_attempts``, ``budget``, ``deadline``,
-    #: ``not_retryable``, ``should_retry_false``, ``cancelled``; None when no retry
-    #: decision was taken (refused before any attempt).
-    retry_stopped_by: str | None
+    #: Why the retry loop stopped (``StopReason``, equal to its string value:
+    #: ``"budget"``, ``"deadline"``, ...); None when no retry decision was taken
+    #: (refused before the retry loop, by the token pre-check).
+    retry_stopped_by: StopReason | None
     #: The call's token pre-check when one ran and passed (counter name, counts).
     precheck: Precheck | None
 

@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import heapq
 import itertools
 import math
@@ -82,14 +81,9 @@ from dataclasses import dataclass
 
 from ._budget import RetryBudget
 from ._clock import Clock
-from ._exceptions import (
-    APIStatusError,
-    LocalQueueFullError,
-    QueueTimeoutError,
-    StreamInterruptedError,
-)
-from ._retry import is_out_of_quota
-from .protocol import ServerLoad, ShedReason
+from ._exceptions import LocalQueueFullError, QueueTimeoutError
+from ._verdict import LimitOutcome, classify
+from .protocol import ServerLoad
 
 __all__ = [
     "ConcurrencyLimiter",
@@ -137,62 +131,28 @@ FLOOR_BACKOFF_S = 0.25
 MAX_RESTART_PAUSE_S = 60.0
 
 
-class LimitOutcome(str, enum.Enum):
-    """How an attempt that held a slot went, as far as the limit is concerned."""
-
-    #: The server processed it (any answer but a shed).
-    SUCCESS = "success"
-    #: The server shed it before processing: the overload signal.
-    DROPPED = "dropped"
-    #: The server shed it because its engine is not serving (restarting, warming, draining).
-    RESTARTING = "restarting"
-    #: Says nothing about load: cancelled, a connection error, a caller error.
-    IGNORED = "ignored"
-
-
-_SHED_STATUSES = frozenset({429, 503})
-_RESTART_REASONS = frozenset(
-    {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
-)
-
-
 def is_shed(error: BaseException | None) -> bool:
     """Whether an attempt was refused before the server worked on it: a 503 (the
     reference server's ``x-load-shed``, vLLM's queue-full answer, as a JSON body or
     as an error event inside a 200 stream before any content) or a 429 (the
     caller's rate, or the server's load). ``too_long`` is the caller's error, and
-    a 429 out of quota (``insufficient_quota``) the caller's account's."""
-    return (
-        isinstance(error, APIStatusError)
-        and error.status_code in _SHED_STATUSES
-        and error.server_load.load_shed != ShedReason.TOO_LONG.value
-        and not is_out_of_quota(error)
-    )
+    a 429 out of quota (``insufficient_quota``) the caller's account's.
+    ``Verdict.shed`` (``_verdict.classify``)."""
+    return classify(error).shed
 
 
 def limit_outcome(error: BaseException | None) -> LimitOutcome:
-    """What an attempt's outcome (None: it succeeded) tells the concurrency limit."""
-    if error is None:
-        return LimitOutcome.SUCCESS
-    if is_shed(error):
-        assert isinstance(error, APIStatusError)
-        if error.server_load.load_shed in _RESTART_REASONS:
-            return LimitOutcome.RESTARTING
-        return LimitOutcome.DROPPED
-    return LimitOutcome.IGNORED
+    """What an attempt's outcome (None: it succeeded) tells the concurrency limit:
+    a shed is a drop (a restart shed, a pause), anything else served or says
+    nothing about load. ``Verdict.limit`` (``_verdict.classify``)."""
+    return classify(error).limit
 
 
 def stream_cut_outcome(error: BaseException) -> LimitOutcome:
-    """What a stream that failed after its first chunk tells the limit. Cut by the
-    server (the connection, or a 5xx event): a drop, since the server lost work it
-    had taken, and an engine that runs out of memory cuts every stream it has at
-    once; the limit must be down before the backlog refills it. Anything else (the
-    caller's deadline, a malformed chunk) says nothing about load."""
-    if isinstance(error, StreamInterruptedError) or (
-        isinstance(error, APIStatusError) and error.status_code >= 500
-    ):
-        return LimitOutcome.DROPPED
-    return LimitOutcome.IGNORED
+    """What a stream that failed after its first chunk tells the limit: a cut by the
+    server (the connection, a 5xx event) is a drop, anything else (the caller's
+    deadline, a malformed chunk) says nothing. ``Verdict.limit_after_first_chunk``."""
+    return classify(error).limit_after_first_chunk
 
 
 @dataclass(frozen=True, slots=True)

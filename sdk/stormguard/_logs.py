@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._redact import Redactor
+    from ._stop_reason import StopReason
 
 __all__ = ["logger", "retry_stopped", "retrying", "setup_logging"]
 
@@ -89,7 +90,7 @@ def retrying(
 
 
 def retry_stopped(
-    *, reason: str, attempt: int, error: BaseException | None, redactor: Redactor
+    *, reason: StopReason, attempt: int, error: BaseException | None, redactor: Redactor
 ) -> None:
     """One DEBUG line when the retry loop stops after a failed attempt."""
     if logger.isEnabledFor(logging.DEBUG):

@@ -39,7 +39,7 @@ import tenacity
 
 from . import _logs
 from ._body import BodyLimit, BodyTooLargeError, read_response
-from ._breaker import CircuitState, is_breaker_failure
+from ._breaker import CircuitState
 from ._deadline import Deadline
 from ._ejection import evidence_of
 from ._events import (
@@ -61,10 +61,9 @@ from ._exceptions import (
     StormguardError,
     ThrottledError,
 )
-from ._fallback import is_fallback_worthy
 from ._history import AttemptRecord
 from ._http import httpx, response_types
-from ._limiter import Lease, LimitOutcome, SlotWaiter, is_shed, limit_outcome, stream_cut_outcome
+from ._limiter import Lease, SlotWaiter
 from ._models import APIResult, CallInfo, Record, output_text_of
 from ._prompt_view import precheck_view
 from ._rate_limit_headers import RateLimit
@@ -74,9 +73,10 @@ from ._responses import (
     request_id_of,
     result_from_response,
 )
-from ._retry import RetryDecision
+from ._stop_reason import StopReason
 from ._stream_timeouts import StreamBounds, StreamTimeouts
 from ._streaming import _StreamBase
+from ._verdict import LimitOutcome, classify
 from .openai_errors import as_openai_error
 from .protocol import (
     HEADER_ATTEMPT,
@@ -112,7 +112,6 @@ _RETRY = "retry"
 _FAILOVER = "failover"
 _REQUEUED = "requeued"
 _NO_SCOPE: AbstractContextManager[None] = contextlib.nullcontext()
-_NO_RETRY = RetryDecision(False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +183,7 @@ class LogicalCall:
             else None
         )
         self.history: list[AttemptRecord] = []
-        self.retry_stopped_by: str | None = None
+        self.retry_stopped_by: StopReason | None = None
         self.attempt_number = 0
         self.server_load = ServerLoad()
         #: The ``x-ratelimit-*`` headers of the last response.
@@ -239,8 +238,11 @@ class LogicalCall:
         self._requeue_next = False
         #: The next attempt resends a requeued call (not a retry).
         self._resending = False
-        self._decision = _NO_RETRY
-        self._forced_stop: str | None = None
+        #: The last failed attempt is worth a retry (its ``Verdict``), and whether a
+        #: shed can be requeued after it (the limiter's ``LimitOutcome`` of it).
+        self._retryable = False
+        self._failure_limit = LimitOutcome.IGNORED
+        self._forced_stop: StopReason | None = None
         self._queued_before = 0.0
         #: Seconds the call spent in the local queue, over every attempt.
         self.queued_s = 0.0
@@ -314,7 +316,7 @@ class LogicalCall:
         if error is not None and self._lease is not None:
             # A stream that failed after its first chunk (cut by a crash, timed out):
             # its success at the first chunk must not raise the limit.
-            self._lease.mark(stream_cut_outcome(error), self._lease.load)
+            self._lease.mark(classify(error).limit_after_first_chunk, self._lease.load)
         self.release_slot()
         if self._ended or self._trace is None:
             return
@@ -407,10 +409,10 @@ class LogicalCall:
         """Move the call to the next fallback model if ``error`` allows it and time is
         left; the driver then runs a fresh retry loop (attempt numbers restart at 1, on
         the new model: it is not a retry of the old one). False: raise ``error``."""
-        if not self.fallbacks or not is_fallback_worthy(error) or self.deadline.expired:
+        if not self.fallbacks or not classify(error).fallback or self.deadline.expired:
             return False
         if self._record_open:
-            self._close_record(self.retry_stopped_by or "not_retryable")
+            self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
         model = self.fallbacks.pop(0)
         if self._trace is not None:
             self._trace.on_event(FellBack(self.spec.model, model, type(error).__name__))
@@ -452,20 +454,14 @@ class LogicalCall:
         error = _outcome_error(state)
         if error is None:
             return False
-        self._decision = decision = self.core.retry_policy.decide(error)
-        self._requeue_next = self._requeueable(error)
-        if not (self._requeue_next or decision.retry):
-            self._stopped(decision.reason or "not_retryable")
+        verdict = classify(error, self.core.retry_policy)
+        self._retryable, self._failure_limit = verdict.retry, verdict.limit
+        # A shed the server says came before any processing, with a limiter to queue in.
+        self._requeue_next = self.core.limiter is not None and verdict.requeue
+        if not (self._requeue_next or verdict.retry):
+            self._stopped(verdict.stop or StopReason.NOT_RETRYABLE)
             return False
         return True
-
-    def _requeueable(self, error: BaseException) -> bool:
-        """A shed the server says came before any processing, with a limiter to queue in."""
-        return (
-            self.core.limiter is not None
-            and is_shed(error)
-            and getattr(error, "server_load", ServerLoad()).should_retry is not False
-        )
 
     def _wait(self, state: tenacity.RetryCallState) -> float:
         """The wait before the next attempt; for a shed, first whether it is requeued.
@@ -480,12 +476,12 @@ class LogicalCall:
             # Back in the local queue at once when the limit is full of other calls:
             # the slot it waits for is one the server has room behind.
             delay = 0.0 if not self._requeue_must_wait() else self._retry_delay(error, None)
-            refusal = self._requeue_refusal(delay, error)
+            refusal = self._requeue_refusal(delay)
             if refusal is None:
                 self._next_delay = delay
                 return delay
             self._requeue_next = False
-            if not self._decision.retry:
+            if not self._retryable:
                 self._forced_stop = refusal
                 self._next_delay = 0.0
                 return 0.0
@@ -528,7 +524,7 @@ class LogicalCall:
             error if error is not None else Exception(), self.attempt_number, self.core.rng
         )
 
-    def _requeue_refusal(self, delay: float, error: BaseException | None) -> str | None:
+    def _requeue_refusal(self, delay: float) -> StopReason | None:
         """Why a shed cannot be requeued after ``delay`` (None: it can, budget spent).
         A restart shed needs no budget: the endpoint is paused for its Retry-After and
         then probed one call at a time, so its requeues are paced by the pause itself
@@ -536,14 +532,14 @@ class LogicalCall:
         limiter = self.core.limiter
         assert limiter is not None
         if not self.deadline.allows_sleep(delay):
-            return "deadline"
+            return StopReason.DEADLINE
         if not self.any_endpoint_accepting():
-            return "circuit_open"
-        if limit_outcome(error) is LimitOutcome.RESTARTING:
+            return StopReason.CIRCUIT_OPEN
+        if self._failure_limit is LimitOutcome.RESTARTING:
             return None
         if not limiter.requeue_budget.try_spend():
             self.core.stats.requeue_refusal()
-            return "requeue_budget"
+            return StopReason.REQUEUE_BUDGET
         return None
 
     def _requeue_must_wait(self) -> bool:
@@ -567,20 +563,20 @@ class LogicalCall:
         if self._forced_stop is not None:
             reason = self._forced_stop
         elif self.attempt_number - self._requeues >= self.core.retry_policy.max_attempts:
-            reason = "max_attempts"
+            reason = StopReason.MAX_ATTEMPTS
         # tenacity (>= 8.3) computes the wait before it asks stop: the wait this stop
         # decides on is the one about to be slept.
         elif not self.deadline.allows_sleep(state.upcoming_sleep):
-            reason = "deadline"
+            reason = StopReason.DEADLINE
         elif self._next_target is None and not self.any_endpoint_accepting():
-            reason = "circuit_open"
+            reason = StopReason.CIRCUIT_OPEN
         elif self._failover:
             return False  # paid by nobody: the failed endpoint sees no more of this call
         elif not self.core.budget.try_spend():
             self.core.stats.budget_refusal()
             if self._trace is not None:
                 self._trace.on_event(BudgetRefused(self.core.budget.state()))
-            reason = "budget"
+            reason = StopReason.BUDGET
         else:
             return False
         self._stopped(reason)
@@ -610,7 +606,7 @@ class LogicalCall:
             redactor=self.redactor,
         )
 
-    def _stopped(self, reason: str) -> None:
+    def _stopped(self, reason: StopReason) -> None:
         self.retry_stopped_by = reason
         self._close_record(reason)
         _logs.retry_stopped(
@@ -958,13 +954,14 @@ class LogicalCall:
             if permit is not None:
                 permit.ignore()
             return
+        verdict = classify(error, self.core.retry_policy)  # read by each policy below
         if self._lease is not None:
             # A stream settles at its first chunk: the time so far is its first token's.
             ttft = self.core.clock.now() - self._started if self.spec.stream else None
-            self._lease.mark(limit_outcome(error), self.server_load, ttft)
+            self._lease.mark(verdict.limit, self.server_load, ttft)
         if permit is not None:
-            permit.settle(error)
-            if self._endpoint is not None and is_breaker_failure(error):
+            permit.settle(error, verdict=verdict)
+            if self._endpoint is not None and verdict.breaker_failure:
                 self._after_breaker_failure(self._endpoint)
         ejection, endpoint = self.core.ejection, self._endpoint
         if ejection is not None and endpoint is not None:
@@ -972,7 +969,7 @@ class LogicalCall:
             if ejection.record(endpoint, evidence, sent_at=self._started):
                 self._after_ejection(endpoint)
         if self.core.throttle is not None:
-            self.core.throttle.record(error)
+            self.core.throttle.record(error, verdict=verdict)
 
     def _after_breaker_failure(self, endpoint: EndpointState) -> None:
         """An endpoint whose breaker this failure opened gets a recovery ramp: its
@@ -1125,7 +1122,7 @@ class LogicalCall:
         """Give the error the call's attempt count, history and stop reason."""
         self.redactor.scrub_error(error)
         if self._record_open:
-            self._close_record(self.retry_stopped_by or "not_retryable")
+            self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
         error.attempts = self.total_attempts
         error.attempt_history = tuple(self.history)
         error.retry_stopped_by = self.retry_stopped_by

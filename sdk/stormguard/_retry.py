@@ -28,39 +28,18 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
 
 from __future__ import annotations
 
-import asyncio
 import math
 import random
 from dataclasses import dataclass, field
 
-from ._exceptions import (
-    APIConnectionError,
-    APIStatusError,
-    APITimeoutError,
-    CircuitOpenError,
-    LocalQueueFullError,
-    QueueTimeoutError,
-    RateLimitError,
-    StreamInterruptedError,
-    ThrottledError,
-)
+from ._exceptions import RateLimitError
+from ._stop_reason import StopReason
+from ._verdict import TRANSIENT_STATUSES, classify, is_out_of_quota
 
 __all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy", "is_out_of_quota"]
 
-DEFAULT_RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-_OUT_OF_QUOTA = "insufficient_quota"
-
-
-def is_out_of_quota(error: BaseException | None) -> bool:
-    """A 429 that says the account is out of quota (``code`` or ``type``
-    ``insufficient_quota``), not over a rate: never retried, never requeued, and
-    no shed for the concurrency limit (the server has room; this caller has no
-    credit)."""
-    return (
-        isinstance(error, APIStatusError)
-        and error.status_code == 429
-        and _OUT_OF_QUOTA in (error.code, error.type)
-    )
+#: The retryable statuses by default: the transient ones (``_verdict.py``).
+DEFAULT_RETRY_STATUSES = TRANSIENT_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +47,7 @@ class RetryDecision:
     """Whether to retry after a failed attempt; ``reason`` names why not."""
 
     retry: bool
-    reason: str | None = None
-
-
-_RETRY = RetryDecision(True)
+    reason: StopReason | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,34 +95,7 @@ class RetryPolicy:
         return self.backoff(retry_number, rng)
 
     def decide(self, error: BaseException) -> RetryDecision:
-        """Whether the failure of one attempt is worth another attempt."""
-        if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
-            return RetryDecision(False, "cancelled")
-        if isinstance(error, CircuitOpenError):
-            return RetryDecision(False, "circuit_open")
-        if isinstance(error, ThrottledError):
-            return RetryDecision(False, "throttled")
-        if isinstance(error, QueueTimeoutError):
-            return RetryDecision(False, "deadline")  # no slot in time: nothing was sent
-        if isinstance(error, LocalQueueFullError):
-            return RetryDecision(False, "queue_full")
-        if isinstance(error, StreamInterruptedError):
-            # Cut before the first chunk reached the caller (later cuts never get
-            # here): nothing was delivered, so trying again is safe.
-            return _RETRY if error.chunks_received == 0 else RetryDecision(False, "not_retryable")
-        if isinstance(error, APITimeoutError):
-            return _NOT_RETRYABLE if error.response_started else _RETRY
-        if isinstance(error, APIConnectionError):
-            return _RETRY
-        if isinstance(error, APIStatusError):
-            if is_out_of_quota(error):
-                return _NOT_RETRYABLE  # whatever x-should-retry says: no wait refills it
-            should_retry = error.server_load.should_retry
-            if should_retry is False:
-                return RetryDecision(False, "should_retry_false")
-            if should_retry is True or error.status_code in self.retry_statuses:
-                return _RETRY
-        return _NOT_RETRYABLE
-
-
-_NOT_RETRYABLE = RetryDecision(False, "not_retryable")
+        """Whether the failure of one attempt is worth another attempt: the retry
+        part of its ``Verdict`` (``_verdict.classify``, where the rule lives)."""
+        verdict = classify(error, self)
+        return RetryDecision(verdict.retry, verdict.stop)

@@ -46,9 +46,8 @@ import random
 import threading
 from dataclasses import dataclass
 
-from ._breaker import is_breaker_failure
 from ._clock import Clock
-from ._exceptions import APIError, APIStatusError, RefusedBeforeSendError
+from ._verdict import Verdict, classify
 from ._window import WindowedPair
 
 __all__ = ["AdaptiveThrottle", "ThrottleState", "is_accept"]
@@ -64,20 +63,10 @@ class ThrottleState:
 
 
 def is_accept(error: BaseException | None) -> bool:
-    """Whether an attempt's outcome shows the server accepted it (None: it succeeded)."""
-    if error is None:
-        return True
-    if not _went_out(error):
-        return False  # refused in this process, cancelled, or the caller's own bug
-    if isinstance(error, APIStatusError) and error.status_code in (429, 503):
-        return False  # refusals: the server's load, or the caller's rate
-    return not is_breaker_failure(error)
-
-
-def _went_out(error: BaseException | None) -> bool:
-    """An error of a request that was sent (a ``ContextWindowExceededError`` is a
-    ``BadRequestError`` refused here: nothing went out)."""
-    return isinstance(error, APIError) and not isinstance(error, RefusedBeforeSendError)
+    """Whether an attempt's outcome shows the server accepted it (None: it
+    succeeded): ``Verdict.accepted`` (``_verdict.classify``). Refused in this
+    process, cancelled, a 429 or 503 refusal, or a breaker failure: not accepted."""
+    return classify(error).accepted
 
 
 class AdaptiveThrottle:
@@ -133,12 +122,14 @@ class AdaptiveThrottle:
         with self._lock:
             self._counts.add(a=1)
 
-    def record(self, error: BaseException | None) -> None:
-        """Record an attempt's outcome by ``is_accept``; errors raised before anything
-        was sent (and cancellation) record nothing."""
-        if is_accept(error):
+    def record(self, error: BaseException | None, *, verdict: Verdict | None = None) -> None:
+        """Record an attempt's outcome by its ``Verdict`` (``verdict``, else classified
+        here): an accept, a reject, or nothing for what was never sent (refused in
+        this process, cancelled)."""
+        verdict = verdict or classify(error)
+        if verdict.accepted:
             self.record_accept()
-        elif _went_out(error):
+        elif verdict.sent:
             self.record_reject()
 
     def probability(self) -> float:
