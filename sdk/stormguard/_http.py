@@ -14,10 +14,15 @@ every HTTP library loaded in the process (a library nobody imported has no
 objects about), as openai-python's own ``_httpx2`` module does for httpx.
 What stormguard builds for such an object (a response, a stream, an error) is
 built from the object's own library: :func:`library_of`.
+
+``httpcore`` (``httpcore2`` under httpx2) is an attribute loaded on first use:
+only the sync client's deadline backend needs it, once it builds a pool, and
+httpx itself imports it no sooner.
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
@@ -37,10 +42,8 @@ if TYPE_CHECKING:  # checked against httpx; httpx2 has the same API
     LimitsLike: TypeAlias = "httpx.Limits | httpx2.Limits"
 else:
     try:
-        import httpcore
         import httpx
     except ImportError:
-        import httpcore2 as httpcore
         import httpx2 as httpx
 
 __all__ = [
@@ -60,6 +63,16 @@ __all__ = [
 
 _NAMES = ("httpx", "httpx2")
 E = TypeVar("E", bound=BaseException)
+
+
+def __getattr__(name: str) -> Any:
+    """``httpcore``: the primary library's (httpcore for httpx, httpcore2 for httpx2),
+    imported on first use."""
+    if name == "httpcore":
+        module = importlib.import_module("httpcore" if httpx.__name__ == "httpx" else "httpcore2")
+        globals()["httpcore"] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def loaded_libraries() -> tuple[ModuleType, ...]:
