@@ -32,7 +32,9 @@ DECISION_MODULES = [
     "stormguard._fallback",
     "stormguard._limiter",
     "stormguard._retry",
+    "stormguard._stop_reason",
     "stormguard._throttle",
+    "stormguard._verdict",
     "stormguard._window",
 ]
 HTTP_LIBRARIES = {"httpx", "httpx2", "httpcore", "httpcore2", "h11"}
