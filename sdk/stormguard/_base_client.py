@@ -11,7 +11,7 @@ import os
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypedDict
 
 from ._body import ACCEPT_ENCODING, DEFAULT_MAX_RESPONSE_BYTES
 from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
@@ -58,7 +58,9 @@ from .protocol import (
     parse_priority,
 )
 from .telemetry import Telemetry
-from .tokens import TokenPolicy
+
+if TYPE_CHECKING:
+    from .tokens import TokenPolicy  # the pre-check loads on first use
 
 __all__ = [
     "DEFAULT_CONNECTION_LIMITS",

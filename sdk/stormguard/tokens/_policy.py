@@ -7,23 +7,22 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._clock import ClockLike
 from .._exceptions import ContextWindowExceededError
 from .._http import httpx
-from ._bpe import BPEFileError, offline_encoding
 from ._counter import TokenCounter
 from ._estimate import EstimatingCounter
 from ._flow import Flow
 from ._match import ModelMap
-from ._models import encoding_name_for_model
 from ._rate_limit import Reservation, TokenRateLimiter
 from ._request import Kind, PromptRequest, count_prompt, read_request
 from ._server_counter import ServerTokenizeCounter, TokenCount
 from ._server_windows import ServerWindows
-from ._tiktoken_counter import TiktokenCounter
-from ._windows import known_context_window
+
+if TYPE_CHECKING:
+    from tiktoken import Encoding
 
 __all__ = ["DEFAULT_MAX_TOKENS", "Precheck", "TokenPolicy"]
 
@@ -140,6 +139,8 @@ class TokenPolicy:
         configured = self.counters.lookup(model)
         if configured is not None:
             return configured
+        from ._models import encoding_name_for_model  # tiktoken's model table: on first use
+
         encoding = encoding_name_for_model(model)
         if encoding is not None:
             counter = self._tiktoken_counter(encoding)
@@ -228,6 +229,8 @@ class TokenPolicy:
             served = yield from self.server_windows.window_flow(base_url, model)
             if served is not None:
                 return served, "server"
+        from ._windows import known_context_window  # the table: on first use
+
         known = known_context_window(model)
         return known, ("table" if known is not None else None)
 
@@ -235,6 +238,9 @@ class TokenPolicy:
         with self._lock:
             if encoding in self._tiktoken:
                 return self._tiktoken[encoding]
+        from ._bpe import BPEFileError
+        from ._tiktoken_counter import TiktokenCounter
+
         counter: TokenCounter | None
         try:
             counter = TiktokenCounter(offline_encoding(encoding, directories=self._bpe_directories))
@@ -244,6 +250,13 @@ class TokenPolicy:
         with self._lock:
             self._tiktoken[encoding] = counter
         return counter
+
+
+def offline_encoding(name: str, *, directories: Sequence[str | Path] = ()) -> Encoding:
+    """``_bpe.offline_encoding``, imported on first use: it loads tiktoken."""
+    from ._bpe import offline_encoding as load
+
+    return load(name, directories=directories)
 
 
 def _exceeded(tried: list[tuple[str, int, int, int, str]], *, defaulted: bool) -> Exception:
