@@ -40,6 +40,7 @@ import tenacity
 from . import _logs
 from ._body import BodyLimit, BodyTooLargeError, read_response
 from ._breaker import CircuitState
+from ._call_state import ATTEMPT_OPEN, IN_FLIGHT, CallMachine, CallState
 from ._deadline import Deadline
 from ._ejection import evidence_of
 from ._events import (
@@ -182,6 +183,9 @@ class LogicalCall:
             if spec.stream
             else None
         )
+        #: Where the call is (``_call_state.py``): each step below moves it, and a
+        #: step out of order raises ``CallProtocolError``.
+        self.machine = CallMachine()
         self.history: list[AttemptRecord] = []
         self.retry_stopped_by: StopReason | None = None
         self.attempt_number = 0
@@ -205,14 +209,12 @@ class LogicalCall:
         #: The request of the current (or last) attempt: the ``request`` of its errors.
         self._request: httpx.Request | None = None
         self._attempt_error: BaseException | None = None
-        self._settled = True  # no attempt yet
         self._delay_before = 0.0
         self._next_delay = 0.0
         self._started = 0.0
         self._pending: tuple[int | None, str | None, float] | None = None
         self.precheck: Precheck | None = None
         self._reservation: Reservation | None = None
-        self._record_open = False
         #: "response" mode: the final response rebuilt with its body, and its elapsed.
         self._read: tuple[httpx.Response, timedelta] | None = None
         #: "unread" mode: what the result will say of the call, once its body is read.
@@ -248,7 +250,6 @@ class LogicalCall:
         self.queued_s = 0.0
         #: The call's observer (telemetry); None when nothing is recorded: no events then.
         self._trace: CallObserver | None = None
-        self._ended = False
         #: Scrubs the client's credentials, and this call's own, from what it shows.
         self.redactor = core.redactor.including(headers=spec.headers, url=spec.absolute_url)
         if core.observer is not None:
@@ -318,9 +319,8 @@ class LogicalCall:
             # its success at the first chunk must not raise the limit.
             self._lease.mark(classify(error).limit_after_first_chunk, self._lease.load)
         self.release_slot()
-        if self._ended or self._trace is None:
-            return
-        self._ended = True
+        if self.machine.step("end") is CallState.DONE or self._trace is None:
+            return  # only the first report counts
         if error is not None and not isinstance(error, Exception):
             error, cancelled = None, True  # CancelledError, KeyboardInterrupt, GeneratorExit
         self._trace.on_event(
@@ -348,6 +348,7 @@ class LogicalCall:
         if policy is None or view is None or self.spec.model is None:
             return None
         kind, body = view
+        self.machine.step("precheck")
         flow = policy.precheck_flow(self.spec.model, kind, body, base_url=self.core.base_url)
         return self._with_client_headers(flow)
 
@@ -411,8 +412,10 @@ class LogicalCall:
         the new model: it is not a retry of the old one). False: raise ``error``."""
         if not self.fallbacks or not classify(error).fallback or self.deadline.expired:
             return False
-        if self._record_open:
+        if self.machine.state in ATTEMPT_OPEN:
             self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
+            self.machine.step("stop")
+        self.machine.step("fall_back")
         model = self.fallbacks.pop(0)
         if self._trace is not None:
             self._trace.on_event(FellBack(self.spec.model, model, type(error).__name__))
@@ -594,6 +597,7 @@ class LogicalCall:
         else:
             outcome = _RETRY
         self._close_record(outcome)
+        self.machine.step("back_off")
         self._delay_before = self._next_delay
         _logs.retrying(
             outcome=outcome,
@@ -609,6 +613,7 @@ class LogicalCall:
     def _stopped(self, reason: StopReason) -> None:
         self.retry_stopped_by = reason
         self._close_record(reason)
+        self.machine.step("stop")
         _logs.retry_stopped(
             reason=reason,
             attempt=self.attempt_number,
@@ -622,6 +627,7 @@ class LogicalCall:
         """Choose the endpoint of the next attempt and take a slot of its concurrency
         limit. Returns the waiter to wait on when the endpoint is at its limit (the
         driver waits, then hands the lease to ``granted``); None: go now."""
+        self.machine.step("reserve")
         if self.stream_bounds is not None:
             self.stream_bounds.attempt_over()
         if self.deadline.expired:
@@ -684,10 +690,9 @@ class LogicalCall:
         self._endpoint = endpoint
         self._tried.add(endpoint.name)
         self._attempt_error = None
-        self._settled = False
+        self.machine.step("begin_attempt")
         self.attempt_number += 1
         self.total_attempts += 1
-        self._record_open = True
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
         headers = dict(self.core.headers)
         headers.update(self.spec.headers)
@@ -853,6 +858,7 @@ class LogicalCall:
 
     def saw_response(self, response: httpx.Response) -> None:
         """Note the status and load headers of the attempt's response."""
+        self.machine.step("saw_response")
         # One pass over the headers: httpx.Headers.get scans them all on each of the
         # dozen look-ups the parser makes (about 20 us a call, measured).
         headers = dict(response.headers.items())
@@ -878,6 +884,7 @@ class LogicalCall:
             error.rate_limit = self.rate_limit
         self.redactor.scrub_error(error)
         self._attempt_error = error
+        self.machine.step("failed")
         self._settle(None, error)
         if self._pending is None or self._pending[1] is None:
             status = self._pending[0] if self._pending else getattr(error, "status_code", None)
@@ -886,33 +893,41 @@ class LogicalCall:
 
     def deadline_passed(self, doing: str, *, response_started: bool = False) -> APIError:
         """The error, recorded, of an attempt that the call's deadline ended ``doing``
-        something (a cancel scope fired, or a check between two reads); a stream's
-        bound that passed says which it was, and a first chunk's is retried."""
+        something (a cancel scope fired, or a check between two reads)."""
+        return self.failed(self.deadline_error(doing, response_started=response_started))
+
+    def deadline_error(self, doing: str, *, response_started: bool = False) -> APIError:
+        """The error of a deadline that passed ``doing`` something, not recorded; a
+        stream's bound that passed says which it was, and a first chunk's is retried."""
         bounds = self.stream_bounds
         reason = None if bounds is None else bounds.timeout_reason()
         message = f"The call's deadline passed {doing}"
         if bounds is not None and reason is not None:
             message = f"{reason[0].upper()}{reason[1:]} {doing}"
             response_started = response_started and not bounds.first_chunk_passed
-        return self.failed(
-            APITimeoutError(
-                message,
-                response_started=response_started,
-                server_load=self.server_load,
-            )
+        return APITimeoutError(
+            message, response_started=response_started, server_load=self.server_load
         )
+
+    def failed_reading(self, error: APIError) -> APIError:
+        """A body reader's error: the failure of the attempt while it is in flight
+        (``failed``); after the hand-over the error as it is, which the reader's
+        caller ends the call with (``failed_after_hand_over``)."""
+        return self.failed(error) if self.machine.state in IN_FLIGHT else error
 
     def _note(self, status: int | None, error_type: str | None) -> None:
         self._pending = (status, error_type, self.core.clock.now() - self._started)
 
     def _close_record(self, outcome: str) -> None:
-        if not self._record_open:
+        """Close the attempt's record with ``outcome`` (settling an attempt still in
+        flight first); the caller then takes the step the outcome leads to."""
+        if self.machine.state not in ATTEMPT_OPEN:
             return  # no attempt was sent (refused before it: open breaker, throttle)
         status, error_type, duration = self._pending or (None, None, 0.0)
         if self._pending is None:
             duration = self.core.clock.now() - self._started
-        self._record_open = False
-        self._settle(outcome, None if outcome == _OK else self._attempt_error)
+        if self.machine.state in IN_FLIGHT:
+            self._settle(outcome, None if outcome == _OK else self._attempt_error)
         lease = self._lease
         if outcome != _OK or not self.spec.stream:
             self.release_slot()  # a stream holds its slot until it ends (``ended``)
@@ -943,12 +958,10 @@ class LogicalCall:
         self._pending = None
 
     def _settle(self, outcome: str | None, error: BaseException | None = None) -> None:
-        """Tell the breaker and the throttle how the attempt went, once: as soon as it
-        failed (so the retry decision sees an opened breaker) or when it ended.
-        Nothing is told of a cancelled attempt: that says nothing about the server."""
-        if self._settled:
-            return
-        self._settled = True
+        """Tell the breaker and the throttle how the attempt in flight went, once: as
+        soon as it failed (so the retry decision sees an opened breaker) or when it
+        ended. Nothing is told of a cancelled attempt: that says nothing about the
+        server."""
         permit, self._permit = self._permit, None
         if outcome == "cancelled":
             if permit is not None:
@@ -1078,6 +1091,7 @@ class LogicalCall:
             return self._finished(result)
         if isinstance(result, response_types()):
             self._close_record(_OK)
+            self.machine.step("succeeded")
             if self._trace is not None:
                 payload = parse_json_object(result.content)
                 self.ended(response=None if payload is None else summarize(payload))
@@ -1113,6 +1127,7 @@ class LogicalCall:
     def succeeded_info(self, info: CallInfo) -> None:
         """Close the history with an ``ok`` attempt and attach it to ``info``."""
         self._close_record(_OK)
+        self.machine.step("succeeded")
         info.attempt_history = tuple(self.history)
         info.precheck = self.precheck
         info.degraded_from = self.degraded_from
@@ -1121,8 +1136,9 @@ class LogicalCall:
     def annotate(self, error: StormguardError) -> None:
         """Give the error the call's attempt count, history and stop reason."""
         self.redactor.scrub_error(error)
-        if self._record_open:
+        if self.machine.state in ATTEMPT_OPEN:
             self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
+            self.machine.step("stop")
         error.attempts = self.total_attempts
         error.attempt_history = tuple(self.history)
         error.retry_stopped_by = self.retry_stopped_by
@@ -1198,7 +1214,7 @@ class BodyReader:
             raise self._too_large(exc) from None
 
     def _too_large(self, exc: BodyTooLargeError) -> APIError:
-        return self._call.failed(
+        return self._call.failed_reading(
             APIResponseValidationError(
                 str(exc), status_code=self._status, server_load=self._call.server_load
             )
@@ -1210,7 +1226,9 @@ class BodyReader:
         except BodyTooLargeError as exc:
             raise self._too_large(exc) from None
         if self._call.deadline.expired:
-            raise self._call.deadline_passed("while reading the response", response_started=True)
+            raise self._call.failed_reading(
+                self._call.deadline_error("while reading the response", response_started=True)
+            )
         self._chunks.append(chunk)
 
     def body(self) -> bytes:

@@ -93,7 +93,7 @@ class _Body:
     def transport_failed(self, exc: Exception) -> APIError:
         call = self.delivery.call
         if isinstance(exc, TimeoutError):  # the cancel scope of the call's deadline
-            error = call.deadline_passed("while reading the response", response_started=True)
+            error = call.deadline_error("while reading the response", response_started=True)
         else:
             error = translate_transport_error(
                 exc, response_started=True, server_load=call.server_load
