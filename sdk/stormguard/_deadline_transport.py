@@ -86,11 +86,11 @@ def hold_to_deadlines(client: object) -> None:
     ``HTTPTransport`` s (the default one and any mounted, HTTP/1.1) gets the
     clipping network backend. Requests you send with the client yourself carry no
     deadline and are not clipped; other transports are left as they are."""
-    from ._deadline_backend import hold_transport
-
     transports = [getattr(client, "_transport", None), *getattr(client, "_mounts", {}).values()]
     for transport in transports:
         if transport is not None and isinstance(transport, library_of(transport).HTTPTransport):
+            from ._deadline_backend import hold_transport  # its pool loaded httpcore
+
             hold_transport(transport)
 
 

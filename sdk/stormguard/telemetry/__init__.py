@@ -4,7 +4,13 @@
 no-ops until the program configures OpenTelemetry (then a call records
 nothing and costs next to nothing). ``configure_otlp`` is that configuration
 in one call, for the ``otlp`` extra.
+
+Nothing here imports OpenTelemetry: the API loads when a call first has a
+provider to record to, and ``configure_otlp`` (with the SDK) when it is first
+named.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from .._events import (
     AttemptEnded,
@@ -21,7 +27,9 @@ from .._events import (
     ResponseSummary,
 )
 from ._observer import Telemetry
-from ._otlp import OTLPSetup, configure_otlp
+
+if TYPE_CHECKING:
+    from ._otlp import OTLPSetup, configure_otlp
 
 __all__ = [
     "AttemptEnded",
@@ -40,3 +48,12 @@ __all__ = [
     "Telemetry",
     "configure_otlp",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``OTLPSetup`` and ``configure_otlp``, loaded when first named."""
+    if name in ("OTLPSetup", "configure_otlp"):
+        from . import _otlp
+
+        return getattr(_otlp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,102 +3,84 @@
 One logical span per call (``chat {model}``, kind CLIENT) from the first
 pre-check to the end of the answer (a stream's end or close), and one child
 CLIENT span per HTTP attempt, whose context goes out as ``traceparent``. Only
-opentelemetry-api is used: the user brings the SDK and exporters. With no
-provider configured (the API's proxies), ``start_call`` returns None and the
+opentelemetry-api is used, through its public names: the user brings the SDK
+and exporters. With no provider configured, ``start_call`` returns None and the
 call emits no events at all; with a provider whose sampler drops the call,
 spans are made (their context still propagates) but no attribute is built.
+
+The API itself is imported on first need, not with stormguard: a program that
+never imported ``opentelemetry.trace`` or ``opentelemetry.metrics`` (and names
+no provider in ``OTEL_PYTHON_*_PROVIDER``) cannot have set a provider, so its
+calls skip telemetry on one dictionary lookup. The spans of a call
+(``_call_trace``) load with the first call that records.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-import json
 import os
+import sys
 import threading
-import time
-from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import metrics, propagate, trace
-from opentelemetry.context import _SUPPRESS_HTTP_INSTRUMENTATION_KEY
-from opentelemetry.metrics import MeterProvider, NoOpMeterProvider
-from opentelemetry.trace import (
-    NoOpTracerProvider,
-    ProxyTracerProvider,
-    Span,
-    SpanKind,
-    Status,
-    StatusCode,
-    Tracer,
-    TracerProvider,
-)
-
-from .._events import (
-    AttemptEnded,
-    AttemptStarted,
-    BudgetRefused,
-    CallEnded,
-    CallEvent,
-    CallStarted,
-    FellBack,
-    FirstChunk,
-    PrecheckPassed,
-    ResponseSummary,
-)
-from .._http import httpx
-from .._redact import display_url
 from .._version import __version__
 from . import _names as n
-from ._metrics import ClientMetrics
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Tracer, TracerProvider
+
     from .._breaker import BreakerTransition
-    from .._budget import BudgetState
     from .._discovery import DiscoveryChange
     from .._ejection import EjectionTransition
-    from ..protocol import ServerLoad
+    from .._events import CallStarted
+    from ._call_trace import _CallTrace
+    from ._metrics import ClientMetrics
 
 __all__ = ["Telemetry"]
 
 _SCOPE = "stormguard"
-_NO_METER_PROVIDERS: tuple[type, ...] = (NoOpMeterProvider,)
-try:  # the API's stand-in until a meter provider is set (private; fall back to its name)
-    from opentelemetry.metrics import _internal as _metrics_internal
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
-
-    _NO_METER_PROVIDERS += (_ProxyMeterProvider,)
-except ImportError:  # pragma: no cover
-    _metrics_internal = None  # type: ignore[assignment]
 
 #: The call whose work is running in this context (breaker events go to its span).
 _CURRENT: contextvars.ContextVar[_CallTrace | None] = contextvars.ContextVar(
     "stormguard_call", default=None
 )
 
-
-def _globals_unset() -> bool:
-    """Neither global provider is set (the API's module globals; reading them skips the
-    environment lookups of ``get_tracer_provider``). False when unsure."""
-    if _PROVIDER_ENV_SET:
-        return False
-    return (
-        getattr(trace, "_TRACER_PROVIDER", False) is None
-        and getattr(_metrics_internal, "_METER_PROVIDER", False) is None
-    )
-
-
+#: A provider named in the environment: the API builds it on its first lookup.
 _PROVIDER_ENV_SET = any(
     name in os.environ for name in ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
 )
 
 
-def _no_meter(provider: MeterProvider) -> bool:
-    return isinstance(provider, _NO_METER_PROVIDERS) or type(provider).__name__ in (
-        "_ProxyMeterProvider",
-        "NoOpMeterProvider",
+def _api_in_use() -> bool:
+    """Whether a global provider may be set. Setting one takes the API's ``trace`` or
+    ``metrics`` module, so while neither is imported (and the environment names no
+    provider) none is, and the API need not be imported to ask."""
+    return (
+        _PROVIDER_ENV_SET
+        or "opentelemetry.trace" in sys.modules
+        or "opentelemetry.metrics" in sys.modules
     )
+
+
+def _records_no_spans(provider: TracerProvider) -> bool:
+    """The API's stand-ins: the proxy handed out until a provider is set, and the no-op."""
+    from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
+
+    return isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider))
+
+
+def _records_no_metrics(provider: MeterProvider) -> bool:
+    """The API's stand-ins: ``NoOpMeterProvider``, and the proxy ``get_meter_provider()``
+    hands out until a provider is set. The API names no public class for that proxy,
+    but it ships no recording provider at all (recording is the SDK's, or a vendor's),
+    so a provider whose class the API package defines records nothing."""
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    if isinstance(provider, NoOpMeterProvider):
+        return True
+    module = type(provider).__module__
+    return module == "opentelemetry.metrics" or module.startswith("opentelemetry.metrics.")
 
 
 class Telemetry:
@@ -141,8 +123,14 @@ class Telemetry:
 
     def tracer(self) -> Tracer | None:
         """The tracer, or None while no tracer provider is configured."""
-        provider = self._tracer_provider or trace.get_tracer_provider()
-        if isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)):
+        provider = self._tracer_provider
+        if provider is None:
+            if not _api_in_use():
+                return None
+            from opentelemetry import trace
+
+            provider = trace.get_tracer_provider()
+        if _records_no_spans(provider):
             return None
         cached = self._tracers
         if cached is None or cached[0] is not provider:
@@ -152,11 +140,19 @@ class Telemetry:
 
     def metrics(self) -> ClientMetrics | None:
         """The instruments, or None while no meter provider is configured."""
-        provider = self._meter_provider or metrics.get_meter_provider()
-        if _no_meter(provider):
+        provider = self._meter_provider
+        if provider is None:
+            if not _api_in_use():
+                return None
+            from opentelemetry import metrics
+
+            provider = metrics.get_meter_provider()
+        if _records_no_metrics(provider):
             return None
         cached = self._metrics
         if cached is None or cached[0] is not provider:
+            from ._metrics import ClientMetrics
+
             with self._lock:  # instruments (and the gauge's callback) once per provider
                 cached = self._metrics
                 if cached is None or cached[0] is not provider:
@@ -168,18 +164,28 @@ class Telemetry:
 
     def start_call(self, event: CallStarted) -> _CallTrace | None:
         # Fast paths, taken on every call of a program that never configured
-        # OpenTelemetry: no global provider set yet, or the same two no-op providers
-        # as last time: nothing to record.
-        if self._tracer_provider is None and self._meter_provider is None and _globals_unset():
-            return None
-        tracer_provider = self._tracer_provider or trace.get_tracer_provider()
-        meter_provider = self._meter_provider or metrics.get_meter_provider()
+        # OpenTelemetry: the API not even imported, or the same two providers found
+        # to record nothing last time (a provider set later is a new object): nothing
+        # to record. Both go through the API's public getters only.
+        tracer_provider = self._tracer_provider
+        meter_provider = self._meter_provider
+        if tracer_provider is None or meter_provider is None:
+            if not _api_in_use():
+                if tracer_provider is None and meter_provider is None:
+                    return None
+            else:
+                from opentelemetry import metrics, trace
+
+                tracer_provider = tracer_provider or trace.get_tracer_provider()
+                meter_provider = meter_provider or metrics.get_meter_provider()
         if tracer_provider is self._idle[0] and meter_provider is self._idle[1]:
             return None
         tracer, instruments = self.tracer(), self.metrics()
         if tracer is None and instruments is None:
             self._idle = (tracer_provider, meter_provider)
             return None
+        from ._call_trace import _CallTrace
+
         return _CallTrace(self, event, tracer, instruments)
 
     def breaker_changed(self, transition: BreakerTransition) -> None:
@@ -233,392 +239,3 @@ class Telemetry:
         if instruments is not None:
             instruments.discovered(change.name, len(change.endpoints))
             instruments.discovery_changes.add(1, {n.DISCOVERY_NAME: change.name})
-
-
-class _CallTrace:
-    """The spans and measurements of one logical call (a ``CallObserver``)."""
-
-    def __init__(
-        self,
-        telemetry: Telemetry,
-        event: CallStarted,
-        tracer: Tracer | None,
-        instruments: ClientMetrics | None,
-    ) -> None:
-        self.telemetry = telemetry
-        self.started = event
-        #: Every text from the server (and every error message) goes through it first.
-        self.scrub = event.scrub
-        self.tracer = tracer
-        self.instruments = instruments
-        self.t0 = time.perf_counter()
-        self.ttfc: float | None = None
-        self.attempt: Span | None = None
-        self.attempt_stream_open = False
-        self.last_model = event.model
-        name = event.operation if event.model is None else f"{event.operation} {event.model}"
-        self.span: Span = (
-            trace.INVALID_SPAN if tracer is None else tracer.start_span(name, kind=SpanKind.CLIENT)
-        )
-        self.recording = self.span.is_recording()
-        if self.recording:
-            self.span.set_attributes(self._common_attributes())
-            if event.max_tokens is not None:
-                self.span.set_attribute(n.GEN_AI_REQUEST_MAX_TOKENS, event.max_tokens)
-            self.span.set_attribute(n.GEN_AI_REQUEST_STREAM, event.stream)
-            if telemetry.capture_content and event.body is not None:
-                messages = _input_messages(event.body)
-                if messages is not None:
-                    self.span.set_attribute(n.GEN_AI_INPUT_MESSAGES, messages)
-
-    def _common_attributes(self) -> dict[str, Any]:
-        event = self.started
-        attributes: dict[str, Any] = {
-            n.GEN_AI_OPERATION_NAME: event.operation,
-            n.GEN_AI_PROVIDER_NAME: self.telemetry.provider_name,
-        }
-        if event.model is not None:
-            attributes[n.GEN_AI_REQUEST_MODEL] = event.model
-        if event.server_address is not None:
-            attributes[n.SERVER_ADDRESS] = event.server_address
-        if event.server_port is not None:
-            attributes[n.SERVER_PORT] = event.server_port
-        return attributes
-
-    # -- scopes -------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """The logical span is the current span while the driver works on the call."""
-        token = otel_context.attach(trace.set_span_in_context(self.span))
-        call_token = _CURRENT.set(self)
-        try:
-            yield
-        finally:
-            _CURRENT.reset(call_token)
-            otel_context.detach(token)
-
-    @contextlib.contextmanager
-    def sending(self) -> Iterator[None]:
-        """The attempt span is current during the send, and HTTP instrumentation
-        (opentelemetry-instrumentation-httpx) is suppressed: the attempt span is the
-        HTTP client span, so a second one would only duplicate it."""
-        ctx = trace.set_span_in_context(self.attempt or self.span)
-        token = otel_context.attach(
-            otel_context.set_value(_SUPPRESS_HTTP_INSTRUMENTATION_KEY, True, ctx)
-        )
-        try:
-            yield
-        finally:
-            otel_context.detach(token)
-
-    # -- attempts -----------------------------------------------------------------------
-
-    def attempt_started(self, event: AttemptStarted) -> Mapping[str, str]:
-        self._end_attempt()
-        self.last_model = event.model
-        if self.instruments is not None and event.concurrency_limit is not None:
-            self.instruments.queue_duration.record(event.queued, self._metric_attributes())
-            self.instruments.concurrency_limit(event.endpoint, event.concurrency_limit)
-        if self.tracer is None:
-            return {}
-        url = httpx.URL(event.url)
-        parent = trace.set_span_in_context(self.span)
-        attempt = self.tracer.start_span(
-            f"{event.method} {url.path}", context=parent, kind=SpanKind.CLIENT
-        )
-        self.attempt = attempt
-        if attempt.is_recording():
-            attributes: dict[str, Any] = {
-                n.HTTP_REQUEST_METHOD: event.method,
-                n.URL_FULL: self.scrub(display_url(url)),
-                n.URL_TEMPLATE: url.path,
-                n.SERVER_ADDRESS: url.host,
-                n.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
-                n.ATTEMPT_NUMBER: event.number,
-                n.ATTEMPT_ENDPOINT: event.endpoint,
-                n.ATTEMPT_BACKOFF: event.backoff,
-                n.GEN_AI_OPERATION_NAME: self.started.operation,
-            }
-            if event.number > 1:
-                attributes[n.HTTP_REQUEST_RESEND_COUNT] = event.number - 1
-            if event.model is not None:
-                attributes[n.GEN_AI_REQUEST_MODEL] = event.model
-            if event.breaker is not None:
-                attributes[n.BREAKER_NAME] = event.breaker
-            if event.breaker_state is not None:
-                attributes[n.BREAKER_STATE] = event.breaker_state
-            if event.concurrency_limit is not None:
-                attributes[n.CONCURRENCY_LIMIT] = event.concurrency_limit
-                attributes[n.ATTEMPT_QUEUED] = event.queued
-            if event.failover:
-                attributes[n.ATTEMPT_FAILOVER] = True
-            attempt.set_attributes(attributes)
-        headers: dict[str, str] = {}
-        propagate.inject(headers, context=trace.set_span_in_context(attempt))
-        return headers
-
-    def _attempt_ended(self, event: AttemptEnded) -> None:
-        if self.instruments is not None:
-            self.instruments.attempts.add(1, self._metric_attributes(outcome=event.outcome))
-        attempt = self.attempt
-        if attempt is None:
-            return
-        if attempt.is_recording():
-            attributes: dict[str, Any] = {n.ATTEMPT_OUTCOME: event.outcome}
-            if event.status_code is not None:
-                attributes[n.HTTP_RESPONSE_STATUS_CODE] = event.status_code
-            attributes.update(_load_attributes(event.server_load, self.scrub))
-            attempt.set_attributes(attributes)
-            failed = event.outcome != "ok"
-            if failed:
-                error_type = _attempt_error_type(event)
-                attempt.set_attribute(n.ERROR_TYPE, error_type)
-                attempt.set_status(Status(StatusCode.ERROR, event.error_type or error_type))
-        if event.outcome == "ok" and self.started.stream:
-            self.attempt_stream_open = True  # the stream's body goes on: end with the call
-            return
-        self._end_attempt()
-
-    def _end_attempt(self, error: BaseException | None = None, cancelled: bool = False) -> None:
-        attempt, self.attempt = self.attempt, None
-        self.attempt_stream_open = False
-        if attempt is None:
-            return
-        if attempt.is_recording():
-            if cancelled:
-                attempt.set_attribute(n.CANCELLED, True)
-            elif error is not None:
-                attempt.set_attribute(n.ERROR_TYPE, type(error).__name__)
-                attempt.set_status(Status(StatusCode.ERROR, type(error).__name__))
-        attempt.end()
-
-    # -- events -------------------------------------------------------------------------
-
-    def on_event(self, event: CallEvent) -> None:
-        if isinstance(event, AttemptEnded):
-            self._attempt_ended(event)
-        elif isinstance(event, CallEnded):
-            self._call_ended(event)
-        elif isinstance(event, FirstChunk):
-            self.ttfc = time.perf_counter() - self.t0
-            if self.recording:
-                self.span.set_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.ttfc)
-        elif isinstance(event, BudgetRefused):
-            if self.instruments is not None:
-                self.instruments.budget_refusals.add(1, self._metric_attributes())
-            if self.recording:
-                self.span.add_event(n.EVENT_BUDGET_REFUSED, _budget_attributes(event.budget))
-        elif isinstance(event, PrecheckPassed):
-            if self.recording:
-                self.span.set_attributes(_precheck_attributes(event))
-        elif isinstance(event, FellBack):
-            self.last_model = event.to_model
-            if self.recording:
-                self.span.add_event(
-                    n.EVENT_FALLBACK,
-                    {
-                        n.FALLBACK_FROM: event.from_model or "",
-                        n.FALLBACK_MODEL: event.to_model,
-                        n.FALLBACK_REASON: event.reason,
-                    },
-                )
-
-    def _call_ended(self, event: CallEnded) -> None:
-        duration = time.perf_counter() - self.t0
-        error = event.error
-        error_type = None if error is None else type(error).__name__
-        self._end_attempt(error, cancelled=event.cancelled)
-        response = event.response
-        if self.recording:
-            span = self.span
-            span.set_attributes(self._end_attributes(event, response))
-            span.set_attributes(_refusal_attributes(error))
-            if error_type is not None:
-                span.set_attribute(n.ERROR_TYPE, error_type)
-                # Scrubbed before the cut: a key straddling it would leave half behind.
-                span.set_status(Status(StatusCode.ERROR, _short(self.scrub(str(error)))))
-        self.span.end()
-        instruments = self.instruments
-        if instruments is None:
-            return
-        outcome = "cancelled" if event.cancelled else ("error" if error is not None else "ok")
-        base = self._metric_attributes()
-        if response is not None and response.response_model is not None:
-            base[n.GEN_AI_RESPONSE_MODEL] = self.scrub(response.response_model)
-        instruments.calls.add(
-            1, {**base, n.CALL_OUTCOME: outcome, n.DEGRADED: event.degraded_from is not None}
-        )
-        timed = base if error_type is None else {**base, n.ERROR_TYPE: error_type}
-        instruments.duration.record(duration, timed)
-        if self.ttfc is not None:
-            instruments.time_to_first_chunk.record(self.ttfc, timed)
-        if response is not None:
-            if response.input_tokens is not None:
-                instruments.token_usage.record(
-                    response.input_tokens, {**base, n.GEN_AI_TOKEN_TYPE: "input"}
-                )
-            if response.output_tokens is not None:
-                instruments.token_usage.record(
-                    response.output_tokens, {**base, n.GEN_AI_TOKEN_TYPE: "output"}
-                )
-
-    def _end_attributes(self, event: CallEnded, response: ResponseSummary | None) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            n.ATTEMPTS: event.attempts,
-            n.CALL_QUEUED: event.queued,
-            n.DEGRADED: event.degraded_from is not None,
-            **_budget_attributes(event.budget),
-        }
-        if event.retry_stopped_by is not None:
-            attributes[n.RETRY_STOP_REASON] = event.retry_stopped_by
-        if event.degraded_from is not None and event.model is not None:
-            attributes[n.FALLBACK_MODEL] = event.model
-        if event.cancelled:
-            attributes[n.CANCELLED] = True
-        if response is not None:
-            scrub = self.scrub  # the id, model and finish reasons are the server's text
-            if response.response_id is not None:
-                attributes[n.GEN_AI_RESPONSE_ID] = scrub(response.response_id)
-            if response.response_model is not None:
-                attributes[n.GEN_AI_RESPONSE_MODEL] = scrub(response.response_model)
-            if response.finish_reasons:
-                attributes[n.GEN_AI_RESPONSE_FINISH_REASONS] = [
-                    scrub(reason) for reason in response.finish_reasons
-                ]
-            if response.input_tokens is not None:
-                attributes[n.GEN_AI_USAGE_INPUT_TOKENS] = response.input_tokens
-            if response.output_tokens is not None:
-                attributes[n.GEN_AI_USAGE_OUTPUT_TOKENS] = response.output_tokens
-            if self.telemetry.capture_content and response.output_text:
-                attributes[n.GEN_AI_OUTPUT_MESSAGES] = scrub(_output_messages(response))
-        return attributes
-
-    def _metric_attributes(self, **extra: str) -> dict[str, Any]:
-        attributes: dict[str, Any] = {
-            n.GEN_AI_OPERATION_NAME: self.started.operation,
-            n.GEN_AI_PROVIDER_NAME: self.telemetry.provider_name,
-        }
-        if self.started.model is not None:
-            attributes[n.GEN_AI_REQUEST_MODEL] = self.started.model
-        if self.started.server_address is not None:
-            attributes[n.SERVER_ADDRESS] = self.started.server_address
-        if extra.get("outcome") is not None:
-            attributes[n.ATTEMPT_OUTCOME] = extra["outcome"]
-        return attributes
-
-
-def _attempt_error_type(event: AttemptEnded) -> str:
-    """HTTP semantic conventions: the status code for an error status, else the exception."""
-    if event.status_code is not None and event.status_code >= 400:
-        return str(event.status_code)
-    return event.error_type or "_OTHER"
-
-
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _load_attributes(load: ServerLoad, scrub: Callable[[str], str]) -> dict[str, Any]:
-    pairs = (
-        (n.LOAD_QUEUE_DEPTH, load.queue_depth),
-        (n.LOAD_QUEUE_TOKENS, load.queue_tokens),
-        (n.LOAD_INFLIGHT_TOKENS, load.inflight_tokens),
-        (n.LOAD_TOKEN_CAPACITY, load.token_capacity),
-        (n.LOAD_KV_CACHE_USAGE, load.kv_cache_usage),
-        (n.LOAD_RETRY_AFTER, load.retry_after),
-        (n.LOAD_SHOULD_RETRY, load.should_retry),
-        (n.LOAD_SHED, None if load.load_shed is None else scrub(load.load_shed)),
-    )
-    return {key: value for key, value in pairs if value is not None}
-
-
-def _budget_attributes(budget: BudgetState) -> dict[str, Any]:
-    return {
-        n.BUDGET_CALLS: budget.calls,
-        n.BUDGET_RETRIES: budget.retries,
-        n.BUDGET_AVAILABLE: budget.available,
-        n.BUDGET_REFUSED: budget.refused,
-    }
-
-
-def _precheck_attributes(event: PrecheckPassed) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        n.TOKENS_PROMPT: event.prompt_tokens,
-        n.TOKENS_MAX: event.max_tokens,
-        n.TOKENS_COUNTER: event.counter,
-        n.TOKENS_RATE_LIMIT_WAIT: event.rate_limit_wait,
-    }
-    if event.context_window is not None:
-        attributes[n.TOKENS_CONTEXT_WINDOW] = event.context_window
-    return attributes
-
-
-def _refusal_attributes(error: BaseException | None) -> dict[str, Any]:
-    """What a refusal made before any I/O says (the logical span has no attempt then)."""
-    # Imported here: the exception classes are plain Python, but keeping this module's
-    # import surface small keeps ``import stormguard`` fast.
-    from .._exceptions import (
-        CircuitOpenError,
-        ContextWindowExceededError,
-        ThrottledError,
-        TokenRateLimitedError,
-    )
-
-    if isinstance(error, CircuitOpenError):
-        attributes: dict[str, Any] = {n.BREAKER_NAME: error.breaker, n.BREAKER_STATE: "open"}
-        if error.retry_in is not None:
-            attributes[n.BREAKER_RETRY_IN] = error.retry_in
-        return attributes
-    if isinstance(error, ContextWindowExceededError):
-        return {
-            n.TOKENS_PROMPT: error.prompt_tokens,
-            n.TOKENS_MAX: error.max_tokens,
-            n.TOKENS_CONTEXT_WINDOW: error.context_window,
-            n.TOKENS_COUNTER: error.counter,
-        }
-    if isinstance(error, TokenRateLimitedError):
-        return {n.TOKENS_PROMPT: error.tokens, n.TOKENS_RATE_LIMIT_WAIT: error.wait}
-    if isinstance(error, ThrottledError):
-        return {n.THROTTLE_PROBABILITY: error.probability}
-    return {}
-
-
-def _input_messages(body: Mapping[str, Any]) -> str | None:
-    """``gen_ai.input.messages`` (semconv v1.41.0 JSON shape: role + text parts)."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        out = []
-        for message in messages:
-            if isinstance(message, Mapping):
-                content = message.get("content")
-                text = content if isinstance(content, str) else json.dumps(content, default=str)
-                out.append(
-                    {
-                        "role": str(message.get("role", "user")),
-                        "parts": [{"type": "text", "content": text}],
-                    }
-                )
-        return json.dumps(out, ensure_ascii=False)
-    prompt = body.get("prompt")
-    if prompt is None:
-        return None
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt, default=str)
-    return json.dumps(
-        [{"role": "user", "parts": [{"type": "text", "content": text}]}], ensure_ascii=False
-    )
-
-
-def _output_messages(response: ResponseSummary) -> str:
-    reasons = response.finish_reasons
-    return json.dumps(
-        [
-            {
-                "role": "assistant",
-                "parts": [{"type": "text", "content": text}],
-                "finish_reason": reasons[i] if i < len(reasons) else "stop",
-            }
-            for i, text in enumerate(response.output_text)
-        ],
-        ensure_ascii=False,
-    )

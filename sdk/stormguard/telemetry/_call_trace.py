@@ -1,0 +1,439 @@
+"""The spans and measurements of one logical call (``Telemetry.start_call``'s answer).
+
+Loaded with the first call that records anything: this is where the
+OpenTelemetry API's tracing, context and propagation modules are imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import propagate, trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
+
+from .._events import (
+    AttemptEnded,
+    AttemptStarted,
+    BudgetRefused,
+    CallEnded,
+    CallEvent,
+    CallStarted,
+    FellBack,
+    FirstChunk,
+    PrecheckPassed,
+    ResponseSummary,
+)
+from .._http import httpx
+from .._redact import display_url
+from . import _names as n
+from ._metrics import ClientMetrics
+from ._observer import _CURRENT
+
+if TYPE_CHECKING:
+    from .._budget import BudgetState
+    from ..protocol import ServerLoad
+    from ._observer import Telemetry
+
+__all__ = ["_CallTrace"]
+
+
+def _suppressing_http_instrumentation() -> contextlib.AbstractContextManager[object]:
+    """opentelemetry-instrumentation's public ``suppress_http_instrumentation()`` when
+    that package is loaded (HTTP instrumentations such as the httpx one import it and
+    honour it); with it not loaded, no instrumentation is there to suppress."""
+    utils = sys.modules.get("opentelemetry.instrumentation.utils")
+    suppress = getattr(utils, "suppress_http_instrumentation", None)
+    return contextlib.nullcontext() if suppress is None else suppress()
+
+
+class _CallTrace:
+    """The spans and measurements of one logical call (a ``CallObserver``)."""
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        event: CallStarted,
+        tracer: Tracer | None,
+        instruments: ClientMetrics | None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.started = event
+        #: Every text from the server (and every error message) goes through it first.
+        self.scrub = event.scrub
+        self.tracer = tracer
+        self.instruments = instruments
+        self.t0 = time.perf_counter()
+        self.ttfc: float | None = None
+        self.attempt: Span | None = None
+        self.attempt_stream_open = False
+        self.last_model = event.model
+        name = event.operation if event.model is None else f"{event.operation} {event.model}"
+        self.span: Span = (
+            trace.INVALID_SPAN if tracer is None else tracer.start_span(name, kind=SpanKind.CLIENT)
+        )
+        self.recording = self.span.is_recording()
+        if self.recording:
+            self.span.set_attributes(self._common_attributes())
+            if event.max_tokens is not None:
+                self.span.set_attribute(n.GEN_AI_REQUEST_MAX_TOKENS, event.max_tokens)
+            self.span.set_attribute(n.GEN_AI_REQUEST_STREAM, event.stream)
+            if telemetry.capture_content and event.body is not None:
+                messages = _input_messages(event.body)
+                if messages is not None:
+                    self.span.set_attribute(n.GEN_AI_INPUT_MESSAGES, messages)
+
+    def _common_attributes(self) -> dict[str, Any]:
+        event = self.started
+        attributes: dict[str, Any] = {
+            n.GEN_AI_OPERATION_NAME: event.operation,
+            n.GEN_AI_PROVIDER_NAME: self.telemetry.provider_name,
+        }
+        if event.model is not None:
+            attributes[n.GEN_AI_REQUEST_MODEL] = event.model
+        if event.server_address is not None:
+            attributes[n.SERVER_ADDRESS] = event.server_address
+        if event.server_port is not None:
+            attributes[n.SERVER_PORT] = event.server_port
+        return attributes
+
+    # -- scopes -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """The logical span is the current span while the driver works on the call."""
+        token = otel_context.attach(trace.set_span_in_context(self.span))
+        call_token = _CURRENT.set(self)
+        try:
+            yield
+        finally:
+            _CURRENT.reset(call_token)
+            otel_context.detach(token)
+
+    @contextlib.contextmanager
+    def sending(self) -> Iterator[None]:
+        """The attempt span is current during the send, and HTTP instrumentation
+        (opentelemetry-instrumentation-httpx) is suppressed: the attempt span is the
+        HTTP client span, so a second one would only duplicate it."""
+        token = otel_context.attach(trace.set_span_in_context(self.attempt or self.span))
+        try:
+            with _suppressing_http_instrumentation():
+                yield
+        finally:
+            otel_context.detach(token)
+
+    # -- attempts -----------------------------------------------------------------------
+
+    def attempt_started(self, event: AttemptStarted) -> Mapping[str, str]:
+        self._end_attempt()
+        self.last_model = event.model
+        if self.instruments is not None and event.concurrency_limit is not None:
+            self.instruments.queue_duration.record(event.queued, self._metric_attributes())
+            self.instruments.concurrency_limit(event.endpoint, event.concurrency_limit)
+        if self.tracer is None:
+            return {}
+        url = httpx.URL(event.url)
+        parent = trace.set_span_in_context(self.span)
+        attempt = self.tracer.start_span(
+            f"{event.method} {url.path}", context=parent, kind=SpanKind.CLIENT
+        )
+        self.attempt = attempt
+        if attempt.is_recording():
+            attributes: dict[str, Any] = {
+                n.HTTP_REQUEST_METHOD: event.method,
+                n.URL_FULL: self.scrub(display_url(url)),
+                n.URL_TEMPLATE: url.path,
+                n.SERVER_ADDRESS: url.host,
+                n.SERVER_PORT: url.port or (443 if url.scheme == "https" else 80),
+                n.ATTEMPT_NUMBER: event.number,
+                n.ATTEMPT_ENDPOINT: event.endpoint,
+                n.ATTEMPT_BACKOFF: event.backoff,
+                n.GEN_AI_OPERATION_NAME: self.started.operation,
+            }
+            if event.number > 1:
+                attributes[n.HTTP_REQUEST_RESEND_COUNT] = event.number - 1
+            if event.model is not None:
+                attributes[n.GEN_AI_REQUEST_MODEL] = event.model
+            if event.breaker is not None:
+                attributes[n.BREAKER_NAME] = event.breaker
+            if event.breaker_state is not None:
+                attributes[n.BREAKER_STATE] = event.breaker_state
+            if event.concurrency_limit is not None:
+                attributes[n.CONCURRENCY_LIMIT] = event.concurrency_limit
+                attributes[n.ATTEMPT_QUEUED] = event.queued
+            if event.failover:
+                attributes[n.ATTEMPT_FAILOVER] = True
+            attempt.set_attributes(attributes)
+        headers: dict[str, str] = {}
+        propagate.inject(headers, context=trace.set_span_in_context(attempt))
+        return headers
+
+    def _attempt_ended(self, event: AttemptEnded) -> None:
+        if self.instruments is not None:
+            self.instruments.attempts.add(1, self._metric_attributes(outcome=event.outcome))
+        attempt = self.attempt
+        if attempt is None:
+            return
+        if attempt.is_recording():
+            attributes: dict[str, Any] = {n.ATTEMPT_OUTCOME: event.outcome}
+            if event.status_code is not None:
+                attributes[n.HTTP_RESPONSE_STATUS_CODE] = event.status_code
+            attributes.update(_load_attributes(event.server_load, self.scrub))
+            attempt.set_attributes(attributes)
+            failed = event.outcome != "ok"
+            if failed:
+                error_type = _attempt_error_type(event)
+                attempt.set_attribute(n.ERROR_TYPE, error_type)
+                attempt.set_status(Status(StatusCode.ERROR, event.error_type or error_type))
+        if event.outcome == "ok" and self.started.stream:
+            self.attempt_stream_open = True  # the stream's body goes on: end with the call
+            return
+        self._end_attempt()
+
+    def _end_attempt(self, error: BaseException | None = None, cancelled: bool = False) -> None:
+        attempt, self.attempt = self.attempt, None
+        self.attempt_stream_open = False
+        if attempt is None:
+            return
+        if attempt.is_recording():
+            if cancelled:
+                attempt.set_attribute(n.CANCELLED, True)
+            elif error is not None:
+                attempt.set_attribute(n.ERROR_TYPE, type(error).__name__)
+                attempt.set_status(Status(StatusCode.ERROR, type(error).__name__))
+        attempt.end()
+
+    # -- events -------------------------------------------------------------------------
+
+    def on_event(self, event: CallEvent) -> None:
+        if isinstance(event, AttemptEnded):
+            self._attempt_ended(event)
+        elif isinstance(event, CallEnded):
+            self._call_ended(event)
+        elif isinstance(event, FirstChunk):
+            self.ttfc = time.perf_counter() - self.t0
+            if self.recording:
+                self.span.set_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.ttfc)
+        elif isinstance(event, BudgetRefused):
+            if self.instruments is not None:
+                self.instruments.budget_refusals.add(1, self._metric_attributes())
+            if self.recording:
+                self.span.add_event(n.EVENT_BUDGET_REFUSED, _budget_attributes(event.budget))
+        elif isinstance(event, PrecheckPassed):
+            if self.recording:
+                self.span.set_attributes(_precheck_attributes(event))
+        elif isinstance(event, FellBack):
+            self.last_model = event.to_model
+            if self.recording:
+                self.span.add_event(
+                    n.EVENT_FALLBACK,
+                    {
+                        n.FALLBACK_FROM: event.from_model or "",
+                        n.FALLBACK_MODEL: event.to_model,
+                        n.FALLBACK_REASON: event.reason,
+                    },
+                )
+
+    def _call_ended(self, event: CallEnded) -> None:
+        duration = time.perf_counter() - self.t0
+        error = event.error
+        error_type = None if error is None else type(error).__name__
+        self._end_attempt(error, cancelled=event.cancelled)
+        response = event.response
+        if self.recording:
+            span = self.span
+            span.set_attributes(self._end_attributes(event, response))
+            span.set_attributes(_refusal_attributes(error))
+            if error_type is not None:
+                span.set_attribute(n.ERROR_TYPE, error_type)
+                # Scrubbed before the cut: a key straddling it would leave half behind.
+                span.set_status(Status(StatusCode.ERROR, _short(self.scrub(str(error)))))
+        self.span.end()
+        instruments = self.instruments
+        if instruments is None:
+            return
+        outcome = "cancelled" if event.cancelled else ("error" if error is not None else "ok")
+        base = self._metric_attributes()
+        if response is not None and response.response_model is not None:
+            base[n.GEN_AI_RESPONSE_MODEL] = self.scrub(response.response_model)
+        instruments.calls.add(
+            1, {**base, n.CALL_OUTCOME: outcome, n.DEGRADED: event.degraded_from is not None}
+        )
+        timed = base if error_type is None else {**base, n.ERROR_TYPE: error_type}
+        instruments.duration.record(duration, timed)
+        if self.ttfc is not None:
+            instruments.time_to_first_chunk.record(self.ttfc, timed)
+        if response is not None:
+            if response.input_tokens is not None:
+                instruments.token_usage.record(
+                    response.input_tokens, {**base, n.GEN_AI_TOKEN_TYPE: "input"}
+                )
+            if response.output_tokens is not None:
+                instruments.token_usage.record(
+                    response.output_tokens, {**base, n.GEN_AI_TOKEN_TYPE: "output"}
+                )
+
+    def _end_attributes(self, event: CallEnded, response: ResponseSummary | None) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            n.ATTEMPTS: event.attempts,
+            n.CALL_QUEUED: event.queued,
+            n.DEGRADED: event.degraded_from is not None,
+            **_budget_attributes(event.budget),
+        }
+        if event.retry_stopped_by is not None:
+            attributes[n.RETRY_STOP_REASON] = event.retry_stopped_by
+        if event.degraded_from is not None and event.model is not None:
+            attributes[n.FALLBACK_MODEL] = event.model
+        if event.cancelled:
+            attributes[n.CANCELLED] = True
+        if response is not None:
+            scrub = self.scrub  # the id, model and finish reasons are the server's text
+            if response.response_id is not None:
+                attributes[n.GEN_AI_RESPONSE_ID] = scrub(response.response_id)
+            if response.response_model is not None:
+                attributes[n.GEN_AI_RESPONSE_MODEL] = scrub(response.response_model)
+            if response.finish_reasons:
+                attributes[n.GEN_AI_RESPONSE_FINISH_REASONS] = [
+                    scrub(reason) for reason in response.finish_reasons
+                ]
+            if response.input_tokens is not None:
+                attributes[n.GEN_AI_USAGE_INPUT_TOKENS] = response.input_tokens
+            if response.output_tokens is not None:
+                attributes[n.GEN_AI_USAGE_OUTPUT_TOKENS] = response.output_tokens
+            if self.telemetry.capture_content and response.output_text:
+                attributes[n.GEN_AI_OUTPUT_MESSAGES] = scrub(_output_messages(response))
+        return attributes
+
+    def _metric_attributes(self, **extra: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            n.GEN_AI_OPERATION_NAME: self.started.operation,
+            n.GEN_AI_PROVIDER_NAME: self.telemetry.provider_name,
+        }
+        if self.started.model is not None:
+            attributes[n.GEN_AI_REQUEST_MODEL] = self.started.model
+        if self.started.server_address is not None:
+            attributes[n.SERVER_ADDRESS] = self.started.server_address
+        if extra.get("outcome") is not None:
+            attributes[n.ATTEMPT_OUTCOME] = extra["outcome"]
+        return attributes
+
+
+def _attempt_error_type(event: AttemptEnded) -> str:
+    """HTTP semantic conventions: the status code for an error status, else the exception."""
+    if event.status_code is not None and event.status_code >= 400:
+        return str(event.status_code)
+    return event.error_type or "_OTHER"
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _load_attributes(load: ServerLoad, scrub: Callable[[str], str]) -> dict[str, Any]:
+    pairs = (
+        (n.LOAD_QUEUE_DEPTH, load.queue_depth),
+        (n.LOAD_QUEUE_TOKENS, load.queue_tokens),
+        (n.LOAD_INFLIGHT_TOKENS, load.inflight_tokens),
+        (n.LOAD_TOKEN_CAPACITY, load.token_capacity),
+        (n.LOAD_KV_CACHE_USAGE, load.kv_cache_usage),
+        (n.LOAD_RETRY_AFTER, load.retry_after),
+        (n.LOAD_SHOULD_RETRY, load.should_retry),
+        (n.LOAD_SHED, None if load.load_shed is None else scrub(load.load_shed)),
+    )
+    return {key: value for key, value in pairs if value is not None}
+
+
+def _budget_attributes(budget: BudgetState) -> dict[str, Any]:
+    return {
+        n.BUDGET_CALLS: budget.calls,
+        n.BUDGET_RETRIES: budget.retries,
+        n.BUDGET_AVAILABLE: budget.available,
+        n.BUDGET_REFUSED: budget.refused,
+    }
+
+
+def _precheck_attributes(event: PrecheckPassed) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        n.TOKENS_PROMPT: event.prompt_tokens,
+        n.TOKENS_MAX: event.max_tokens,
+        n.TOKENS_COUNTER: event.counter,
+        n.TOKENS_RATE_LIMIT_WAIT: event.rate_limit_wait,
+    }
+    if event.context_window is not None:
+        attributes[n.TOKENS_CONTEXT_WINDOW] = event.context_window
+    return attributes
+
+
+def _refusal_attributes(error: BaseException | None) -> dict[str, Any]:
+    """What a refusal made before any I/O says (the logical span has no attempt then)."""
+    # Imported here: the exception classes are plain Python, but keeping this module's
+    # import surface small keeps ``import stormguard`` fast.
+    from .._exceptions import (
+        CircuitOpenError,
+        ContextWindowExceededError,
+        ThrottledError,
+        TokenRateLimitedError,
+    )
+
+    if isinstance(error, CircuitOpenError):
+        attributes: dict[str, Any] = {n.BREAKER_NAME: error.breaker, n.BREAKER_STATE: "open"}
+        if error.retry_in is not None:
+            attributes[n.BREAKER_RETRY_IN] = error.retry_in
+        return attributes
+    if isinstance(error, ContextWindowExceededError):
+        return {
+            n.TOKENS_PROMPT: error.prompt_tokens,
+            n.TOKENS_MAX: error.max_tokens,
+            n.TOKENS_CONTEXT_WINDOW: error.context_window,
+            n.TOKENS_COUNTER: error.counter,
+        }
+    if isinstance(error, TokenRateLimitedError):
+        return {n.TOKENS_PROMPT: error.tokens, n.TOKENS_RATE_LIMIT_WAIT: error.wait}
+    if isinstance(error, ThrottledError):
+        return {n.THROTTLE_PROBABILITY: error.probability}
+    return {}
+
+
+def _input_messages(body: Mapping[str, Any]) -> str | None:
+    """``gen_ai.input.messages`` (semconv v1.41.0 JSON shape: role + text parts)."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        out = []
+        for message in messages:
+            if isinstance(message, Mapping):
+                content = message.get("content")
+                text = content if isinstance(content, str) else json.dumps(content, default=str)
+                out.append(
+                    {
+                        "role": str(message.get("role", "user")),
+                        "parts": [{"type": "text", "content": text}],
+                    }
+                )
+        return json.dumps(out, ensure_ascii=False)
+    prompt = body.get("prompt")
+    if prompt is None:
+        return None
+    text = prompt if isinstance(prompt, str) else json.dumps(prompt, default=str)
+    return json.dumps(
+        [{"role": "user", "parts": [{"type": "text", "content": text}]}], ensure_ascii=False
+    )
+
+
+def _output_messages(response: ResponseSummary) -> str:
+    reasons = response.finish_reasons
+    return json.dumps(
+        [
+            {
+                "role": "assistant",
+                "parts": [{"type": "text", "content": text}],
+                "finish_reason": reasons[i] if i < len(reasons) else "stop",
+            }
+            for i, text in enumerate(response.output_text)
+        ],
+        ensure_ascii=False,
+    )
