@@ -11,8 +11,8 @@ trying again makes sense, from how long admitted requests hold their tokens
 and how long those in flight have held theirs (``wait_estimate.py``).
 
 The controller knows no HTTP and no engine internals: it reads the engine's
-``EngineLoad`` through a callable, and its clock is injectable, so every
-decision is unit-tested without sleeping.
+``EngineLoad`` through a callable, and its clock (``clock.py``) is injectable,
+so every decision, and the queue's timeouts, are unit-tested without sleeping.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import bisect
 import heapq
 import itertools
 import math
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from stormguard.protocol import Priority, ServerLoad, ShedReason
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad
 from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
@@ -102,9 +102,9 @@ class Ticket:
 
 
 @dataclass(frozen=True, slots=True)
-class Permit:
-    """An admitted request; release it (``AdmissionController.release``) when the
-    engine is done. ``waited_s`` and ``ticket.queue_position`` describe its wait
+class Grant:
+    """Admission granted to a request; release it (``AdmissionController.release``)
+    when the engine is done. ``waited_s`` and ``ticket.queue_position`` describe its wait
     (what a tracing span of the admission step records)."""
 
     ticket: Ticket
@@ -112,12 +112,13 @@ class Permit:
 
 
 class DrainMeter:
-    """Amounts released per second over a sliding window (the request limits' pools
-    measure their drain with it; admission's own wait estimate is ``HoldMeter``)."""
+    """Amounts released per second over the last ``period_s`` seconds (the request
+    limits' pools measure their drain with it; admission's own wait estimate is
+    ``HoldMeter``)."""
 
-    def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
-        self._window_s = window_s
-        self._clock = clock
+    def __init__(self, period_s: float, clock: ClockLike | None = None) -> None:
+        self._period_s = period_s
+        self._clock = as_clock(clock)
         self._events: deque[tuple[float, int]] = deque()
         self._total = 0
         self._started: float | None = None
@@ -125,10 +126,10 @@ class DrainMeter:
     def start(self) -> None:
         """Begin measuring (at the first admission): the rate's span starts here."""
         if self._started is None:
-            self._started = self._clock()
+            self._started = self._clock.now()
 
     def record(self, tokens: int) -> None:
-        now = self._clock()
+        now = self._clock.now()
         self.start()
         self._events.append((now, tokens))
         self._total += tokens
@@ -136,16 +137,16 @@ class DrainMeter:
 
     def rate(self) -> float | None:
         """Tokens per second, or None before anything was released."""
-        now = self._clock()
+        now = self._clock.now()
         self._trim(now)
         if self._started is None or not self._events:
             return None
-        span = min(self._window_s, max(now - self._started, 0.0))
+        span = min(self._period_s, max(now - self._started, 0.0))
         span = max(span, 0.1)  # one burst of releases is not an infinite rate
         return self._total / span
 
     def _trim(self, now: float) -> None:
-        while self._events and self._events[0][0] < now - self._window_s:
+        while self._events and self._events[0][0] < now - self._period_s:
             _, tokens = self._events.popleft()
             self._total -= tokens
 
@@ -156,8 +157,8 @@ class _Group:
     Their tokens also sit in a Fenwick tree indexed by seq, so "tokens of this
     group queued before seq s" costs O(log n) even when a ticket is submitted
     after later-made ones (it then queues ahead of them). The tree covers a
-    window of seqs and is rebuilt, in O(window), when a seq falls outside it;
-    the window is twice the queued span, so rebuilds are rare (amortized O(1)).
+    range of seqs and is rebuilt, in O(range), when a seq falls outside it;
+    the range is twice the queued span, so rebuilds are rare (amortized O(1)).
     Seqs are unique (``make_ticket`` stamps them) and costs never negative.
     """
 
@@ -224,11 +225,11 @@ class AdmissionController:
         config: AdmissionConfig,
         engine_load: Callable[[], EngineLoad],
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.config = config
         self._engine_load = engine_load
-        self._clock = clock
+        self._clock = as_clock(clock)
         # The queue, sorted by order_key, with the keys alongside for bisect; the same
         # tickets by (rank, is_retry) with their token sums; each queued ticket's
         # shed_key as it was queued; and a heap of (expiry, push number, ticket) in
@@ -244,7 +245,7 @@ class AdmissionController:
         self._inflight: dict[Ticket, None] = {}  # admitted, not yet released
         self._inflight_tokens = 0
         self._seq = itertools.count()
-        self.holds = HoldMeter(config.drain_window_s, clock)
+        self.holds = HoldMeter(config.drain_period_s, self._clock)
         # When the requests in flight are expected to end; None once they or the
         # hold times have changed (rebuilt by the next estimate).
         self._schedule: ReleaseSchedule | None = None
@@ -302,7 +303,7 @@ class AdmissionController:
         cache, however many sequences share it. ``max_tokens`` (part of the cost)
         sharpens the wait estimate: a token generated takes longer than one of prompt.
         """
-        now = self._clock()
+        now = self._clock.now()
         deadline = None if deadline_ms is None else now + deadline_ms / 1000.0
         block = max(1, self._engine_load().kv_block_size)
         return Ticket(
@@ -315,9 +316,9 @@ class AdmissionController:
             max_tokens=max_tokens,
         )
 
-    def submit(self, ticket: Ticket) -> Permit | Shed | None:
-        """Admit now (Permit), refuse now (Shed), or queue (None: wait on ``ticket.future``)."""
-        now = self._clock()
+    def submit(self, ticket: Ticket) -> Grant | Shed | None:
+        """Admit now (Grant), refuse now (Shed), or queue (None: wait on ``ticket.future``)."""
+        now = self._clock.now()
         load = self._engine_load()
         if ticket.cost > self.full_budget(load):
             return Shed(
@@ -349,18 +350,18 @@ class AdmissionController:
             return self._overload_shed(ticket, ShedReason.QUEUE_FULL, load)
         return self._enqueue(ticket, load)
 
-    def release(self, permit: Permit, *, served: bool = True) -> None:
+    def release(self, grant: Grant, *, served: bool = True) -> None:
         """An admitted request ended: its tokens come back, queued ones may enter.
         ``served=False``: the engine failed it (a crash) or it never ran, so its hold
         says nothing about how long requests take and is not measured."""
-        ticket = permit.ticket
+        ticket = grant.ticket
         if not ticket.inflight:
             return
         ticket.inflight = False
         self._inflight.pop(ticket, None)
         self._inflight_tokens -= ticket.cost
         if served and ticket.admitted_at is not None:
-            self.holds.record(ticket.cost, *ticket.shape, self._clock() - ticket.admitted_at)
+            self.holds.record(ticket.cost, *ticket.shape, self._clock.now() - ticket.admitted_at)
         self._schedule = None
         self.pump()
 
@@ -373,7 +374,7 @@ class AdmissionController:
 
     def expire(self) -> list[Ticket]:
         """Shed queued tickets whose deadline or maximum wait has passed."""
-        now = self._clock()
+        now = self._clock.now()
         expired: dict[Ticket, None] = {}  # a ticket queued twice has two entries
         while self._expiries and now >= self._expiries[0][0]:
             _, _, ticket = heapq.heappop(self._expiries)
@@ -393,7 +394,7 @@ class AdmissionController:
         admitted: list[Ticket] = []
         if not load.ready:
             return admitted
-        now = self._clock()
+        now = self._clock.now()
         while self._queue and self._fits(self._queue[0].cost, load):
             ticket = self._queue[0]
             self._remove(ticket)
@@ -431,26 +432,25 @@ class AdmissionController:
 
     # -- waiting (asyncio) ------------------------------------------------
 
-    async def acquire(self, ticket: Ticket) -> Permit:
+    async def acquire(self, ticket: Ticket) -> Grant:
         """Wait for admission; raises ``ShedError``. Cancelling it leaves the queue."""
         decision = self.submit(ticket)
-        if isinstance(decision, Permit):
+        if isinstance(decision, Grant):
             return decision
         if isinstance(decision, Shed):
             raise ShedError(decision)
         assert ticket.future is not None
         try:
             while not ticket.future.done():
-                timeout = max(0.0, self._expiry(ticket) - self._clock())
-                done, _ = await asyncio.wait({ticket.future}, timeout=timeout)
-                if not done:
+                timeout = max(0.0, self._expiry(ticket) - self._clock.now())
+                if not await self._clock.wait(ticket.future, timeout):
                     self.expire()
             ticket.future.result()
         except asyncio.CancelledError:
             if not self.cancel(ticket) and ticket.inflight:
-                self.release(Permit(ticket, 0.0), served=False)  # admitted as it left
+                self.release(Grant(ticket, 0.0), served=False)  # admitted as it left
             raise
-        return Permit(ticket, waited_s=max(0.0, (ticket.admitted_at or 0.0) - ticket.arrival))
+        return Grant(ticket, waited_s=max(0.0, (ticket.admitted_at or 0.0) - ticket.arrival))
 
     # -- internals --------------------------------------------------------
 
@@ -459,13 +459,13 @@ class AdmissionController:
         # a small slow-start budget can never wedge a large request forever.
         return not self._inflight or self._inflight_tokens + cost <= self.budget(load)
 
-    def _admit(self, ticket: Ticket, now: float) -> Permit:
+    def _admit(self, ticket: Ticket, now: float) -> Grant:
         ticket.admitted_at = now
         ticket.inflight = True
         self._inflight[ticket] = None
         self._inflight_tokens += ticket.cost
         self._schedule = None
-        return Permit(ticket, waited_s=now - ticket.arrival)
+        return Grant(ticket, waited_s=now - ticket.arrival)
 
     def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
         cfg = self.config
@@ -603,7 +603,7 @@ class AdmissionController:
             self._schedule = ReleaseSchedule(
                 ((t.admitted_at or 0.0) + model.hold_s(*t.shape), t.cost) for t in self._inflight
             )
-        return wait_until_fits(tokens_needed, free, self._schedule, mean_hold, self._clock())
+        return wait_until_fits(tokens_needed, free, self._schedule, mean_hold, self._clock.now())
 
     def _clamp(self, seconds: float) -> float:
         return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)

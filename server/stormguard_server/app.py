@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from stormguard import __version__
 from stormguard_server.admission import AdmissionController
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import ServerConfig
 from stormguard_server.embeddings import serve_embeddings
 from stormguard_server.engine import Engine
@@ -75,22 +76,28 @@ def build_state(
     engine: Engine | None = None,
     faults: FaultState | None = None,
     tracer_provider: TracerProvider | None = None,
+    clock: ClockLike | None = None,
 ) -> ServerState:
     """Wire engine, faults, admission and metrics for ``config``; with a tracer
-    provider, server spans too (children of each client attempt's span)."""
+    provider, server spans too (children of each client attempt's span). Every part
+    reads ``clock`` (default: the system's), so a test can hand in a fake one; an
+    ``engine`` or ``faults`` given here should have been built with the same clock."""
+    clock = as_clock(clock)
     if engine is None:
-        faults = faults or FaultState(config.faults, oom_crash=config.engine.oom_crash)
-        engine = SimEngine(config.engine, faults)
+        faults = faults or FaultState(config.faults, oom_crash=config.engine.oom_crash, clock=clock)
+        engine = SimEngine(config.engine, faults, clock=clock)
     admission = (
-        AdmissionController(config.admission, engine.load) if config.admission.enabled else None
+        AdmissionController(config.admission, engine.load, clock=clock)
+        if config.admission.enabled
+        else None
     )
     metrics = ServerMetrics(
         engine.load,
         lambda: engine.stats,
         (lambda: admission.server_load()) if admission is not None else (lambda: None),
     )
-    tracing = ServerTracing(tracer_provider) if tracer_provider is not None else None
-    return ServerState(config, engine, faults, admission, metrics, tracing=tracing)
+    tracing = ServerTracing(tracer_provider, clock=clock) if tracer_provider is not None else None
+    return ServerState(config, engine, faults, admission, metrics, tracing=tracing, clock=clock)
 
 
 def create_app(
@@ -140,6 +147,7 @@ def create_app(
         load_headers=state.load_headers,
         shed_headers=state.admission is not None,
         registry=state.metrics.registry,
+        clock=state.clock,
     )
     # Every answer names itself (an unknown route's 404 and the limits' 503s too).
     app.add_middleware(RequestIdMiddleware)
@@ -157,7 +165,7 @@ async def _admission_ticker(state: ServerState) -> None:
     if state.admission is None:
         return
     while True:
-        await asyncio.sleep(state.config.admission_tick_s)
+        await state.clock.sleep(state.config.admission_tick_s)
         state.admission.tick()
 
 

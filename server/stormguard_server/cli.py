@@ -285,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     engine.add_argument(
         "--restart-loop-window-s",
         type=_non_negative,
-        default=_ENGINE.restart_loop_window_s,
+        default=_ENGINE.restart_loop_period_s,
         help="a crash this soon after the engine came back counts as a restart loop",
     )
     engine.add_argument(
@@ -369,8 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     adm.add_argument(
         "--drain-window-s",
         type=_non_negative,
-        default=_ADMISSION.drain_window_s,
-        help="window of releases over which the hold times behind Retry-After are measured",
+        default=_ADMISSION.drain_period_s,
+        help="seconds of releases over which the hold times behind Retry-After are measured",
     )
     return parser
 
@@ -392,7 +392,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         warmup_probe_tokens=args.warmup_probe_tokens,
         slow_start_s=args.slow_start_s,
         slow_start_floor=args.slow_start_floor,
-        restart_loop_window_s=args.restart_loop_window_s,
+        restart_loop_period_s=args.restart_loop_window_s,
         natural_output_tokens=args.natural_output_tokens,
         seed=args.seed,
     )
@@ -411,7 +411,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         retry_queue_fraction=args.retry_queue_fraction,
         min_retry_after_s=args.min_retry_after_ms / 1e3,
         max_retry_after_s=args.max_retry_after_s,
-        drain_window_s=args.drain_window_s,
+        drain_period_s=args.drain_window_s,
     )
     return ServerConfig(
         host=args.host,

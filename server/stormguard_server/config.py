@@ -40,7 +40,7 @@ class SimEngineConfig:
     slow_start_floor: float = 0.25
     # An OOM within this long after the engine became ready again counts as a
     # restart loop (the engine never really recovered).
-    restart_loop_window_s: float = 10.0
+    restart_loop_period_s: float = 10.0
     # Natural completion length when ignore_eos is false: deterministic per
     # prompt, between half and 1.5x this.
     natural_output_tokens: int = 64
@@ -81,8 +81,9 @@ class AdmissionConfig:
     # Retry-After bounds: never tell a client "0" nor "come back in an hour".
     min_retry_after_s: float = 0.05
     max_retry_after_s: float = 30.0
-    # Hold times behind Retry-After are measured over this sliding window of releases.
-    drain_window_s: float = 5.0
+    # Hold times behind Retry-After are measured on the requests released in the
+    # last this many seconds.
+    drain_period_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-EngineState = Literal["starting", "ready", "restarting", "warming", "stopped"]
+# Where an engine is in its lifecycle (``EngineLoad.state``, /ready's "state").
+EnginePhase = Literal["starting", "ready", "restarting", "warming", "stopped"]
 FinishReason = Literal["stop", "length"]
 
 
@@ -47,7 +48,7 @@ class TokenDelta:
 class EngineLoad:
     """The engine's live state, read on every response for the load headers."""
 
-    state: EngineState
+    state: EnginePhase
     kv_cache_usage: float
     kv_capacity_tokens: int
     running: int

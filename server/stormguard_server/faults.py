@@ -9,10 +9,9 @@ coin flip of the random error rate.
 from __future__ import annotations
 
 import random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import FaultConfig
 
 
@@ -35,10 +34,10 @@ class FaultState:
         config: FaultConfig | None = None,
         *,
         oom_crash: bool = True,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         config = config or FaultConfig()
-        self._clock = clock
+        self._clock = as_clock(clock)
         self._rng = random.Random(config.seed)
         self.error_rate = 0.0
         self.added_latency_s = 0.0
@@ -66,11 +65,11 @@ class FaultState:
         """Freeze the engine loop (no steps at all) for ``seconds``; 0 ends a stall."""
         if not 0.0 <= seconds <= 3600.0:
             raise ValueError("stall must be within 0..3600 s")
-        self._stall_until = self._clock() + seconds if seconds > 0 else 0.0
+        self._stall_until = self._clock.now() + seconds if seconds > 0 else 0.0
 
     def stall_remaining(self) -> float:
         """Seconds left in the current stall (0 when not stalled)."""
-        return max(0.0, self._stall_until - self._clock())
+        return max(0.0, self._stall_until - self._clock.now())
 
     def request_crash(self) -> None:
         """Crash the engine at its next step, as if it had run out of memory."""

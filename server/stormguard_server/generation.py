@@ -8,13 +8,12 @@ engine aborts it when that passes: a 504, or an error event in the stream) ->
 answer as JSON or as an SSE stream, in the shape of the request's API (its
 ``answer.Answer``: chat, completions, embeddings, Responses).
 However it ends, ``_Flight.end`` runs exactly once: it releases the admission
-permit and hands the finished ``RequestRecord`` to the observers.
+admission grant and hands the finished ``RequestRecord`` to the observers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from stormguard.protocol import (
     parse_priority,
 )
 from stormguard_server import sse
-from stormguard_server.admission import Permit, ShedError
+from stormguard_server.admission import Grant, ShedError
 from stormguard_server.answer import Answer, Output, SlowAnswer, StreamAnswer
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.engine import (
@@ -185,7 +184,8 @@ def _engine_request(
 
 
 class _Flight:
-    """One request in progress: its record, its output so far, its permit."""
+    """One request in progress: its record, its output so far, its admission grant.
+    Its times are read on the server's clock (``state.clock``)."""
 
     def __init__(self, state: ServerState, call: GenerationCall) -> None:
         self.state = state
@@ -199,10 +199,10 @@ class _Flight:
             deadline_ms=call.deadline_ms,
             prompt_tokens=call.prompt_tokens,
             max_tokens=call.max_tokens,
-            arrival=time.monotonic(),
+            arrival=state.clock.now(),
         )
         self.text: list[str] = []
-        self.permit: Permit | None = None
+        self.grant: Grant | None = None
         self._ended = False
 
     @property
@@ -213,7 +213,7 @@ class _Flight:
         """Seconds until the caller's deadline (negative once passed); None without one."""
         if self.call.deadline_ms is None:
             return None
-        return self.call.deadline_ms / 1000.0 - (time.monotonic() - self.record.arrival)
+        return self.call.deadline_ms / 1000.0 - (self.state.clock.now() - self.record.arrival)
 
     def output(self) -> Output:
         """What the engine did so far, for the answer's writer."""
@@ -239,25 +239,25 @@ class _Flight:
             delta = TokenDelta(text="", output_tokens=0, finish_reason=delta.finish_reason)
         record = self.record
         if record.first_token_at is None:
-            record.first_token_at = time.monotonic()
+            record.first_token_at = self.state.clock.now()
         self.text.append(delta.text)
         record.output_tokens = delta.output_tokens
         record.finish_reason = delta.finish_reason
         if delta.finish_reason is not None:
-            record.finished_at = time.monotonic()
+            record.finished_at = self.state.clock.now()
 
     def end(self, outcome: Outcome, *, gone: GoneStage | None = None, error: str = "") -> None:
-        """Release the permit and tell the observers; only the first call counts."""
+        """Release the admission grant and tell the observers; only the first call counts."""
         if self._ended:
             return
         self._ended = True
         if gone == "running":
             self.state.engine.abort(self.request_id)  # takes effect at the next engine step
-        if self.permit is not None and self.state.admission is not None:
+        if self.grant is not None and self.state.admission is not None:
             # A request the engine failed tells nothing about how long requests hold
             # their tokens (the wait estimate); one whose caller left or whose
             # deadline passed does: that is when its tokens came back.
-            self.state.admission.release(self.permit, served=outcome != "engine_error")
+            self.state.admission.release(self.grant, served=outcome != "engine_error")
         self.record.outcome = outcome
         self.record.gone_stage = gone
         self.record.error = error or None
@@ -290,7 +290,7 @@ async def _serve(flight: _Flight, receive: Receive) -> Response:
         )
         record.cost = ticket.cost
         try:
-            flight.permit = await unless_disconnected(receive, state.admission.acquire(ticket))
+            flight.grant = await unless_disconnected(receive, state.admission.acquire(ticket))
         except ShedError as exc:
             record.shed_reason = exc.shed.reason
             record.queue_position = ticket.queue_position

@@ -20,7 +20,6 @@ body bytes) are given back.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormguard.protocol import ShedReason, format_retry_after
 from stormguard_server.admission import DrainMeter
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import ServerConfig
 from stormguard_server.errors import error_response
 from stormguard_server.middleware import declared_content_length
@@ -50,7 +50,7 @@ class RequestLimitsConfig:
     max_body_bytes: int
     min_retry_after_s: float = 0.05
     max_retry_after_s: float = 30.0
-    rate_window_s: float = 5.0
+    rate_period_s: float = 5.0
 
     @classmethod
     def for_server(cls, config: ServerConfig) -> RequestLimitsConfig:
@@ -61,7 +61,7 @@ class RequestLimitsConfig:
             max_body_bytes=config.max_body_bytes,
             min_retry_after_s=config.admission.min_retry_after_s,
             max_retry_after_s=config.admission.max_retry_after_s,
-            rate_window_s=config.admission.drain_window_s,
+            rate_period_s=config.admission.drain_period_s,
         )
 
     def __post_init__(self) -> None:
@@ -111,14 +111,15 @@ class RequestLimits:
         load_headers: Callable[[], dict[str, str]] = dict,
         shed_headers: bool = True,
         registry: CollectorRegistry | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.app = app
+        clock = as_clock(clock)
         self.config = config
         self._load_headers = load_headers
         self._shed_headers = shed_headers
-        self.requests = _Pool(config.max_requests, DrainMeter(config.rate_window_s, clock))
-        self.body_bytes = _Pool(config.max_body_bytes_held, DrainMeter(config.rate_window_s, clock))
+        self.requests = _Pool(config.max_requests, DrainMeter(config.rate_period_s, clock))
+        self.body_bytes = _Pool(config.max_body_bytes_held, DrainMeter(config.rate_period_s, clock))
         self._refused: Counter | None = None
         if registry is not None:
             self._register(registry)

@@ -18,18 +18,18 @@ import contextlib
 import heapq
 import logging
 import math
-import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from stormguard_server import tokenizer
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import SimEngineConfig
 from stormguard_server.engine import (
     DeadlineExceeded,
     EngineCrashed,
     EngineLoad,
-    EngineState,
+    EnginePhase,
     EngineStats,
     EngineUnavailable,
     FinishReason,
@@ -70,11 +70,11 @@ class SimEngine:
         config: SimEngineConfig,
         faults: FaultState | None = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
     ) -> None:
         self.config = config
-        self.faults = faults or FaultState(oom_crash=config.oom_crash)
-        self._clock = clock
+        self._clock = as_clock(clock)
+        self.faults = faults or FaultState(oom_crash=config.oom_crash, clock=self._clock)
         self._stats = EngineStats()
         self.allocator = BlockAllocator(config.num_kv_blocks, config.block_size)
         self.scheduler = Scheduler(
@@ -90,7 +90,7 @@ class SimEngine:
         self._deadlines: list[tuple[float, str]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._state: EngineState = "stopped"
+        self._state: EnginePhase = "stopped"
         self._ready_at: float | None = None
         self._ready_since = -math.inf
         self._ramping = False
@@ -111,7 +111,7 @@ class SimEngine:
         return self._stats
 
     @property
-    def state(self) -> EngineState:
+    def state(self) -> EnginePhase:
         return self._state
 
     def encode(self, text: str) -> list[int]:
@@ -125,7 +125,7 @@ class SimEngine:
     def load(self) -> EngineLoad:
         ready_in: float | None = None
         if self._state != "ready" and self._ready_at is not None:
-            ready_in = max(0.0, self._ready_at - self._clock())
+            ready_in = max(0.0, self._ready_at - self._clock.now())
         return EngineLoad(
             state=self._state,
             kv_cache_usage=self.allocator.usage,
@@ -141,7 +141,7 @@ class SimEngine:
         if self._task is not None:
             return
         self._state = "starting"
-        self._ready_at = self._clock() + self._probe_time()
+        self._ready_at = self._clock.now() + self._probe_time()
         self._task = asyncio.create_task(self._run(), name="sim-engine-loop")
         await self._probe_done.wait()
 
@@ -155,14 +155,14 @@ class SimEngine:
         self._state = "stopped"
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[TokenDelta]:
-        deadline = None if request.timeout_s is None else self._clock() + request.timeout_s
+        deadline = None if request.timeout_s is None else self._clock.now() + request.timeout_s
         if self._state != "ready":
             raise EngineUnavailable(f"engine is {self._state}", ready_in_s=self.load().ready_in_s)
         if self.faults.should_inject_error():
             self._stats.injected_errors += 1
             raise InjectedError("injected engine error")
         if self.faults.added_latency_s > 0:
-            await asyncio.sleep(self.faults.added_latency_s)
+            await self._clock.sleep(self.faults.added_latency_s)
         stream = self._enqueue(request, deadline)
         finished = False
         try:
@@ -211,7 +211,7 @@ class SimEngine:
             self._apply_aborts()
             stalled = self.faults.stall_remaining()
             if stalled > 0:
-                await asyncio.sleep(min(stalled, 0.05))
+                await self._clock.sleep(min(stalled, 0.05))
                 continue
             if self.faults.take_crash_request():
                 await self._crash("crash fault")
@@ -229,10 +229,13 @@ class SimEngine:
                 # switched on from the admin endpoint (crash now, stall), and waking
                 # for the next deadline of a request waiting for KV blocks.
                 self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._idle_wait())
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await self._clock.wait(woken, self._idle_wait())
+                finally:
+                    woken.cancel()
                 continue
-            await asyncio.sleep(self._step_time(plan))
+            await self._clock.sleep(self._step_time(plan))
             self._stats.steps += 1
             self._stats.prompt_tokens_computed += plan.prefill_tokens
             self._emit(Scheduler.complete(plan))
@@ -309,7 +312,7 @@ class SimEngine:
 
     def _pop_expired(self) -> set[str]:
         """Requests still in the engine whose deadline has passed."""
-        now, expired = self._clock(), set()
+        now, expired = self._clock.now(), set()
         while self._deadlines and self._deadlines[0][0] <= now:
             _, request_id = heapq.heappop(self._deadlines)
             if request_id in self._streams:
@@ -319,14 +322,14 @@ class SimEngine:
     def _idle_wait(self) -> float:
         if not self._deadlines:
             return _IDLE_POLL_S
-        return min(_IDLE_POLL_S, max(0.0, self._deadlines[0][0] - self._clock()))
+        return min(_IDLE_POLL_S, max(0.0, self._deadlines[0][0] - self._clock.now()))
 
     # -- crash, restart, warm-up ------------------------------------------
 
     async def _crash(self, why: str) -> None:
-        now = self._clock()
+        now = self._clock.now()
         self._stats.crashes += 1
-        loop = now - self._ready_since <= self.config.restart_loop_window_s
+        loop = now - self._ready_since <= self.config.restart_loop_period_s
         if loop:
             self._stats.oom_restart_loops += 1
         self._fail_everything(EngineCrashed(f"engine crashed: {why}"))
@@ -341,7 +344,7 @@ class SimEngine:
                 "restart_s": self.config.restart_s,
             },
         )
-        await asyncio.sleep(self.config.restart_s)
+        await self._clock.sleep(self.config.restart_s)
         self._stats.restarts += 1
         self._state = "warming"
         self._ramping = True
@@ -363,7 +366,7 @@ class SimEngine:
         self._state = "ready"
         self._ready_at = None
         if self._ramping:
-            self._ready_since = self._clock()
+            self._ready_since = self._clock.now()
         self._probe_done.set()
         logger.info("engine ready", extra={"event": "engine_ready", "ramp": self._ramping})
 
@@ -383,7 +386,7 @@ class SimEngine:
         """Slow start: after a restart, capacity grows linearly from the floor to 1."""
         if self._state != "ready" or self.config.slow_start_s <= 0:
             return 1.0 if self._state == "ready" else 0.0
-        elapsed = self._clock() - self._ready_since
+        elapsed = self._clock.now() - self._ready_since
         if elapsed >= self.config.slow_start_s:
             return 1.0
         floor = self.config.slow_start_floor

@@ -1,4 +1,4 @@
-"""What one running server holds: config, engine, faults, admission and metrics.
+"""What one running server holds: config, engine, faults, admission, metrics and clock.
 
 Routes, the admin app and the middlewares all reach the same objects through
 one ``ServerState`` kept on ``app.state.stormguard``.
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from starlette.requests import HTTPConnection
 
 from stormguard_server.admission import AdmissionController
+from stormguard_server.clock import Clock
 from stormguard_server.config import ServerConfig
 from stormguard_server.engine import Engine
 from stormguard_server.faults import FaultState
@@ -32,6 +33,9 @@ class ServerState:
     # Server spans (off unless a tracer provider was given): the request span
     # middleware, and the observer that draws admission and engine spans.
     tracing: ServerTracing | None = None
+    # The clock every part of this server reads (clock.py): its engine, admission,
+    # request limits, flights and spans were built with this one.
+    clock: Clock = field(default_factory=Clock)
 
     def __post_init__(self) -> None:
         if self.metrics not in self.observers:

@@ -16,7 +16,6 @@ Off unless a tracer provider is given (``stormguard-server --otlp-endpoint URL``
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -26,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormguard import __version__
 from stormguard.protocol import HEADER_ATTEMPT, HEADER_PRIORITY
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.records import RequestRecord
 
 __all__ = ["RequestSpans", "ServerTracing", "TraceMiddleware"]
@@ -45,10 +45,10 @@ _OPERATION_NAMES = {
 class ServerTracing:
     """The tracer of one server, its middleware and its request observer."""
 
-    def __init__(self, tracer_provider: TracerProvider) -> None:
+    def __init__(self, tracer_provider: TracerProvider, *, clock: ClockLike | None = None) -> None:
         self.tracer_provider = tracer_provider
         self.tracer = tracer_provider.get_tracer(_SCOPE, __version__)
-        self.observer = RequestSpans(self.tracer)
+        self.observer = RequestSpans(self.tracer, clock=clock)
 
     def flush(self) -> None:
         """Export buffered spans now (at shutdown: uvicorn re-raises SIGTERM once it has
@@ -114,10 +114,12 @@ class TraceMiddleware:
 class RequestSpans:
     """Admission and engine spans of each generation request, from its record."""
 
-    def __init__(self, tracer: trace.Tracer) -> None:
+    def __init__(self, tracer: trace.Tracer, *, clock: ClockLike | None = None) -> None:
         self.tracer = tracer
-        # Records carry time.monotonic(); spans take wall-clock nanoseconds.
-        self._offset_ns = time.time_ns() - time.monotonic_ns()
+        # Records carry the server clock's monotonic seconds; spans take wall-clock
+        # nanoseconds.
+        self._clock = as_clock(clock)
+        self._offset_ns = round((self._clock.wall() - self._clock.now()) * 1e9)
         self._requests: dict[int, Span] = {}
 
     def _ns(self, monotonic_s: float) -> int:
@@ -144,7 +146,7 @@ class RequestSpans:
         server_span = self._requests.pop(id(record), None)
         if server_span is None:
             return
-        now = time.monotonic()
+        now = self._clock.now()
         parent = trace.set_span_in_context(server_span)
         outcome = record.outcome or "ok"
         server_span.set_attribute("stormguard.request.outcome", outcome)

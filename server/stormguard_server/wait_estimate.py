@@ -33,8 +33,10 @@ import bisect
 import itertools
 import math
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from stormguard_server.clock import ClockLike, as_clock
 
 __all__ = ["HoldMeter", "HoldModel", "ReleaseSchedule", "wait_until_fits"]
 
@@ -59,17 +61,17 @@ class HoldModel:
 
 
 class HoldMeter:
-    """Hold times of released requests over a sliding window of ``window_s`` (the
+    """Hold times of the requests released in the last ``period_s`` seconds (the
     newest ``_MIN_SAMPLES`` kept however old): a ``HoldModel`` fitted to them, and
     the token-weighted mean hold. Sums are kept as releases come and go, so both
     cost O(1)."""
 
-    def __init__(self, window_s: float, clock: Callable[[], float]) -> None:
-        self._window_s = window_s
-        self._clock = clock
+    def __init__(self, period_s: float, clock: ClockLike | None = None) -> None:
+        self._period_s = period_s
+        self._clock = as_clock(clock)
         # (release time, tokens, prompt, output bound, seconds held)
         self._releases: deque[tuple[float, int, int, int, float]] = deque()
-        # Sums over the window: prompt², output², prompt·output, prompt·hold,
+        # Sums over the releases kept: prompt², output², prompt·output, prompt·hold,
         # output·hold, tokens·hold, tokens, hold.
         self._sums = [0.0] * 8
         self._model: HoldModel | None = None
@@ -77,10 +79,10 @@ class HoldMeter:
     def record(self, tokens: int, prompt: int, output: int, held_s: float) -> None:
         """A request of ``prompt`` tokens that could generate ``output`` tokens held its
         ``tokens`` of budget for ``held_s`` seconds."""
-        release = (self._clock(), tokens, prompt, output, max(0.0, held_s))
+        release = (self._clock.now(), tokens, prompt, output, max(0.0, held_s))
         self._releases.append(release)
         self._add(release, 1)
-        oldest = release[0] - self._window_s
+        oldest = release[0] - self._period_s
         while len(self._releases) > _MIN_SAMPLES and self._releases[0][0] < oldest:
             self._add(self._releases.popleft(), -1)
         self._model = None

@@ -1,4 +1,5 @@
-"""In-process app fixtures: httpx over the ASGI transport, lifespan run by hand."""
+"""In-process app fixtures: httpx over the ASGI transport, lifespan run by hand; on
+the system clock, or on a ``FakeClock`` (``fake_clock.py``) given as ``clock``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 import httpx
 import pytest
 
-from stormguard_server.app import create_app
+from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, ServerConfig, SimEngineConfig
+from tests.server.fake_clock import FakeClock
 
 FAST_ENGINE = SimEngineConfig(
     num_kv_blocks=64,
@@ -30,14 +32,21 @@ AppClient = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 @asynccontextmanager
 async def app_client(
-    *, admission: bool = True, max_body_bytes: int = 65_536, **engine: object
+    *,
+    admission: bool = True,
+    max_body_bytes: int = 65_536,
+    clock: FakeClock | None = None,
+    **engine: object,
 ) -> AsyncIterator[httpx.AsyncClient]:
     config = ServerConfig(
         max_body_bytes=max_body_bytes,
         engine=dataclasses.replace(FAST_ENGINE, **engine),  # type: ignore[arg-type]
         admission=AdmissionConfig(enabled=admission),
     )
-    app = create_app(config)
+    state = build_state(config, clock=clock)
+    app = create_app(state=state)
+    if clock is not None:  # warm-up on the fake clock; the lifespan finds it started
+        await clock.drive(state.engine.start())
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:

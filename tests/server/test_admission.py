@@ -8,9 +8,10 @@ from dataclasses import replace
 import pytest
 
 from stormguard.protocol import Priority, ShedReason
-from stormguard_server.admission import AdmissionController, Permit, Shed, ShedError, Ticket
+from stormguard_server.admission import AdmissionController, Grant, Shed, ShedError, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad
+from tests.server.fake_clock import FakeClock as ServerFakeClock
 
 
 class FakeClock:
@@ -55,12 +56,12 @@ def ticket(
     return ctl.make_ticket(cost, priority=priority, attempt=attempt, deadline_ms=deadline_ms)
 
 
-def admitted(decision: Permit | Shed | None) -> Permit:
-    assert isinstance(decision, Permit), decision
+def admitted(decision: Grant | Shed | None) -> Grant:
+    assert isinstance(decision, Grant), decision
     return decision
 
 
-def shed(decision: Permit | Shed | None) -> Shed:
+def shed(decision: Grant | Shed | None) -> Shed:
     assert isinstance(decision, Shed), decision
     return decision
 
@@ -197,9 +198,9 @@ async def test_token_limit_of_the_queue() -> None:
 def measure_holds(ctl: AdmissionController, clock: FakeClock, cost: int, held_s: float) -> None:
     """Four requests of ``cost`` tokens, one after the other, each held ``held_s``."""
     for _ in range(4):
-        permit = admitted(ctl.submit(ticket(ctl, cost)))
+        grant = admitted(ctl.submit(ticket(ctl, cost)))
         clock.now += held_s
-        ctl.release(permit)
+        ctl.release(grant)
 
 
 async def test_retry_after_comes_from_how_long_requests_hold_their_tokens() -> None:
@@ -259,9 +260,9 @@ async def test_a_wait_beyond_the_running_work_counts_whole_turnovers() -> None:
 async def test_a_long_prompt_is_not_taken_for_a_long_hold() -> None:
     ctl, clock, _ = make(max_queue_requests=1)
     for prompt, held_s in ((50, 1.0), (850, 1.08)) * 4:  # decoding 100 tokens dominates
-        permit = admitted(ctl.submit(ctl.make_ticket(prompt + 100, max_tokens=100)))
+        grant = admitted(ctl.submit(ctl.make_ticket(prompt + 100, max_tokens=100)))
         clock.now += held_s
-        ctl.release(permit)
+        ctl.release(grant)
     model = ctl.holds.model()
     assert model is not None
     assert model.hold_s(50, 100) == pytest.approx(1.0)
@@ -307,9 +308,9 @@ async def test_deadline_zero_or_unmeetable_is_refused_at_once() -> None:
     zero = shed(ctl.submit(ticket(ctl, 10, deadline_ms=0)))
     assert zero.reason is ShedReason.DEADLINE and zero.should_retry is False
     for _ in range(2):  # 0.01 s per token
-        permit = admitted(ctl.submit(ticket(ctl, 100)))
+        grant = admitted(ctl.submit(ticket(ctl, 100)))
         clock.now += 1.0
-        ctl.release(permit)
+        ctl.release(grant)
     admitted(ctl.submit(ticket(ctl, 1000)))
     # Needs the holder's tokens back: it holds them 10 s; the caller waits 1 s.
     hopeless = shed(ctl.submit(ticket(ctl, 500, deadline_ms=1000)))
@@ -387,8 +388,8 @@ async def test_acquire_waits_and_cancellation_cleans_up() -> None:
     served = asyncio.create_task(ctl.acquire(ticket(ctl, 10)))
     await asyncio.sleep(0)
     ctl.release(holder)
-    permit = await served
-    assert permit.ticket.cost == 10
+    grant = await served
+    assert grant.ticket.cost == 10
     with pytest.raises(ShedError):
         await ctl.acquire(ticket(ctl, 5000))
 
@@ -411,3 +412,22 @@ async def test_cost_is_counted_in_whole_kv_blocks() -> None:
     for _ in range(62):
         admitted(ctl.submit(ticket(ctl, 1)))
     assert ctl.submit(ticket(ctl, 1)) is None
+
+
+async def test_a_queued_acquire_gives_up_at_its_wait_limit_on_the_servers_clock() -> None:
+    clock = ServerFakeClock()
+    config = AdmissionConfig(kv_watermark=1.0, max_queue_wait_s=5.0)
+    ctl = AdmissionController(config, FakeEngine(), clock=clock)
+    holder = admitted(ctl.submit(ticket(ctl, 1000)))
+    patient, hurried = ticket(ctl, 10), ticket(ctl, 10, deadline_ms=1500)
+    start = clock.now()
+    both = asyncio.gather(ctl.acquire(patient), ctl.acquire(hurried), return_exceptions=True)
+    # Nothing ticks: each acquire's own timed wait on the clock sheds it.
+    sheds = await clock.drive(both)
+    assert all(isinstance(s, ShedError) for s in sheds)
+    assert clock.now() - start == pytest.approx(5.0)
+    assert error_of(hurried).reason is ShedReason.DEADLINE
+    assert error_of(hurried).should_retry is False  # its caller's deadline passed
+    assert error_of(patient).should_retry is True  # the queue's limit: worth another try
+    assert ctl.queue_depth == 0
+    ctl.release(holder)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard.protocol import Priority
-from stormguard_server.admission import AdmissionController, Permit, Ticket
+from stormguard_server.admission import AdmissionController, Grant, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad
 
@@ -81,7 +81,7 @@ class Harness:
         elif op == "release":
             running = [t for t in self.tickets if t.inflight]
             if running:
-                ctl.release(Permit(running[a % len(running)], 0.0))
+                ctl.release(Grant(running[a % len(running)], 0.0))
         elif op == "expire":
             self.now += [0.05, 0.3, 1.0][a % 3]
             due = [t for t in queue if self.now >= ctl._expiry(t)]

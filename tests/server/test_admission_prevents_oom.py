@@ -3,7 +3,7 @@
 A discrete simulation without a clock: each step some requests arrive and
 ask for admission; admitted ones enter the real scheduler over the real
 allocator (OOM mode: any allocation that does not fit raises); finished ones
-release their permit. Whatever the sizes, no step may raise KVExhausted.
+release their grant. Whatever the sizes, no step may raise KVExhausted.
 Without admission the same arrivals do crash it (checked too, so the
 property is not vacuous).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server.admission import AdmissionController, Permit, Ticket
+from stormguard_server.admission import AdmissionController, Grant, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine import EngineLoad, GenerationRequest
 from stormguard_server.kv_cache import BlockAllocator
@@ -42,17 +42,17 @@ def run(steps: list[list[tuple[int, int]]], *, admission: bool) -> None:
 
     config = AdmissionConfig(kv_watermark=1.0, max_queue_requests=1000, max_queue_tokens=10**9)
     ctl = AdmissionController(config, load, clock=lambda: 0.0)
-    permits: dict[str, Permit] = {}
+    grants: dict[str, Grant] = {}
     queued: list[tuple[Ticket, SequenceState]] = []
     counter = 0
 
-    def start(seq: SequenceState, permit: Permit | None) -> None:
-        if permit is not None:
-            permits[seq.request_id] = permit
+    def start(seq: SequenceState, grant: Grant | None) -> None:
+        if grant is not None:
+            grants[seq.request_id] = grant
         scheduler.add(seq)
 
     def busy() -> bool:
-        return bool(queued or permits or scheduler.running or scheduler.waiting)
+        return bool(queued or grants or scheduler.running or scheduler.waiting)
 
     step = 0
     while step < len(steps) or (busy() and step < 100_000):  # then let everything drain
@@ -70,7 +70,7 @@ def run(steps: list[list[tuple[int, int]]], *, admission: bool) -> None:
                 continue
             ticket = ctl.make_ticket(prompt + max_tokens)
             decision = ctl.submit(ticket)
-            assert decision is None or isinstance(decision, Permit), decision
+            assert decision is None or isinstance(decision, Grant), decision
             if decision is None:
                 queued.append((ticket, seq))
             else:
@@ -78,14 +78,14 @@ def run(steps: list[list[tuple[int, int]]], *, admission: bool) -> None:
         for ticket, seq in list(queued):
             if ticket.future is not None and ticket.future.done():
                 queued.remove((ticket, seq))
-                start(seq, Permit(ticket, 0.0))
+                start(seq, Grant(ticket, 0.0))
         plan = scheduler.schedule()  # raises KVExhausted on OOM
         for seq in Scheduler.complete(plan):
             if seq.is_done:
                 scheduler.finish(seq)
-                permit = permits.pop(seq.request_id, None)
-                if permit is not None:
-                    ctl.release(permit)
+                grant = grants.pop(seq.request_id, None)
+                if grant is not None:
+                    ctl.release(grant)
     # Everything admitted ran to the end and gave its tokens back.
     assert not busy()
     assert ctl.inflight_tokens == 0 and allocator.num_free_blocks == BLOCKS

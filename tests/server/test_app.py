@@ -3,6 +3,8 @@ headers are on every response, and admission off sends none."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import httpx
@@ -10,6 +12,7 @@ import pytest
 
 from stormguard.protocol import LOAD_HEADERS
 from tests.server.conftest import AppClient
+from tests.server.fake_clock import FakeClock
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -140,9 +143,11 @@ async def test_max_completion_tokens_and_content_parts(client: httpx.AsyncClient
     assert response.json()["usage"]["completion_tokens"] == 3
 
 
-async def test_default_max_tokens_fills_the_context(client: httpx.AsyncClient) -> None:
-    response = await client.post(COMPLETIONS, json={"prompt": "x", "ignore_eos": True})
-    usage = response.json()["usage"]
+async def test_default_max_tokens_fills_the_context(make_client: AppClient) -> None:
+    clock = FakeClock()  # some 500 engine steps, in virtual time
+    async with make_client(clock=clock) as client:
+        call = client.post(COMPLETIONS, json={"prompt": "x", "ignore_eos": True})
+        usage = (await clock.drive(call)).json()["usage"]
     assert usage["prompt_tokens"] + usage["completion_tokens"] == 512
 
 
@@ -152,24 +157,24 @@ async def test_tokenize_messages_and_errors(client: httpx.AsyncClient) -> None:
     assert_openai_error(await client.post("/tokenize", json={}), 400)
 
 
-async def test_ready_reports_restart_with_retry_after(client: httpx.AsyncClient) -> None:
-    app = client.app  # type: ignore[attr-defined]
-    state = app.state.stormguard
-    state.faults.request_crash()
-    for _ in range(100):
+async def test_ready_reports_restart_with_retry_after(make_client: AppClient) -> None:
+    clock = FakeClock()
+    async with make_client(clock=clock) as client:
+        state = client.app.state.stormguard  # type: ignore[attr-defined]
+        state.faults.request_crash()
+        await clock.run_until(lambda: state.engine.load().state == "restarting")
         response = await client.get("/ready")
-        if response.status_code == 503:
-            break
-        import asyncio
-
-        await asyncio.sleep(0.01)
-    assert response.status_code == 503
-    assert response.json()["state"] == "restarting"
-    assert response.headers["x-load-shed"] == "engine_restart"
-    assert response.headers["retry-after"] == "1"
-    shed = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
-    assert_openai_error(shed, 503)
-    assert shed.headers["x-load-shed"] == "engine_restart"
+        assert response.status_code == 503
+        assert response.json()["state"] == "restarting"
+        assert response.headers["x-load-shed"] == "engine_restart"
+        assert response.headers["retry-after"] == "1"  # 0.2 s cold restart, rounded up
+        shed = await client.post(COMPLETIONS, json={"prompt": "x", "max_tokens": 1})
+        assert_openai_error(shed, 503)
+        assert shed.headers["x-load-shed"] == "engine_restart"
+        crashed_at = clock.now()
+        await clock.run_until(lambda: state.engine.load().ready)
+        assert clock.now() - crashed_at >= 0.2  # cold for restart_s
+        assert (await client.get("/ready")).status_code == 200
 
 
 async def test_a_bug_becomes_an_openai_500_with_load_headers(client: httpx.AsyncClient) -> None:
@@ -226,21 +231,17 @@ async def test_observers_get_each_request_record(client: httpx.AsyncClient) -> N
 
 
 async def test_engine_crash_mid_stream_is_a_vllm_style_error_event(
-    client: httpx.AsyncClient,
+    make_client: AppClient,
 ) -> None:
-    import asyncio
-    import json
-
-    state = client.app.state.stormguard  # type: ignore[attr-defined]
-    body = {"prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
-    before = state.engine.stats.output_tokens  # the warm-up probe's
-    task = asyncio.create_task(client.post(COMPLETIONS, json=body))
-    for _ in range(500):
-        if state.engine.stats.output_tokens > before + 3:
-            break
-        await asyncio.sleep(0.002)
-    state.faults.request_crash()
-    response = await task
+    clock = FakeClock()
+    async with make_client(clock=clock) as client:
+        state = client.app.state.stormguard  # type: ignore[attr-defined]
+        body = {"prompt": "x", "max_tokens": 400, "ignore_eos": True, "stream": True}
+        before = state.engine.stats.output_tokens  # the warm-up probe's
+        task = asyncio.create_task(client.post(COMPLETIONS, json=body))
+        await clock.run_until(lambda: state.engine.stats.output_tokens > before + 3)
+        state.faults.request_crash()
+        response = await clock.drive(task)
     assert response.status_code == 200
     events = [line[len("data: ") :] for line in response.text.splitlines() if line]
     assert events[-1] == "[DONE]"

@@ -1,11 +1,10 @@
 """A request whose x-request-deadline-ms passes while it runs is aborted by the engine at
 its next step: a 504 for a plain call, an error event for a stream that has started,
-its KV blocks freed and the abort counted. The engine's clock is the test's, so the
-deadline passes when the test says, not when a busy machine gets round to it."""
+its KV blocks freed and the abort counted. The server runs on a fake clock, so the
+deadline passes at its virtual time, not when a busy machine gets round to it."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator
@@ -18,24 +17,19 @@ from stormguard_server.config import AdmissionConfig, ServerConfig
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState
 from tests.server.conftest import FAST_ENGINE
+from tests.server.fake_clock import FakeClock
 
 COMPLETIONS = "/v1/completions"
-# Generates for far longer than the test runs unless it is aborted.
+# Steps of 10 ms: 400 tokens take 4 s, far past the 1 s deadline unless aborted.
+ENGINE = dataclasses.replace(FAST_ENGINE, step_base_s=0.01)
 LONG = {"prompt": "x", "max_tokens": 400, "ignore_eos": True}
-DEADLINE = {"x-request-deadline-ms": "60000"}
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+DEADLINE_S = 1.0
+DEADLINE = {"x-request-deadline-ms": str(int(DEADLINE_S * 1000))}
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 @dataclasses.dataclass
@@ -50,36 +44,27 @@ class Server:
 
 
 @pytest.fixture(params=[True, False], ids=["admission", "no-admission"])
-async def server(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Server]:
-    config = ServerConfig(engine=FAST_ENGINE, admission=AdmissionConfig(enabled=request.param))
-    engine = SimEngine(config.engine, clock=clock)
-    state = build_state(config, engine=engine)
+async def server(request: pytest.FixtureRequest, clock: FakeClock) -> AsyncIterator[Server]:
+    config = ServerConfig(engine=ENGINE, admission=AdmissionConfig(enabled=request.param))
+    state = build_state(config, clock=clock)
+    assert isinstance(state.engine, SimEngine)
+    engine = state.engine
     app = create_app(state=state)
+    await clock.drive(engine.start())  # warm-up on the clock; the lifespan finds it started
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             yield Server(client, engine, state)
 
 
-async def past_the_deadline_once_running(engine: SimEngine, clock: ManualClock) -> None:
-    """Wait until the request has tokens out, then move the clock past its deadline."""
-    before = engine.stats.output_tokens
-    for _ in range(5000):
-        if engine.stats.output_tokens >= before + 3:
-            break
-        await asyncio.sleep(0.002)
-    else:
-        raise AssertionError("the request never started generating")
-    clock.now += 60.0
-
-
 async def test_a_plain_call_past_its_deadline_gets_a_504_and_frees_the_engine(
-    server: Server, clock: ManualClock
+    server: Server, clock: FakeClock
 ) -> None:
     client, engine = server.client, server.engine
-    call = asyncio.create_task(client.post(COMPLETIONS, json=LONG, headers=DEADLINE))
-    await past_the_deadline_once_running(engine, clock)
-    response = await call
+    start = clock.now()
+    response = await clock.drive(client.post(COMPLETIONS, json=LONG, headers=DEADLINE))
+    # Answered at the engine's first step past the deadline, not at the end of its work.
+    assert clock.now() - start == pytest.approx(DEADLINE_S, abs=2 * ENGINE.step_base_s)
     assert response.status_code == 504, response.text
     error = response.json()["error"]
     assert error["code"] == "deadline_exceeded" and error["type"] == "timeout"
@@ -89,17 +74,17 @@ async def test_a_plain_call_past_its_deadline_gets_a_504_and_frees_the_engine(
     assert "x-load-shed" not in response.headers  # not a shed: the engine worked on it
     assert engine.load().running == 0 and engine.load().kv_cache_usage == 0
     assert server.metric("stormguard_engine_requests_deadline_exceeded_total") == 1
-    assert server.metric("stormguard_inflight_tokens") == 0  # its permit went back
+    assert server.metric("stormguard_inflight_tokens") == 0  # its grant went back
 
 
 async def test_a_stream_past_its_deadline_ends_with_an_error_event(
-    server: Server, clock: ManualClock
+    server: Server, clock: FakeClock
 ) -> None:
     client, engine = server.client, server.engine
     body = {**LONG, "stream": True}
-    call = asyncio.create_task(client.post(COMPLETIONS, json=body, headers=DEADLINE))
-    await past_the_deadline_once_running(engine, clock)
-    response = await call
+    start = clock.now()
+    response = await clock.drive(client.post(COMPLETIONS, json=body, headers=DEADLINE))
+    assert clock.now() - start == pytest.approx(DEADLINE_S, abs=2 * ENGINE.step_base_s)
     assert response.status_code == 200  # the stream had started
     events = [line.removeprefix("data: ") for line in response.text.splitlines() if line]
     assert events[-1] == "[DONE]"
@@ -111,9 +96,9 @@ async def test_a_stream_past_its_deadline_ends_with_an_error_event(
     assert engine.stats.requests_deadline_exceeded == 1
 
 
-async def test_a_call_within_its_deadline_is_not_touched(server: Server) -> None:
+async def test_a_call_within_its_deadline_is_not_touched(server: Server, clock: FakeClock) -> None:
     client, engine = server.client, server.engine
-    body = {"prompt": "x", "max_tokens": 5, "ignore_eos": True}
-    response = await client.post(COMPLETIONS, json=body, headers=DEADLINE)
-    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 5
+    body = {"prompt": "x", "max_tokens": 90, "ignore_eos": True}  # 0.9 s of its 1 s
+    response = await clock.drive(client.post(COMPLETIONS, json=body, headers=DEADLINE))
+    assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 90
     assert engine.stats.requests_deadline_exceeded == 0

@@ -5,7 +5,6 @@ blocks behind, openai's 400s, and the deadline and shed paths the chat route has
 from __future__ import annotations
 
 import array
-import asyncio
 import base64
 import math
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ from stormguard_server.config import AdmissionConfig, ServerConfig
 from stormguard_server.records import RequestRecord
 from stormguard_server.state import ServerState
 from tests.server.conftest import FAST_ENGINE
+from tests.server.fake_clock import FakeClock
 from tests.server.test_app import assert_openai_error
 
 EMBEDDINGS = "/v1/embeddings"
@@ -233,20 +233,22 @@ async def test_a_passed_deadline_is_shed_before_the_engine(
 async def test_a_deadline_that_passes_in_the_engine_is_a_504() -> None:
     """The engine is frozen with the request in it; its deadline passes there."""
     config = ServerConfig(engine=FAST_ENGINE, admission=AdmissionConfig(enabled=True))
-    state = build_state(config)
+    clock = FakeClock()
+    state = build_state(config, clock=clock)
     app = create_app(state=state)
+    await clock.drive(state.engine.start())  # warm-up on the fake clock
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             assert state.faults is not None
             state.faults.stall(600)  # no step runs until the deadline has passed
             started = state.engine.stats.requests_started
-            call = asyncio.create_task(
-                client.post(
-                    EMBEDDINGS, json={"input": "x"}, headers={"x-request-deadline-ms": "300"}
-                )
+            call = client.post(
+                EMBEDDINGS, json={"input": "x"}, headers={"x-request-deadline-ms": "300"}
             )
-            response = await asyncio.wait_for(call, 30)
+            start = clock.now()
+            response = await clock.drive(call)
+            assert clock.now() - start == pytest.approx(0.3, abs=0.05)  # the stall is polled
             state.faults.stall(0)
             error = assert_openai_error(response, 504)
             assert error["code"] == "deadline_exceeded"

@@ -61,7 +61,7 @@ def limits(
         "max_body_bytes": 600,
         "min_retry_after_s": 0.05,
         "max_retry_after_s": 30.0,
-        "rate_window_s": 5.0,
+        "rate_period_s": 5.0,
         **config,
     }
     return RequestLimits(

@@ -1,10 +1,12 @@
-"""The sim engine's loop on a real event loop with sub-millisecond steps."""
+"""The sim engine's loop on a real event loop, on a fake clock: steps, restarts,
+warm-up, slow start, stalls and deadlines take virtual time only, so a busy machine
+cannot make them late and no test waits for them."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,6 +21,7 @@ from stormguard_server.engine import (
 )
 from stormguard_server.faults import FaultState
 from stormguard_server.sim_engine import SimEngine
+from tests.server.fake_clock import FakeClock
 
 FAST = SimEngineConfig(
     num_kv_blocks=16,
@@ -47,121 +50,150 @@ def request(
     )
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
-
-
 async def collect(deltas: AsyncIterator[TokenDelta]) -> list[TokenDelta]:
     return [d async for d in deltas]
 
 
 @pytest.fixture
-async def engine() -> AsyncIterator[SimEngine]:
-    sim = SimEngine(FAST)
-    await sim.start()
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+async def started(config: SimEngineConfig, clock: FakeClock, **kw: object) -> SimEngine:
+    sim = SimEngine(config, clock=clock, **kw)  # type: ignore[arg-type]
+    await clock.drive(sim.start())  # the warm-up probe runs on the clock
+    return sim
+
+
+@pytest.fixture
+async def engine(clock: FakeClock) -> AsyncIterator[SimEngine]:
+    sim = await started(FAST, clock)
     yield sim
     await sim.stop()
 
 
-async def test_generates_exactly_max_tokens_deterministically(engine: SimEngine) -> None:
-    one = await collect(engine.generate(request("a", max_tokens=6)))
+async def test_generates_exactly_max_tokens_deterministically(
+    engine: SimEngine, clock: FakeClock
+) -> None:
+    one = await clock.drive(collect(engine.generate(request("a", max_tokens=6))))
     assert one[-1].finish_reason == "length" and one[-1].output_tokens == 6
-    two = await collect(engine.generate(request("b", max_tokens=6)))
+    two = await clock.drive(collect(engine.generate(request("b", max_tokens=6))))
     assert "".join(d.text for d in one) != "".join(d.text for d in two)  # per-prompt text
-    again = await collect(engine.generate(request("a", max_tokens=6)))
+    again = await clock.drive(collect(engine.generate(request("a", max_tokens=6))))
     assert "".join(d.text for d in one) == "".join(d.text for d in again)
     assert engine.stats.output_tokens >= 18
     assert engine.load().kv_cache_usage == 0
 
 
-async def test_stop_string_ends_with_stop(engine: SimEngine) -> None:
-    text = "".join(d.text for d in await collect(engine.generate(request("s", max_tokens=10))))
-    word = text.split()[2]
-    stopped = await collect(engine.generate(request("s", max_tokens=10, stop=(word,))))
+async def test_stop_string_ends_with_stop(engine: SimEngine, clock: FakeClock) -> None:
+    deltas = await clock.drive(collect(engine.generate(request("s", max_tokens=10))))
+    word = "".join(d.text for d in deltas).split()[2]
+    stopped = await clock.drive(collect(engine.generate(request("s", max_tokens=10, stop=(word,)))))
     assert stopped[-1].finish_reason == "stop"
     assert word not in "".join(d.text for d in stopped)
 
 
-async def test_abort_takes_effect_within_a_step(engine: SimEngine) -> None:
+async def test_abort_takes_effect_within_a_step(engine: SimEngine, clock: FakeClock) -> None:
     deltas = engine.generate(request("long", max_tokens=200))
-    await deltas.__anext__()
+    await clock.drive(deltas.__anext__())
+    produced = engine.stats.output_tokens
     engine.abort("long")
-    await until(lambda: engine.stats.requests_aborted == 1)
+    await clock.run_until(lambda: engine.stats.requests_aborted == 1)
     assert engine.load().running == 0 and engine.load().kv_cache_usage == 0
-    assert engine.stats.output_tokens < 200  # it stopped, not ran to its end
+    assert engine.stats.output_tokens <= produced + 1  # at most the step under way
 
 
-async def test_closing_the_stream_aborts(engine: SimEngine) -> None:
+async def test_closing_the_stream_aborts(engine: SimEngine, clock: FakeClock) -> None:
     deltas = engine.generate(request("closed", max_tokens=200))
-    await deltas.__anext__()
+    await clock.drive(deltas.__anext__())
     await deltas.aclose()  # type: ignore[attr-defined]
-    await until(lambda: engine.stats.requests_aborted == 1)
+    await clock.run_until(lambda: engine.stats.requests_aborted == 1)
     assert engine.load().running == 0 and engine.stats.output_tokens < 200
 
 
-async def test_oom_fails_running_and_waiting_then_cold_restart_and_ramp(engine: SimEngine) -> None:
+async def test_oom_fails_running_and_waiting_then_cold_restart_and_ramp(
+    engine: SimEngine, clock: FakeClock
+) -> None:
     # 16 blocks x 16 = 256 slots; three 100-token prompts cannot all fit: OOM.
     streams = [
         engine.generate(request(f"r{i}", prompt_tokens=100, max_tokens=50)) for i in range(3)
     ]
-    results = await asyncio.gather(*(collect(s) for s in streams), return_exceptions=True)
+    gathered = asyncio.gather(*(collect(s) for s in streams), return_exceptions=True)
+    results = await clock.drive(gathered)
     assert all(isinstance(r, EngineCrashed) for r in results)
     assert engine.stats.ooms == 1 and engine.load().state == "restarting"
     assert engine.load().kv_cache_usage == 0
+    crashed_at = clock.now()
     ready_in = engine.load().ready_in_s
-    assert ready_in is not None and 0 < ready_in <= 0.2
+    assert ready_in is not None and FAST.restart_s < ready_in <= 0.2
     with pytest.raises(EngineUnavailable):
         await collect(engine.generate(request("during")))
-    await until(lambda: engine.load().state == "ready")
+    await clock.advance(FAST.restart_s / 2)
+    assert engine.load().state == "restarting"  # cold for restart_s
+    await clock.run_until(lambda: engine.load().state == "ready")
+    assert clock.now() - crashed_at == pytest.approx(ready_in, abs=2 * FAST.step_base_s)
     assert engine.stats.restarts == 1
-    assert engine.load().capacity_factor < 1.0  # slow start
-    await asyncio.sleep(FAST.slow_start_s)
+    ramp = engine.load().capacity_factor
+    assert FAST.slow_start_floor <= ramp < 1.0  # slow start
+    await clock.advance(FAST.slow_start_s / 2)
+    assert ramp < engine.load().capacity_factor < 1.0
+    await clock.advance(FAST.slow_start_s / 2)
     assert engine.load().capacity_factor == 1.0
-    assert (await collect(engine.generate(request("after"))))[-1].output_tokens == 5
+    after = await clock.drive(collect(engine.generate(request("after"))))
+    assert after[-1].output_tokens == 5
 
 
-async def test_crash_soon_after_restart_is_a_restart_loop(engine: SimEngine) -> None:
-    assert engine.faults is not None
+async def test_crash_soon_after_restart_is_a_restart_loop(
+    engine: SimEngine, clock: FakeClock
+) -> None:
     engine.faults.request_crash()
-    await until(lambda: engine.stats.restarts == 1 and engine.load().state == "ready")
+    await clock.run_until(lambda: engine.stats.restarts == 1 and engine.load().state == "ready")
     assert engine.stats.oom_restart_loops == 0
     engine.faults.request_crash()
-    await until(lambda: engine.stats.restarts == 2 and engine.load().state == "ready")
+    await clock.run_until(lambda: engine.stats.restarts == 2 and engine.load().state == "ready")
     assert engine.stats.crashes == 2 and engine.stats.oom_restart_loops == 1
+    # Past the restart-loop period, a crash is a crash again, not a loop.
+    await clock.advance(FAST.restart_loop_period_s)
+    engine.faults.request_crash()
+    await clock.run_until(lambda: engine.stats.restarts == 3 and engine.load().state == "ready")
+    assert engine.stats.crashes == 3 and engine.stats.oom_restart_loops == 1
 
 
-async def test_preempt_mode_survives_the_same_overload() -> None:
-    sim = SimEngine(FAST, FaultState(oom_crash=False))
-    await sim.start()
+async def test_preempt_mode_survives_the_same_overload(clock: FakeClock) -> None:
+    sim = await started(FAST, clock, faults=FaultState(oom_crash=False, clock=clock))
     try:
         streams = [
             sim.generate(request(f"p{i}", prompt_tokens=100, max_tokens=50)) for i in range(3)
         ]
-        results = await asyncio.gather(*(collect(s) for s in streams))
+        results = await clock.drive(asyncio.gather(*(collect(s) for s in streams)))
         assert all(r[-1].output_tokens == 50 for r in results)
         assert sim.stats.ooms == 0 and sim.stats.preemptions >= 1
     finally:
         await sim.stop()
 
 
-async def test_injected_errors_and_stall() -> None:
-    faults = FaultState(oom_crash=True)
-    sim = SimEngine(FAST, faults)
-    await sim.start()
+async def test_injected_errors_added_latency_and_stall(clock: FakeClock) -> None:
+    faults = FaultState(oom_crash=True, clock=clock)
+    sim = await started(FAST, clock, faults=faults)
     try:
         faults.set_error_rate(1.0)
         with pytest.raises(InjectedError):
             await collect(sim.generate(request("e")))
         faults.set_error_rate(0.0)
-        faults.stall(0.2)
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        await collect(sim.generate(request("stalled", max_tokens=1)))
-        assert loop.time() - started >= 0.15
+        step = FAST.step_base_s
+        start = clock.now()
+        await clock.drive(collect(sim.generate(request("quick", max_tokens=1))))
+        quick = clock.now() - start
+        assert quick < 10 * step
+        faults.set_added_latency(0.5)
+        start = clock.now()
+        await clock.drive(collect(sim.generate(request("late", max_tokens=1))))
+        assert clock.now() - start == pytest.approx(0.5 + quick)
+        faults.set_added_latency(0.0)
+        faults.stall(2.0)
+        start = clock.now()
+        await clock.drive(collect(sim.generate(request("stalled", max_tokens=1))))
+        assert 2.0 <= clock.now() - start < 2.0 + 0.05 + quick  # the stall, polled
     finally:
         await sim.stop()
 
@@ -170,56 +202,49 @@ async def test_injected_errors_and_stall() -> None:
 ROOMY = dataclasses.replace(FAST, num_kv_blocks=128)
 
 
-class ManualClock:
-    """The engine's clock, moved by the test: deadlines pass when it says so."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def test_a_running_request_past_its_deadline_is_aborted_at_the_next_step() -> None:
-    clock = ManualClock()
-    sim = SimEngine(ROOMY, clock=clock)
-    await sim.start()
+async def test_a_running_request_past_its_deadline_is_aborted_at_the_next_step(
+    clock: FakeClock,
+) -> None:
+    # Steps of 10 ms: 240 tokens take 2.4 s, past the 2 s deadline.
+    sim = await started(dataclasses.replace(ROOMY, step_base_s=0.01), clock)
     try:
+        start = clock.now()
         deltas = sim.generate(request("late", max_tokens=240, timeout_s=2.0))
-        await deltas.__anext__()
+        await clock.drive(deltas.__anext__())
         assert sim.load().running == 1 and sim.load().kv_cache_usage > 0
-        clock.now += 1.9
-        await deltas.__anext__()  # still inside its deadline: it goes on
-        clock.now += 0.1
         with pytest.raises(DeadlineExceeded) as exceeded:
-            async for _ in deltas:
-                pass
+            await clock.drive(collect(deltas))
+        assert clock.now() - start == pytest.approx(2.0, abs=0.011)  # at the next step
         # Aborted, not finished: its blocks are free and it is counted as such.
         assert 2 <= exceeded.value.output_tokens < 240
         assert str(exceeded.value.output_tokens) in str(exceeded.value)
         assert sim.load().running == 0 and sim.load().kv_cache_usage == 0
         assert sim.stats.requests_deadline_exceeded == 1
         assert sim.stats.requests_aborted == 0 and sim.stats.requests_finished == 1  # probe
-        on_time = await collect(sim.generate(request("on-time", max_tokens=5, timeout_s=1.0)))
+        on_time = await clock.drive(
+            collect(sim.generate(request("on-time", max_tokens=5, timeout_s=1.0)))
+        )
         assert on_time[-1].output_tokens == 5
     finally:
         await sim.stop()
 
 
-async def test_a_request_waiting_in_the_engine_past_its_deadline_never_runs() -> None:
-    clock = ManualClock()
-    sim = SimEngine(ROOMY, clock=clock)  # a batch of at most 4 sequences
-    await sim.start()
+async def test_a_request_waiting_in_the_engine_past_its_deadline_never_runs(
+    clock: FakeClock,
+) -> None:
+    # A batch of at most 4 sequences, each 240 tokens of 10 ms steps (2.4 s).
+    sim = await started(dataclasses.replace(ROOMY, step_base_s=0.01), clock)
     try:
         batch = [sim.generate(request(f"r{i}", max_tokens=240)) for i in range(4)]
         for deltas in batch:
-            await deltas.__anext__()
+            await clock.drive(deltas.__anext__())
         queued = sim.generate(request("queued", max_tokens=5, timeout_s=1.0))
         waiting = asyncio.ensure_future(collect(queued))
-        await until(lambda: sim.load().waiting == 1)
-        clock.now += 1.0
+        await clock.run_until(lambda: sim.load().waiting == 1)
+        start = clock.now()
         with pytest.raises(DeadlineExceeded) as exceeded:
-            await waiting
+            await clock.drive(waiting)
+        assert clock.now() - start == pytest.approx(1.0, abs=0.011)
         assert exceeded.value.output_tokens == 0
         assert sim.load().waiting == 0 and sim.load().running == 4
         assert sim.stats.requests_deadline_exceeded == 1

@@ -30,3 +30,8 @@ def test_command_puts_the_middleware_in_front_only_with_admission() -> None:
     assert on[-1] == "--enforce-eager"
     off = vllm_command(model="m", host="127.0.0.1", port=8000, extra_args=[], admission=False)
     assert "--middleware" not in off
+
+
+def test_a_setting_written_under_its_earlier_name_is_read() -> None:
+    env = {ENV_ADMISSION: json.dumps({"drain_window_s": 7.5})}
+    assert admission_config_from_env(env).drain_period_s == 7.5

@@ -11,10 +11,10 @@ the load headers want it on every response, so a reading is reused for
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.engine import EngineLoad
 
 __all__ = ["VllmLoadReader"]
@@ -34,12 +34,12 @@ class VllmLoadReader:
         engine_client: Any,
         *,
         max_age: float = 0.05,
-        clock: Callable[[], float] = time.monotonic,
+        clock: ClockLike | None = None,
         snapshot: Callable[[], list[Any]] | None = None,
     ) -> None:
         self._engine = engine_client
         self._max_age = max_age
-        self._clock = clock
+        self._clock = as_clock(clock)
         if snapshot is None:
             from vllm.v1.metrics.reader import get_metrics_snapshot
 
@@ -63,7 +63,7 @@ class VllmLoadReader:
         return self._engine.get_tokenizer()
 
     def __call__(self) -> EngineLoad:
-        now = self._clock()
+        now = self._clock.now()
         if self._cached is not None and now - self._at < self._max_age:
             return self._cached
         values = {"kv": 0.0, "running": 0.0, "waiting": 0.0}

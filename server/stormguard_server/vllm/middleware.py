@@ -39,6 +39,7 @@ from stormguard.protocol import (
     parse_priority,
 )
 from stormguard_server.admission import AdmissionController, ShedError
+from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.middleware import LoadHeadersMiddleware
@@ -57,6 +58,8 @@ logger = logging.getLogger("stormguard_server.vllm")
 ENV_ADMISSION = "STORMGUARD_ADMISSION"
 _MAX_BODY_BYTES = 8 * 1024 * 1024
 _TICK_S = 0.05
+# AdmissionConfig fields renamed since the variable was first documented.
+_RENAMED = {"drain_window_s": "drain_period_s"}
 
 
 def admission_config_from_env(environ: Mapping[str, str] = os.environ) -> AdmissionConfig:
@@ -65,6 +68,9 @@ def admission_config_from_env(environ: Mapping[str, str] = os.environ) -> Admiss
     if not raw:
         return AdmissionConfig()
     data = json.loads(raw)
+    for old, new in _RENAMED.items():  # settings written under an earlier name
+        if old in data and new not in data:
+            data[new] = data.pop(old)
     known = {f.name for f in fields(AdmissionConfig)}
     unknown = set(data) - known
     if unknown:
@@ -75,9 +81,10 @@ def admission_config_from_env(environ: Mapping[str, str] = os.environ) -> Admiss
 class StormguardAdmission:
     """Token-weighted admission and load headers for vLLM's OpenAI server."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, clock: ClockLike | None = None) -> None:
         self.app = app
         self.config = admission_config_from_env()
+        self._clock = as_clock(clock)
         self._controller: AdmissionController | None = None
         self._reader: VllmLoadReader | None = None
         self._ticker: asyncio.Task[None] | None = None
@@ -91,8 +98,8 @@ class StormguardAdmission:
         engine_client = getattr(scope["app"].state, "engine_client", None)
         if engine_client is None:
             return None
-        self._reader = VllmLoadReader(engine_client)
-        self._controller = AdmissionController(self.config, self._reader)
+        self._reader = VllmLoadReader(engine_client, clock=self._clock)
+        self._controller = AdmissionController(self.config, self._reader, clock=self._clock)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         capacity, block = self._reader.capacity_tokens()
         logger.info(
@@ -107,7 +114,7 @@ class StormguardAdmission:
     async def _tick_forever(self) -> None:
         assert self._controller is not None
         while True:
-            await asyncio.sleep(_TICK_S)
+            await self._clock.sleep(_TICK_S)
             try:
                 self._controller.tick()
             except Exception:  # housekeeping must never die; the next tick retries
@@ -170,7 +177,7 @@ class StormguardAdmission:
             max_tokens=cost.max_tokens,
         )
         try:
-            permit = await unless_disconnected(receive, controller.acquire(ticket))
+            grant = await unless_disconnected(receive, controller.acquire(ticket))
         except ShedError as exc:
             await self._refuse(shed_error_response(exc.shed), scope, receive, send)
             return
@@ -179,7 +186,7 @@ class StormguardAdmission:
         try:
             await _run_until_disconnect(self._with_headers, scope, body, receive, send)
         finally:
-            controller.release(permit)
+            controller.release(grant)
 
     def _cost(self, path: str, request: dict[str, Any]) -> Cost | None:
         """The request's cost as vLLM will count it; None when unknown."""
