@@ -4,93 +4,106 @@ Adaptive concurrency that turns shed load into waiting, retry budgets,
 jittered backoff that honours ``Retry-After``, deadlines that cover every
 attempt, streams that close the moment they are left, and the server's load
 headers on every result and error.
+
+Every public name loads its module on first use (PEP 562): ``import stormguard``
+costs little more than ``import httpx`` (bench/bench_import.py), and a program
+pays for the client when it first names it; optional pieces (tiktoken, the
+OpenTelemetry API, httpcore) wait until a call needs them. ``from stormguard
+import Client`` and type checkers see the same names as before.
 """
 
-from ._async_client import AsyncClient
-from ._base_client import DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
-from ._breaker import (
-    BreakerConfig,
-    BreakerRegistry,
-    BreakerState,
-    BreakerTransition,
-    CircuitBreaker,
-    CircuitState,
-)
-from ._budget import BudgetState, RetryBudget
-from ._client import Client
-from ._clock import Clock
-from ._deadline_transport import DeadlineTransport
-from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoveryState
-from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
-from ._endpoints import Endpoint, SpillOver
-from ._exceptions import (
-    APIConnectionError,
-    APIError,
-    APIResponseValidationError,
-    APIStatusError,
-    APITimeoutError,
-    AuthenticationError,
-    BadRequestError,
-    CircuitOpenError,
-    ConflictError,
-    ContextWindowExceededError,
-    InternalServerError,
-    LocalQueueFullError,
-    NotFoundError,
-    PermissionDeniedError,
-    QueueTimeoutError,
-    RateLimitError,
-    RefusedBeforeSendError,
-    ServiceUnavailableError,
-    StormguardError,
-    StreamInterruptedError,
-    ThrottledError,
-    TokenRateLimitedError,
-    UnprocessableEntityError,
-)
-from ._history import AttemptRecord
-from ._limiter import ConcurrencyLimiter, LimitState
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ._logs import setup_logging
-from ._models import (
-    CallInfo,
-    ChatCompletion,
-    ChatCompletionChunk,
-    ChatCompletionMessage,
-    Choice,
-    ChoiceDelta,
-    ChunkChoice,
-    Completion,
-    CompletionChoice,
-    CompletionUsage,
-    CreateEmbeddingResponse,
-    Embedding,
-    EmbeddingUsage,
-    Model,
-    ModelList,
-    Record,
-    Response,
-    ResponseStreamEvent,
-    ResponseUsage,
-)
-from ._options import Omit, TimeoutLike, omit
-from ._rate_limit_headers import RateLimit
-from ._raw_response import LegacyAPIResponse
-from ._retry import RetryPolicy
-from ._stats import CallStats
-from ._stream_timeouts import StreamTimeouts
-from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
-from ._streaming import AsyncStream, Stream
-from ._throttle import AdaptiveThrottle
-from ._transport import (
-    AsyncStormguardTransport,
-    StormguardTransport,
-    async_httpx_client,
-    httpx_client,
-    openai_http_library,
-)
 from ._version import __version__
-from .protocol import Priority, ServerLoad, ShedReason
-from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ._async_client import AsyncClient
+    from ._base_client import DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
+    from ._breaker import (
+        BreakerConfig,
+        BreakerRegistry,
+        BreakerState,
+        BreakerTransition,
+        CircuitBreaker,
+        CircuitState,
+    )
+    from ._budget import BudgetState, RetryBudget
+    from ._client import Client
+    from ._clock import Clock
+    from ._deadline_transport import DeadlineTransport
+    from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoveryState
+    from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
+    from ._endpoints import Endpoint, SpillOver
+    from ._exceptions import (
+        APIConnectionError,
+        APIError,
+        APIResponseValidationError,
+        APIStatusError,
+        APITimeoutError,
+        AuthenticationError,
+        BadRequestError,
+        CircuitOpenError,
+        ConflictError,
+        ContextWindowExceededError,
+        InternalServerError,
+        LocalQueueFullError,
+        NotFoundError,
+        PermissionDeniedError,
+        QueueTimeoutError,
+        RateLimitError,
+        RefusedBeforeSendError,
+        ServiceUnavailableError,
+        StormguardError,
+        StreamInterruptedError,
+        ThrottledError,
+        TokenRateLimitedError,
+        UnprocessableEntityError,
+    )
+    from ._history import AttemptRecord
+    from ._limiter import ConcurrencyLimiter, LimitState
+    from ._models import (
+        CallInfo,
+        ChatCompletion,
+        ChatCompletionChunk,
+        ChatCompletionMessage,
+        Choice,
+        ChoiceDelta,
+        ChunkChoice,
+        Completion,
+        CompletionChoice,
+        CompletionUsage,
+        CreateEmbeddingResponse,
+        Embedding,
+        EmbeddingUsage,
+        Model,
+        ModelList,
+        Record,
+        Response,
+        ResponseStreamEvent,
+        ResponseUsage,
+    )
+    from ._options import Omit, TimeoutLike, omit
+    from ._rate_limit_headers import RateLimit
+    from ._raw_response import LegacyAPIResponse
+    from ._retry import RetryPolicy
+    from ._stats import CallStats
+    from ._stream_timeouts import StreamTimeouts
+    from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
+    from ._streaming import AsyncStream, Stream
+    from ._throttle import AdaptiveThrottle
+    from ._transport import (
+        AsyncStormguardTransport,
+        StormguardTransport,
+        async_httpx_client,
+        httpx_client,
+        openai_http_library,
+    )
+    from .protocol import Priority, ServerLoad, ShedReason
+    from .telemetry import Telemetry
 
 __all__ = [
     "DEFAULT_CONNECTION_LIMITS",
@@ -192,10 +205,127 @@ __all__ = [
     "openai_http_library",
 ]
 
+#: Public name -> the module that defines it, imported when the name is first used.
+_MODULES: dict[str, str] = {
+    "AsyncClient": "._async_client",
+    "DEFAULT_CONNECTION_LIMITS": "._base_client",
+    "DEFAULT_TIMEOUT": "._base_client",
+    "NOT_GIVEN": "._base_client",
+    "NotGiven": "._base_client",
+    "BreakerConfig": "._breaker",
+    "BreakerRegistry": "._breaker",
+    "BreakerState": "._breaker",
+    "BreakerTransition": "._breaker",
+    "CircuitBreaker": "._breaker",
+    "CircuitState": "._breaker",
+    "BudgetState": "._budget",
+    "RetryBudget": "._budget",
+    "Client": "._client",
+    "Clock": "._clock",
+    "DeadlineTransport": "._deadline_transport",
+    "DiscoveryChange": "._discovery",
+    "DiscoveryConfig": "._discovery",
+    "DiscoveryError": "._discovery",
+    "DiscoveryState": "._discovery",
+    "EjectionConfig": "._ejection",
+    "EjectionTransition": "._ejection",
+    "EndpointHealth": "._ejection",
+    "EndpointStatus": "._ejection",
+    "Endpoint": "._endpoints",
+    "SpillOver": "._endpoints",
+    "APIConnectionError": "._exceptions",
+    "APIError": "._exceptions",
+    "APIResponseValidationError": "._exceptions",
+    "APIStatusError": "._exceptions",
+    "APITimeoutError": "._exceptions",
+    "AuthenticationError": "._exceptions",
+    "BadRequestError": "._exceptions",
+    "CircuitOpenError": "._exceptions",
+    "ConflictError": "._exceptions",
+    "ContextWindowExceededError": "._exceptions",
+    "InternalServerError": "._exceptions",
+    "LocalQueueFullError": "._exceptions",
+    "NotFoundError": "._exceptions",
+    "PermissionDeniedError": "._exceptions",
+    "QueueTimeoutError": "._exceptions",
+    "RateLimitError": "._exceptions",
+    "RefusedBeforeSendError": "._exceptions",
+    "ServiceUnavailableError": "._exceptions",
+    "StormguardError": "._exceptions",
+    "StreamInterruptedError": "._exceptions",
+    "ThrottledError": "._exceptions",
+    "TokenRateLimitedError": "._exceptions",
+    "UnprocessableEntityError": "._exceptions",
+    "AttemptRecord": "._history",
+    "ConcurrencyLimiter": "._limiter",
+    "LimitState": "._limiter",
+    "CallInfo": "._models",
+    "ChatCompletion": "._models",
+    "ChatCompletionChunk": "._models",
+    "ChatCompletionMessage": "._models",
+    "Choice": "._models",
+    "ChoiceDelta": "._models",
+    "ChunkChoice": "._models",
+    "Completion": "._models",
+    "CompletionChoice": "._models",
+    "CompletionUsage": "._models",
+    "CreateEmbeddingResponse": "._models",
+    "Embedding": "._models",
+    "EmbeddingUsage": "._models",
+    "Model": "._models",
+    "ModelList": "._models",
+    "Record": "._models",
+    "Response": "._models",
+    "ResponseStreamEvent": "._models",
+    "ResponseUsage": "._models",
+    "Omit": "._options",
+    "TimeoutLike": "._options",
+    "omit": "._options",
+    "RateLimit": "._rate_limit_headers",
+    "LegacyAPIResponse": "._raw_response",
+    "RetryPolicy": "._retry",
+    "CallStats": "._stats",
+    "StreamTimeouts": "._stream_timeouts",
+    "APIResponse": "._streamed_response",
+    "AsyncAPIResponse": "._streamed_response",
+    "StreamAlreadyConsumed": "._streamed_response",
+    "AsyncStream": "._streaming",
+    "Stream": "._streaming",
+    "AdaptiveThrottle": "._throttle",
+    "AsyncStormguardTransport": "._transport",
+    "StormguardTransport": "._transport",
+    "async_httpx_client": "._transport",
+    "httpx_client": "._transport",
+    "openai_http_library": "._transport",
+    "Priority": ".protocol",
+    "ServerLoad": ".protocol",
+    "ShedReason": ".protocol",
+    "Telemetry": ".telemetry",
+    "OpenAI": "._client",
+    "AsyncOpenAI": "._async_client",
+}
+
 #: openai-python's class names, so that ``from openai import OpenAI`` and ``openai.OpenAI(...)``
 #: port by changing only the import (``from stormguard import OpenAI``, ``import stormguard as
 #: openai``); the same classes as ``Client`` and ``AsyncClient``.
-OpenAI = Client
-AsyncOpenAI = AsyncClient
+_ALIASES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient"}
+
+if TYPE_CHECKING:
+    OpenAI = Client
+    AsyncOpenAI = AsyncClient
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), _ALIASES.get(name, name))
+    globals()[name] = value  # the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 setup_logging()
