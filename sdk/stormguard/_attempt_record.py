@@ -1,0 +1,174 @@
+"""One attempt's bookkeeping: its response and failure, the deadline errors of
+its reads, its settling with the limiter, the breaker, outlier ejection and
+the throttle (one ``Verdict`` read by each), and its ``AttemptRecord``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._breaker import CircuitState
+from ._call_base import OK
+from ._call_state import ATTEMPT_OPEN, IN_FLIGHT
+from ._ejection import evidence_of
+from ._endpoint_choice import EndpointChoice
+from ._events import AttemptEnded
+from ._exceptions import APIError, APITimeoutError
+from ._history import AttemptRecord
+from ._http import httpx
+from ._rate_limit_headers import RateLimit
+from ._verdict import classify
+from .protocol import ServerLoad
+
+if TYPE_CHECKING:
+    from ._endpoints import EndpointState
+
+
+__all__ = ["AttemptRecords"]
+
+
+class AttemptRecords(EndpointChoice):
+    """The bookkeeping of one attempt, from its response to its record."""
+
+    def saw_response(self, response: httpx.Response) -> None:
+        """Note the status and load headers of the attempt's response."""
+        self.machine.step("saw_response")
+        # One pass over the headers: httpx.Headers.get scans them all on each of the
+        # dozen look-ups the parser makes (about 20 us a call, measured).
+        headers = dict(response.headers.items())
+        load = ServerLoad.from_headers(headers)
+        self.server_load = self.redactor.scrub_load(load)
+        self.rate_limit = RateLimit.from_headers(headers)
+        if self._endpoint is not None:
+            self.core.picker.observe(self._endpoint, self.server_load)
+        policy = self.core.token_policy
+        limiter = policy.rate_limiter if policy is not None else None
+        if limiter is not None and self.rate_limit.remaining_tokens is not None:
+            # The server's count of this caller's tokens beats the local estimate.
+            limiter.observe(self.rate_limit.remaining_tokens, self.rate_limit.reset_tokens)
+        self._note(response.status_code, None)
+
+    def failed(self, error: APIError) -> APIError:
+        """Record that the attempt ended in ``error`` and return it, to be raised
+        (scrubbed of secrets: it may quote a library's text, an httpx error's), with
+        the attempt's request as its ``request``."""
+        if error.request is None:
+            error.request = self._request
+        if error.rate_limit.is_empty:
+            error.rate_limit = self.rate_limit
+        self.redactor.scrub_error(error)
+        self._attempt_error = error
+        self.machine.step("failed")
+        self._settle(None, error)
+        if self._pending is None or self._pending[1] is None:
+            status = self._pending[0] if self._pending else getattr(error, "status_code", None)
+            self._note(status, type(error).__name__)
+        return error
+
+    def deadline_passed(self, doing: str, *, response_started: bool = False) -> APIError:
+        """The error, recorded, of an attempt that the call's deadline ended ``doing``
+        something (a cancel scope fired, or a check between two reads)."""
+        return self.failed(self.deadline_error(doing, response_started=response_started))
+
+    def deadline_error(self, doing: str, *, response_started: bool = False) -> APIError:
+        """The error of a deadline that passed ``doing`` something, not recorded; a
+        stream's bound that passed says which it was, and a first chunk's is retried."""
+        bounds = self.stream_bounds
+        reason = None if bounds is None else bounds.timeout_reason()
+        message = f"The call's deadline passed {doing}"
+        if bounds is not None and reason is not None:
+            message = f"{reason[0].upper()}{reason[1:]} {doing}"
+            response_started = response_started and not bounds.first_chunk_passed
+        return APITimeoutError(
+            message, response_started=response_started, server_load=self.server_load
+        )
+
+    def failed_reading(self, error: APIError) -> APIError:
+        """A body reader's error: the failure of the attempt while it is in flight
+        (``failed``); after the hand-over the error as it is, which the reader's
+        caller ends the call with (``failed_after_hand_over``)."""
+        return self.failed(error) if self.machine.state in IN_FLIGHT else error
+
+    def _note(self, status: int | None, error_type: str | None) -> None:
+        self._pending = (status, error_type, self.core.clock.now() - self._started)
+
+    def _close_record(self, outcome: str) -> None:
+        """Close the attempt's record with ``outcome`` (settling an attempt still in
+        flight first); the caller then takes the step the outcome leads to."""
+        if self.machine.state not in ATTEMPT_OPEN:
+            return  # no attempt was sent (refused before it: open breaker, throttle)
+        status, error_type, duration = self._pending or (None, None, 0.0)
+        if self._pending is None:
+            duration = self.core.clock.now() - self._started
+        if self.machine.state in IN_FLIGHT:
+            self._settle(outcome, None if outcome == OK else self._attempt_error)
+        lease = self._lease
+        if outcome != OK or not self.spec.stream:
+            self.release_slot()  # a stream holds its slot until it ends (``ended``)
+        if self._trace is not None:
+            self._trace.on_event(
+                AttemptEnded(outcome, status, error_type, self.server_load, duration)
+            )
+        endpoint = self._endpoint
+        if endpoint is not None:
+            self.core.picker.finished(endpoint)
+            self._last_endpoint = endpoint.name
+            self._endpoint = None
+        self.history.append(
+            AttemptRecord(
+                number=self.attempt_number,
+                status_code=status,
+                error_type=error_type,
+                delay_before=self._delay_before,
+                duration=duration,
+                outcome=outcome,
+                endpoint=endpoint.name if endpoint is not None else None,
+                model=self.spec.model,
+                queued=self._queued_before,
+                concurrency_limit=None if lease is None else lease.limit,
+                started_at=self._started,
+            )
+        )
+        self._pending = None
+
+    def _settle(self, outcome: str | None, error: BaseException | None = None) -> None:
+        """Tell the breaker and the throttle how the attempt in flight went, once: as
+        soon as it failed (so the retry decision sees an opened breaker) or when it
+        ended. Nothing is told of a cancelled attempt: that says nothing about the
+        server."""
+        permit, self._permit = self._permit, None
+        if outcome == "cancelled":
+            if permit is not None:
+                permit.ignore()
+            return
+        verdict = classify(error, self.core.retry_policy)  # read by each policy below
+        if self._lease is not None:
+            # A stream settles at its first chunk: the time so far is its first token's.
+            ttft = self.core.clock.now() - self._started if self.spec.stream else None
+            self._lease.mark(verdict.limit, self.server_load, ttft)
+        if permit is not None:
+            permit.settle(error, verdict=verdict)
+            if self._endpoint is not None and verdict.breaker_failure:
+                self._after_breaker_failure(self._endpoint)
+        ejection, endpoint = self.core.ejection, self._endpoint
+        if ejection is not None and endpoint is not None:
+            evidence = evidence_of(error, response_seen=self._pending is not None)
+            if ejection.record(endpoint, evidence, sent_at=self._started):
+                self._after_ejection(endpoint)
+        if self.core.throttle is not None:
+            self.core.throttle.record(error, verdict=verdict)
+
+    def _after_breaker_failure(self, endpoint: EndpointState) -> None:
+        """An endpoint whose breaker this failure opened gets a recovery ramp: its
+        concurrency limit starts from the bottom when calls return."""
+        registry, limiter = self.core.breakers, self.core.limiter
+        if registry is None or limiter is None:
+            return
+        if registry.get(endpoint.name, self.spec.model).state is CircuitState.OPEN:
+            limiter.endpoint(endpoint.name).went_down()
+
+    def _after_ejection(self, endpoint: EndpointState) -> None:
+        """An ejected endpoint gets the same recovery ramp as one whose breaker
+        opened: when it returns, its limit starts from the bottom."""
+        if self.core.limiter is not None:
+            self.core.limiter.endpoint(endpoint.name).went_down()

@@ -1,0 +1,150 @@
+"""The state of one logical call (``CallBase``): what each layer of the call reads
+and moves. The layers above it, one job each, bottom to top: ``_call_events``
+(telemetry), ``_endpoint_choice``, ``_attempt_record`` (an attempt's response,
+failure, record and settling), ``_retry_loop`` (tenacity's strategies),
+``_call_result`` (results, hand-over, the error that leaves the call), and
+``_pipeline.LogicalCall`` (pre-check, fallback, starting an attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from ._call_state import CallMachine
+from ._deadline import Deadline
+from ._history import AttemptRecord
+from ._http import httpx
+from ._limiter import Lease
+from ._models import CallInfo
+from ._rate_limit_headers import RateLimit
+from ._stop_reason import StopReason
+from ._stream_timeouts import StreamBounds
+from ._verdict import LimitOutcome
+from .protocol import HEADER_PRIORITY, Priority, ServerLoad, parse_priority
+
+if TYPE_CHECKING:
+    from ._base_client import ClientCore
+    from ._breaker import Permit
+    from ._call_spec import CallSpec
+    from ._endpoints import EndpointState
+    from ._events import CallObserver
+    from .tokens import Precheck, Reservation
+
+
+__all__ = ["FAILOVER", "OK", "REQUEUED", "RETRY", "CallBase"]
+
+#: The outcomes of an attempt besides the stop reasons (``AttemptRecord.outcome``).
+OK = "ok"
+RETRY = "retry"
+FAILOVER = "failover"
+REQUEUED = "requeued"
+
+
+class CallBase:
+    """The state of one logical call; created per call, used by one driver."""
+
+    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+        self.core = core
+        self.spec = spec
+        self.deadline = Deadline(core.clock, spec.timeout)
+        #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
+        #: (``_stream_timeouts.py``); None: the deadline alone bounds the call.
+        self.stream_bounds = (
+            StreamBounds.of(
+                core.stream_timeouts if spec.stream_timeouts is None else spec.stream_timeouts,
+                self.deadline,
+                core.clock,
+            )
+            if spec.stream
+            else None
+        )
+        #: Where the call is (``_call_state.py``): each step below moves it, and a
+        #: step out of order raises ``CallProtocolError``.
+        self.machine = CallMachine()
+        self.history: list[AttemptRecord] = []
+        self.retry_stopped_by: StopReason | None = None
+        self.attempt_number = 0
+        self.server_load = ServerLoad()
+        #: The ``x-ratelimit-*`` headers of the last response.
+        self.rate_limit = RateLimit()
+        self._content = spec.content
+        if self._content is None and spec.body is not None:
+            self._content = json.dumps(spec.body, separators=(",", ":")).encode()
+
+        self._endpoint: EndpointState | None = None
+        self._endpoint_choice: EndpointState | None = None
+        self._last_endpoint: str | None = None
+        #: Endpoints this call has sent an attempt to (a failover goes only to others).
+        self._tried: set[str] = set()
+        #: The endpoint the next retry goes to, chosen when it was decided.
+        self._next_target: EndpointState | None = None
+        #: The next retry is a failover: to an endpoint not tried yet, outside the budget.
+        self._failover = False
+        self._permit: Permit | None = None
+        #: The request of the current (or last) attempt: the ``request`` of its errors.
+        self._request: httpx.Request | None = None
+        self._attempt_error: BaseException | None = None
+        self._delay_before = 0.0
+        self._next_delay = 0.0
+        self._started = 0.0
+        self._pending: tuple[int | None, str | None, float] | None = None
+        self.precheck: Precheck | None = None
+        self._reservation: Reservation | None = None
+        #: "response" mode: the final response rebuilt with its body, and its elapsed.
+        self._read: tuple[httpx.Response, timedelta] | None = None
+        #: "unread" mode: what the result will say of the call, once its body is read.
+        self._unread_info: CallInfo | None = None
+        self.total_attempts = 0
+        #: Models still to try when this one cannot serve (``fallback_models``).
+        self.fallbacks = [m for m in core.fallback_models if m != spec.model]
+        #: The model first asked for, once the call has moved to a fallback.
+        self.degraded_from: str | None = None
+        core.budget.record_call()
+        core.stats.call()
+        limiter = core.limiter
+        #: The concurrency slot of the current attempt (None: no limiter, or none held).
+        self._lease: Lease | None = None
+        #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.
+        self.priority = self._priority()
+        self._limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
+        if limiter is not None:
+            limiter.requeue_budget.record_call()
+            self._limit_key = (self.priority.rank, limiter.next_seq())
+        #: Requeues on the current model (sheds sent back to the local queue).
+        self._requeues = 0
+        self._requeue_next = False
+        #: The next attempt resends a requeued call (not a retry).
+        self._resending = False
+        #: The last failed attempt is worth a retry (its ``Verdict``), and whether a
+        #: shed can be requeued after it (the limiter's ``LimitOutcome`` of it).
+        self._retryable = False
+        self._failure_limit = LimitOutcome.IGNORED
+        self._forced_stop: StopReason | None = None
+        self._queued_before = 0.0
+        #: Seconds the call spent in the local queue, over every attempt.
+        self.queued_s = 0.0
+        #: The call's observer (telemetry); None when nothing is recorded: no events then.
+        self._trace: CallObserver | None = None
+        #: Scrubs the client's credentials, and this call's own, from what it shows.
+        self.redactor = core.redactor.including(headers=spec.headers, url=spec.absolute_url)
+
+    def _priority(self) -> Priority:
+        """The call's ``x-priority``: its own header, else the client's."""
+        for name, value in self.spec.headers.items():
+            if name.lower() == HEADER_PRIORITY:
+                return parse_priority({HEADER_PRIORITY: value})
+        return self.core.priority
+
+    def release_slot(self) -> None:
+        """Give the attempt's concurrency slot back (with the outcome it was marked with)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+    def remaining_or_none(self) -> float | None:
+        """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
+        remaining = self.deadline.remaining()
+        return remaining if math.isfinite(remaining) else None
