@@ -18,14 +18,15 @@ from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._compat import Self, Unpack
-from ._discovery import (
-    Discovery,
-    DiscoveryConfig,
-    DiscoveryListener,
+from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
+from ._endpoints import (
+    Endpoint,
+    EndpointPicker,
+    SpillOver,
+    check_served,
+    normalize_base_url,
     split_dns_scheme,
 )
-from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
-from ._endpoints import Endpoint, EndpointPicker, SpillOver, check_served, normalize_base_url
 from ._events import Observer
 from ._http import http_client_types, httpx, primary_limits
 from ._limiter import ConcurrencyLimiter
@@ -60,6 +61,7 @@ from .protocol import (
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from ._discovery import Discovery, DiscoveryConfig, DiscoveryListener
     from .tokens import TokenPolicy  # the pre-check loads on first use
 
 __all__ = [
@@ -190,11 +192,14 @@ class ClientCore:
         #: The endpoints as given (a DNS name stands for all its addresses).
         self.endpoints = [endpoint for endpoint, _ in entries]
         discovered = any(dns for _, dns in entries)
-        if discovery is not None and not isinstance(discovery, DiscoveryConfig):
-            raise TypeError(
-                "discovery must be a stormguard.DiscoveryConfig or None, got"
-                f" {type(discovery).__name__}"
-            )
+        if discovery is not None:
+            from ._discovery import DiscoveryConfig  # DNS discovery: loaded when asked for
+
+            if not isinstance(discovery, DiscoveryConfig):
+                raise TypeError(
+                    "discovery must be a stormguard.DiscoveryConfig or None, got"
+                    f" {type(discovery).__name__}"
+                )
         if spill_over is not None and not isinstance(spill_over, SpillOver):
             raise TypeError(
                 "spill_over must be a stormguard.SpillOver or None, got"
@@ -294,8 +299,11 @@ class ClientCore:
         if callable(endpoints_discovered):  # an observer written before discovery has none
             on_discovery += (endpoints_discovered,)
         #: The DNS names this client follows (``_discovery.py``); None: no DNS name.
-        self.discovery = (
-            Discovery(
+        self.discovery: Discovery | None = None
+        if discovered:
+            from ._discovery import Discovery  # loads with the first client following a name
+
+            self.discovery = Discovery(
                 entries,
                 picker=self.picker,
                 config=discovery,
@@ -303,10 +311,6 @@ class ClientCore:
                 listeners=on_discovery,
                 scrub=self.redactor.scrub,
             )
-            if discovered
-            else None
-        )
-        if self.discovery is not None:
             self.discovery.start()
 
     def _ejected(self, transition: EjectionTransition) -> None:

@@ -54,6 +54,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ._endpoints import DNS_SCHEME_PREFIX, split_dns_scheme
 from ._exceptions import APIConnectionError, APITimeoutError
 from ._http import httpx
 from ._redact import display_url
@@ -78,8 +79,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DNS_SCHEME_PREFIX = "dns+"
-
 #: ``(host, port) -> addresses``: how a name is resolved (run in a thread of its own).
 Resolver = Callable[[str, int], Sequence[str]]
 #: Runs a look off the call path: a daemon thread of its own by default.
@@ -95,13 +94,6 @@ def getaddrinfo_resolver(host: str, port: int) -> list[str]:
 
 def _in_thread(job: Callable[[], None]) -> None:
     threading.Thread(target=job, name="stormguard-dns", daemon=True).start()
-
-
-def split_dns_scheme(url: str) -> tuple[str, bool]:
-    """``(url without "dns+", whether it had it)``."""
-    if url[: len(DNS_SCHEME_PREFIX)].lower() == DNS_SCHEME_PREFIX:
-        return url[len(DNS_SCHEME_PREFIX) :], True
-    return url, False
 
 
 def _positive(name: str, value: float) -> float:

@@ -73,7 +73,6 @@ import logging
 import math
 import random
 import socket
-import statistics
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -467,6 +466,8 @@ class EjectionTracker:
                 rates.append(ok / (ok + failed))
         if not rates:
             return False
+        import statistics  # only with several endpoints to compare: not on import
+
         mean, stdev = statistics.fmean(rates), statistics.pstdev(rates)
         threshold = mean - max(config.stdev_factor * stdev, config.success_rate_margin)
         return successes / calls < threshold

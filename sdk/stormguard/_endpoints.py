@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_STALE_AFTER",
+    "DNS_SCHEME_PREFIX",
     "Endpoint",
     "EndpointPicker",
     "EndpointState",
@@ -50,9 +51,20 @@ __all__ = [
     "check_served",
     "normalize_base_url",
     "priority_classes",
+    "split_dns_scheme",
 ]
 
 DEFAULT_STALE_AFTER = 5.0
+#: A base URL to follow in DNS (``dns+http://name:port/v1``): ``_discovery.py``.
+DNS_SCHEME_PREFIX = "dns+"
+
+
+def split_dns_scheme(url: str) -> tuple[str, bool]:
+    """``(url without "dns+", whether it had it)``. Here, not in ``_discovery``, so
+    that a client with no DNS name never loads discovery."""
+    if url[: len(DNS_SCHEME_PREFIX)].lower() == DNS_SCHEME_PREFIX:
+        return url[len(DNS_SCHEME_PREFIX) :], True
+    return url, False
 
 
 def normalize_base_url(base_url: str | httpx.URL) -> tuple[str, str]:

@@ -37,6 +37,7 @@ LAZY = (
     "stormguard.telemetry._metrics",
     "stormguard.telemetry._otlp",
     "stormguard._deadline_backend",
+    "stormguard._discovery",
 )
 
 
