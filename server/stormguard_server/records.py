@@ -21,7 +21,7 @@ GoneStage = Literal["queued", "running"]
 
 @dataclass
 class RequestRecord:
-    """What happened to one request; times are ``time.monotonic()`` seconds."""
+    """What happened to one request; times are seconds on the server's clock (``clock.py``)."""
 
     request_id: str
     kind: str
