@@ -140,26 +140,26 @@ READERS = ["stream", "streaming_response", "openai"]
 async def test_an_idle_gap_ends_a_stream_that_outlived_its_timeout(
     server: HostileServer, mode: str, how: str
 ) -> None:
-    """Chunks 0.1 s apart for 1 s under a 0.5 s timeout, then silence: the stream
-    outlives the timeout while it sends, and ends 1 s (its idle bound) into the
-    silence, as a timeout of the kind of client that reads it."""
-    server.behaviours["/v1/chat/completions"] = chunks(11, every=0.1, then_hold=True)
+    """Chunks 0.05 s apart for 0.5 s under a 0.25 s timeout, then silence: the stream
+    outlives the timeout while it sends, and ends 0.5 s (its idle bound, ten chunk
+    gaps) into the silence, as a timeout of the kind of client that reads it."""
+    server.behaviours["/v1/chat/completions"] = chunks(11, every=0.05, then_hold=True)
     reader = Reader(mode, how)
     expected = openai.APITimeoutError if how == "openai" else stormguard.APITimeoutError
     started = time.monotonic()
     try:
         with pytest.raises(expected) as info:
             await reader.read(
-                base_url=server.base_url, timeout=0.5, stream_timeouts=StreamTimeouts(idle=1.0)
+                base_url=server.base_url, timeout=0.25, stream_timeouts=StreamTimeouts(idle=0.5)
             )
     finally:
         await reader.close()
     ended = time.monotonic()
-    assert len(reader.received) == 11 and reader.received[-1] - started > 0.5
+    assert len(reader.received) == 11 and reader.received[-1] - started > 0.25
     gap = ended - reader.received[-1]
-    assert 0.9 <= gap < 1.0 + SLACK, gap
+    assert 0.45 <= gap < 0.5 + SLACK, gap
     error = info.value if how != "openai" else info.value.__cause__
-    assert "no chunk for 1 s" in str(error)
+    assert "no chunk for 0.5 s" in str(error)
     request = server.requests_to("/v1/chat/completions")[-1]
     assert "x-request-deadline-ms" not in request.headers  # no server-side abort at 0.5 s
 
@@ -168,16 +168,16 @@ async def test_an_idle_gap_ends_a_stream_that_outlived_its_timeout(
 async def test_a_stream_that_keeps_sending_runs_to_its_end_past_the_timeout(
     server: HostileServer, mode: str, how: str
 ) -> None:
-    server.behaviours["/v1/chat/completions"] = chunks(12, every=0.1)
+    server.behaviours["/v1/chat/completions"] = chunks(12, every=0.05)
     reader = Reader(mode, how)
     started = time.monotonic()
     try:
         await reader.read(
-            base_url=server.base_url, timeout=0.5, stream_timeouts=StreamTimeouts(idle=1.0)
+            base_url=server.base_url, timeout=0.25, stream_timeouts=StreamTimeouts(idle=0.5)
         )
     finally:
         await reader.close()
-    assert len(reader.received) == 12 and time.monotonic() - started > 0.5
+    assert len(reader.received) == 12 and time.monotonic() - started > 0.25
 
 
 async def test_max_duration_ends_a_stream_that_keeps_sending(
@@ -185,16 +185,16 @@ async def test_max_duration_ends_a_stream_that_keeps_sending(
 ) -> None:
     server.behaviours["/v1/chat/completions"] = chunks(1000, every=0.05)
     reader = Reader(mode, "stream")
-    timeouts = StreamTimeouts(idle=1.0, max_duration=1.0)
+    timeouts = StreamTimeouts(idle=0.5, max_duration=0.5)
     started = time.monotonic()
     try:
         with pytest.raises(stormguard.APITimeoutError, match="max_duration passed"):
-            await reader.read(base_url=server.base_url, timeout=0.5, stream_timeouts=timeouts)
+            await reader.read(base_url=server.base_url, timeout=0.25, stream_timeouts=timeouts)
     finally:
         await reader.close()
-    assert 0.9 <= time.monotonic() - started < 1.0 + SLACK
+    assert 0.45 <= time.monotonic() - started < 0.5 + SLACK
     request = server.requests_to("/v1/chat/completions")[-1]
-    assert 900 <= int(request.headers["x-request-deadline-ms"]) <= 1000
+    assert 450 <= int(request.headers["x-request-deadline-ms"]) <= 500
 
 
 @pytest.mark.parametrize("head", [True, False], ids=["headers_then_silence", "silence"])
