@@ -5,6 +5,9 @@ Reusable by any e2e test (the SDK's too):
     with run_server("--max-queue-requests", "4") as server:
         httpx.get(server.url("/v1/models"))
 
+    with run_servers(spec("--admission", "off"), spec(admin=True)) as (off, on):
+        ...  # started side by side: two start-ups take little more than one
+
 ``server.base_url`` ends in ``/v1`` (what openai/stormguard clients take);
 ``server.metrics()`` parses /metrics; ``server.rss_bytes()`` reads the
 process's resident memory. A server started with ``admin=True`` has its admin
@@ -162,21 +165,58 @@ async def wait_for_metric(
         await asyncio.sleep(0.02)
 
 
+@dataclass(frozen=True)
+class ServerSpec:
+    """How to start one server: ``run_server``'s arguments, for ``run_servers``."""
+
+    args: tuple[str, ...] = ()
+    admin: bool = False
+    fast: bool = True
+    port: int | None = None
+
+
+def spec(*args: str, admin: bool = False, fast: bool = True, port: int | None = None) -> ServerSpec:
+    """``ServerSpec(args, ...)`` written as ``run_server``'s call is."""
+    return ServerSpec(args, admin=admin, fast=fast, port=port)
+
+
 @contextlib.contextmanager
 def run_server(
     *args: str, admin: bool = False, fast: bool = True, port: int | None = None
 ) -> Iterator[RunningServer]:
     """Start the server with ``args`` (after the fast test sizes), on ``port`` or a free
     one, yield it ready, stop it."""
-    port = free_port() if port is None else port
-    admin_port = free_port() if admin else None
-    admin_token = secrets.token_urlsafe(32) if admin else None
+    with run_servers(spec(*args, admin=admin, fast=fast, port=port)) as (server,):
+        yield server
+
+
+@contextlib.contextmanager
+def run_servers(*specs: ServerSpec) -> Iterator[list[RunningServer]]:
+    """Start one server per spec, all at once (their start-ups overlap: most of one is
+    importing the app), yield them ready, and stop them all at once."""
+    servers: list[RunningServer] = []
+    try:
+        for one in specs:
+            servers.append(launch_server(one))
+        for server in servers:
+            server.wait_ready()
+        yield servers
+    finally:
+        stop_servers(servers)
+        remove_logs(servers)
+
+
+def launch_server(spec: ServerSpec) -> RunningServer:
+    """Start a server process (not yet ready: see ``RunningServer.wait_ready``)."""
+    port = free_port() if spec.port is None else spec.port
+    admin_port = free_port() if spec.admin else None
+    admin_token = secrets.token_urlsafe(32) if spec.admin else None
     command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
-    if fast:
+    if spec.fast:
         command += FAST_ENGINE_ARGS
     if admin_port is not None:
         command += ["--admin-port", str(admin_port)]
-    command += list(args)
+    command += list(spec.args)
     with tempfile.NamedTemporaryFile(prefix="stormguard-server-", suffix=".log", delete=False) as f:
         log_path = Path(f.name)
     env = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV}
@@ -185,28 +225,35 @@ def run_server(
         env[ADMIN_TOKEN_ENV] = admin_token  # not in argv, as scripts should
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = RunningServer(
+    return RunningServer(
         port=port,
         process=process,
         log_path=log_path,
         admin_port=admin_port,
         admin_token=admin_token,
     )
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        stop_server(server)
-        with contextlib.suppress(OSError):
-            log_path.unlink()
 
 
 def stop_server(server: RunningServer) -> None:
     """SIGINT (graceful), then SIGKILL after a few seconds."""
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGINT)
+    stop_servers([server])
+
+
+def stop_servers(servers: list[RunningServer]) -> None:
+    """SIGINT to each (graceful, all at once), then SIGKILL to any still running after a
+    few seconds."""
+    for server in servers:
+        if server.process.poll() is None:
+            server.process.send_signal(signal.SIGINT)
+    for server in servers:
         try:
             server.process.wait(timeout=8)
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait(timeout=5)
+
+
+def remove_logs(servers: list[RunningServer]) -> None:
+    for server in servers:
+        with contextlib.suppress(OSError):
+            server.log_path.unlink()

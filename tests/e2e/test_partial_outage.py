@@ -21,7 +21,7 @@ import pytest
 
 import stormguard
 from stormguard import EjectionTransition, EndpointStatus
-from tests.e2e.conftest import ServerFactory
+from tests.e2e.conftest import ServerFactory, spec
 from tests.e2e.server_process import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -89,8 +89,7 @@ def test_a_partial_outage_loses_no_call_and_spares_the_dead_replica(
     mode: str, dead_socket: socket.socket, stormguard_server_factory: ServerFactory
 ) -> None:
     dead_port = dead_socket.getsockname()[1]
-    erroring = stormguard_server_factory("--error-rate", "0.5")
-    healthy = stormguard_server_factory()
+    erroring, healthy = stormguard_server_factory.together(spec("--error-rate", "0.5"), spec())
     dead = f"127.0.0.1:{dead_port}"
     events: list[EjectionTransition] = []
     urls = [f"http://{dead}/v1", erroring.base_url, healthy.base_url]

@@ -20,7 +20,7 @@ import pytest
 
 import stormguard
 from stormguard import BreakerConfig, CircuitState, Endpoint
-from tests.e2e.conftest import ServerFactory
+from tests.e2e.conftest import ServerFactory, spec
 from tests.e2e.server_process import RunningServer
 
 pytestmark = pytest.mark.e2e
@@ -53,8 +53,9 @@ def broken(server: RunningServer, error_rate: float) -> None:
 def test_restarting_instance_is_paused_and_traffic_flows_to_the_healthy_one(
     stormguard_server_factory: ServerFactory,
 ) -> None:
-    sick = stormguard_server_factory("--restart-s", "30", admin=True)
-    healthy = stormguard_server_factory()
+    sick, healthy = stormguard_server_factory.together(
+        spec("--restart-s", "30", admin=True), spec()
+    )
     with stormguard.Client(
         base_url=[sick.base_url, healthy.base_url], model=MODEL, timeout=10
     ) as client:
@@ -131,7 +132,7 @@ def test_a_backlog_waits_out_a_restart_and_the_hopeless_fail_at_once(
 
 
 def test_all_broken_calls_fail_fast_then_recover(stormguard_server_factory: ServerFactory) -> None:
-    servers = [stormguard_server_factory(admin=True) for _ in range(2)]
+    servers = stormguard_server_factory.together(spec(admin=True), spec(admin=True))
     breaker = BreakerConfig(consecutive_failures=2, open_time=2.0, jitter=0.0)
     with stormguard.Client(
         base_url=[s.base_url for s in servers], model=MODEL, breaker=breaker, timeout=5
@@ -179,8 +180,9 @@ def test_all_broken_calls_fail_fast_then_recover(stormguard_server_factory: Serv
 def test_fallback_to_a_second_model_on_another_server(
     stormguard_server_factory: ServerFactory,
 ) -> None:
-    big = stormguard_server_factory("--model", "big", "--restart-s", "6", admin=True)
-    small = stormguard_server_factory("--model", "small")
+    big, small = stormguard_server_factory.together(
+        spec("--model", "big", "--restart-s", "6", admin=True), spec("--model", "small")
+    )
     with stormguard.Client(
         base_url=[
             Endpoint(big.base_url, models=["big"]),
@@ -204,7 +206,8 @@ def test_fallback_to_a_second_model_on_another_server(
 def test_openai_through_httpx_client_gets_the_same_protection(
     stormguard_server_factory: ServerFactory,
 ) -> None:
-    servers = {name: stormguard_server_factory(admin=True) for name in ("sg", "oai")}
+    started = stormguard_server_factory.together(spec(admin=True), spec(admin=True))
+    servers = dict(zip(("sg", "oai"), started, strict=True))
     breaker = BreakerConfig(consecutive_failures=3, open_time=30.0, jitter=0.0)
     sg = stormguard.Client(base_url=servers["sg"].base_url, model=MODEL, breaker=breaker, timeout=2)
     http = stormguard.httpx_client(base_url=servers["oai"].base_url, breaker=breaker, timeout=2)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -14,19 +13,21 @@ import openai
 import pytest
 
 from stormguard.protocol import ServerLoad
+from tests.e2e.conftest import ServerFactory, spec
 from tests.e2e.server_process import RunningServer
 
 pytestmark = pytest.mark.e2e
 
-Start = Callable[..., RunningServer]
+Start = ServerFactory
 
 
 def long_prompt_flood_body() -> dict[str, Any]:
-    # 700 prompt tokens + 40 output: three of these overflow the 2048-token test KV cache.
+    # 700 prompt tokens + 10 output: three of these overflow the 2048-token test KV cache
+    # (their prompts alone do), and admission lets two run at once.
     return {
         "model": "stormguard-sim",
         "prompt": " ".join(["word"] * 700),
-        "max_tokens": 40,
+        "max_tokens": 10,
         "ignore_eos": True,
     }
 
@@ -52,8 +53,9 @@ def statuses(responses: list[httpx.Response | Exception]) -> collections.Counter
 async def test_same_flood_ooms_without_admission_and_not_with_it(
     stormguard_server_factory: Start,
 ) -> None:
-    off = stormguard_server_factory("--admission", "off")
-    on = stormguard_server_factory("--admission", "on", "--max-queue-wait-s", "20")
+    off, on = stormguard_server_factory.together(
+        spec("--admission", "off"), spec("--admission", "on", "--max-queue-wait-s", "20")
+    )
 
     off_responses = await flood(off, 60)
     off_metrics = off.metrics()
