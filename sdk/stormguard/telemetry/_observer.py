@@ -63,6 +63,20 @@ def _api_in_use() -> bool:
     )
 
 
+_API: tuple[Any, Any] | None = None
+
+
+def _api() -> tuple[Any, Any]:
+    """The API's ``trace`` and ``metrics`` modules, imported once (a call that asks
+    for the global providers then skips the import statement)."""
+    global _API
+    if _API is None:
+        from opentelemetry import metrics, trace
+
+        _API = (trace, metrics)
+    return _API
+
+
 def _records_no_spans(provider: TracerProvider) -> bool:
     """The API's stand-ins: the proxy handed out until a provider is set, and the no-op."""
     from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
@@ -174,8 +188,7 @@ class Telemetry:
                 if tracer_provider is None and meter_provider is None:
                     return None
             else:
-                from opentelemetry import metrics, trace
-
+                trace, metrics = _api()
                 tracer_provider = tracer_provider or trace.get_tracer_provider()
                 meter_provider = meter_provider or metrics.get_meter_provider()
         if tracer_provider is self._idle[0] and meter_provider is self._idle[1]:
