@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
@@ -15,6 +16,7 @@ import anyio
 import tenacity
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
+from ._attempt_flow import Action, OpenStream, ReadBody, Send, WaitForSlot, attempt_flow, run_async
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -27,7 +29,7 @@ from ._base_client import (
 from ._body import aiter_body
 from ._compat import Unpack
 from ._exceptions import StormguardError
-from ._http import http_errors, httpx
+from ._http import httpx
 from ._models import (
     APIResult,
     ChatCompletion,
@@ -40,9 +42,8 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
+from ._pipeline import CallSpec, HandOver, LogicalCall
 from ._raw_response import async_to_raw_response_wrapper
-from ._responses import translate_transport_error
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import async_to_streamed_response_wrapper
 from ._streaming import AsyncStream, _StreamState
@@ -138,49 +139,36 @@ class AsyncClient(BaseClient):
         return result
 
     async def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
-        waiter = call.reserve()
-        while waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
-            waiter = call.granted(await waiter.wait_async(call.remaining_or_none()))
-        request = call.begin_attempt(self._http)
-        try:
+        """One attempt (``_attempt_flow.py`` decides; this performs its I/O)."""
+        return cast(
+            "APIResult | httpx.Response | AsyncStream[Any]",
+            await run_async(attempt_flow(call, self._http), partial(self._perform, call)),
+        )
+
+    async def _perform(self, call: LogicalCall, action: Action) -> Any:
+        if isinstance(action, WaitForSlot):
+            return await action.waiter.wait_async(action.timeout)
+        if isinstance(action, Send):
             # The deadline bounds the whole attempt, not only each socket operation.
             with call.sending(), anyio.fail_after(call.remaining_or_none()):
-                response = await self._http.send(request, stream=True)
-        except TimeoutError as exc:
-            raise call.deadline_passed("while waiting for the response") from exc
-        except http_errors() as exc:
-            raise call.failed(translate_transport_error(exc)) from exc
-        call.saw_response(response)
-        try:
-            if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
-                stream: AsyncStream[Any] = AsyncStream(
-                    _StreamState(call, response, call.spec.chunk_type)
-                )
-                await stream._prefetch()
-                return stream
-            if call.spec.hand_over == "unread" and response.is_success:
-                return call.handed_over(response)  # its body is read when asked
-            reader = BodyReader(call, response)
-            try:
-                with anyio.fail_after(call.remaining_or_none()):
-                    async for piece in aiter_body(response):
-                        reader.feed(piece)
-            except TimeoutError as exc:
-                raise call.deadline_passed(
-                    "while reading the response", response_started=True
-                ) from exc
-            except http_errors() as exc:
-                raise call.failed(
-                    translate_transport_error(
-                        exc, response_started=True, server_load=call.server_load
-                    )
-                ) from exc
-        except BaseException:
+                return await self._http.send(action.request, stream=True)
+        if isinstance(action, OpenStream):
+            stream: AsyncStream[Any] = AsyncStream(
+                _StreamState(call, action.response, action.chunk_type)
+            )
+            await stream._prefetch()
+            return stream
+        if isinstance(action, ReadBody):
+            with anyio.fail_after(call.remaining_or_none()):
+                async for piece in aiter_body(action.response):
+                    action.reader.feed(piece)
+            return None
+        if action.failed:
             with anyio.CancelScope(shield=True):
-                await response.aclose()
-            raise
-        await response.aclose()
-        return call.complete(response, reader.body())
+                await action.response.aclose()
+        else:
+            await action.response.aclose()
+        return None
 
     @property
     def with_raw_response(self) -> AsyncClientWithRawResponse:

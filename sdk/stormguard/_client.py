@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import tenacity
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
+from ._attempt_flow import Action, OpenStream, ReadBody, Send, WaitForSlot, attempt_flow, run_sync
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -27,7 +29,7 @@ from ._body import iter_body
 from ._compat import Unpack
 from ._deadline_transport import default_http_client, hold_to_deadlines
 from ._exceptions import StormguardError
-from ._http import http_errors, httpx
+from ._http import httpx
 from ._models import (
     APIResult,
     ChatCompletion,
@@ -40,9 +42,8 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import BodyReader, CallSpec, HandOver, LogicalCall
+from ._pipeline import CallSpec, HandOver, LogicalCall
 from ._raw_response import to_raw_response_wrapper
-from ._responses import translate_transport_error
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import to_streamed_response_wrapper
 from ._streaming import Stream, _StreamState
@@ -138,41 +139,31 @@ class Client(BaseClient):
         return result
 
     def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
-        waiter = call.reserve()
-        while waiter is not None:  # the endpoint is at its concurrency limit: wait for a slot
-            waiter = call.granted(waiter.wait(call.remaining_or_none()))
-        request = call.begin_attempt(self._http)
-        # Every socket operation of the attempt ends by the deadline (the transport
-        # clips it); the connection keeps it for a stream's later reads.
+        """One attempt (``_attempt_flow.py`` decides; this performs its I/O). Every
+        socket operation of the attempt ends by the deadline (the transport clips
+        it); the connection keeps it for a stream's later reads."""
         with call.deadline.bound():
-            try:
-                with call.sending():
-                    response = self._http.send(request, stream=True)
-            except http_errors() as exc:
-                raise call.failed(translate_transport_error(exc)) from exc
-            call.saw_response(response)
-            try:
-                if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
-                    stream: Stream[Any] = Stream(_StreamState(call, response, call.spec.chunk_type))
-                    stream._prefetch()
-                    return stream
-                if call.spec.hand_over == "unread" and response.is_success:
-                    return call.handed_over(response)  # its body is read when asked
-                reader = BodyReader(call, response)
-                try:
-                    for piece in iter_body(response):
-                        reader.feed(piece)
-                except http_errors() as exc:
-                    raise call.failed(
-                        translate_transport_error(
-                            exc, response_started=True, server_load=call.server_load
-                        )
-                    ) from exc
-            except BaseException:
-                response.close()
-                raise
-            response.close()
-        return call.complete(response, reader.body())
+            return cast(
+                "APIResult | httpx.Response | Stream[Any]",
+                run_sync(attempt_flow(call, self._http), partial(self._perform, call)),
+            )
+
+    def _perform(self, call: LogicalCall, action: Action) -> Any:
+        if isinstance(action, WaitForSlot):
+            return action.waiter.wait(action.timeout)
+        if isinstance(action, Send):
+            with call.sending():
+                return self._http.send(action.request, stream=True)
+        if isinstance(action, OpenStream):
+            stream: Stream[Any] = Stream(_StreamState(call, action.response, action.chunk_type))
+            stream._prefetch()
+            return stream
+        if isinstance(action, ReadBody):
+            for piece in iter_body(action.response):
+                action.reader.feed(piece)
+            return None
+        action.response.close()
+        return None
 
     @property
     def with_raw_response(self) -> ClientWithRawResponse:
