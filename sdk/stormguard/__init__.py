@@ -91,6 +91,7 @@ if TYPE_CHECKING:
     from ._raw_response import LegacyAPIResponse
     from ._retry import RetryPolicy
     from ._stats import CallStats
+    from ._stop_reason import StopReason
     from ._stream_timeouts import StreamTimeouts
     from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
     from ._streaming import AsyncStream, Stream
@@ -187,6 +188,7 @@ __all__ = [
     "ServiceUnavailableError",
     "ShedReason",
     "SpillOver",
+    "StopReason",
     "StormguardError",
     "StormguardTransport",
     "Stream",
@@ -300,6 +302,7 @@ _MODULES: dict[str, str] = {
     "Priority": ".protocol",
     "ServerLoad": ".protocol",
     "ShedReason": ".protocol",
+    "StopReason": "._stop_reason",
     "Telemetry": ".telemetry",
     "OpenAI": "._client",
     "AsyncOpenAI": "._async_client",
