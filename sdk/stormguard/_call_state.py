@@ -7,21 +7,23 @@ or the server's, so it is outside the ``StormguardError`` tree.
 
 ::
 
-    IDLE ──precheck──▶ PRECHECK
-      │                   │
-      └──────reserve──────┴──▶ WAITING_FOR_SLOT ◀──────────reserve───────┐
-                                  │        │                            │
-                            begin_attempt  └──stop (refused here)──┐    │
-                                  ▼                                │    │
-                               SENDING ──failed──┐                 │    │
-                                  │              ▼                 ▼    │
-                            saw_response   ATTEMPT_FAILED ──stop──▶ STOPPED
-                                  ▼              │    ▲            │
-                              RECEIVING ─failed──┼────┘            fall_back ──▶ IDLE
-                                  │              └──back_off──▶ BACKING_OFF ─┘(reserve)
-                              succeeded
-                                  ▼
-                             HANDED_OVER ──end──▶ DONE  (end: from any state; DONE is final)
+          IDLE ◀───────────────────────── fall_back ──────────────────────┐
+           │ └── precheck ──▶ PRECHECK                                    │
+        reserve                  │ reserve                                │
+           ▼                     ▼                                        │
+      WAITING_FOR_SLOT ◀─────────────────── reserve ─── BACKING_OFF       │
+           │   └──────────── stop (a refusal here) ─────────────────▶ STOPPED
+      begin_attempt                                          ▲            ▲
+           ▼                                              back_off        │
+        SENDING ──────── failed ───────▶ ATTEMPT_FAILED ─────┘── stop ────┤
+           │                                  ▲                           │
+      saw_response                            │                           │
+           ▼                                  │                           │
+       RECEIVING ─────── failed ──────────────┘                           │
+           │     └────────────── stop (cancelled in flight) ──────────────┘
+       succeeded
+           ▼
+      HANDED_OVER ──── end ────▶ DONE        end: from any state; DONE is final
 
 ``SENDING`` and ``RECEIVING`` are an attempt in flight (its breaker permit and
 throttle not yet told); ``ATTEMPT_FAILED`` is an attempt settled as failed whose

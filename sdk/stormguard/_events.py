@@ -113,9 +113,8 @@ class AttemptEnded:
 
     ``outcome``: ``ok``, ``retry`` (another attempt follows), ``failover`` (another
     attempt follows, on an endpoint the call has not tried), ``requeued`` (shed
-    before processing: back to the local queue) or the reason the retry loop
-    stopped here (``max_attempts``, ``budget``, ``requeue_budget``, ``deadline``,
-    ``not_retryable``, ``should_retry_false``, ``circuit_open``...).
+    before processing: back to the local queue) or the ``StopReason`` the retry
+    loop stopped here with (``max_attempts``, ``budget``, ``deadline``, ...).
     """
 
     outcome: str
