@@ -67,7 +67,6 @@ and asyncio tasks, ordered by priority and bounded by each caller's deadline.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import heapq
 import itertools
@@ -78,12 +77,16 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._exceptions import LocalQueueFullError, QueueTimeoutError
 from ._verdict import LimitOutcome, classify
 from .protocol import ServerLoad
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "ConcurrencyLimiter",
@@ -294,6 +297,8 @@ class SlotWaiter:
     async def wait_async(self, timeout: float | None) -> Lease:
         """Suspend the task until granted, refused, or ``timeout``; a cancelled task
         leaves the queue (and gives back a slot granted meanwhile)."""
+        import asyncio  # here, not at module level: sync users never load asyncio
+
         loop = asyncio.get_running_loop()
         current: list[asyncio.Future[None]] = [loop.create_future()]
         end = _End(timeout)

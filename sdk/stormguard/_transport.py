@@ -40,7 +40,6 @@ socket read that would cross it; async: a cancel scope around each read), and
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import math
@@ -403,6 +402,8 @@ def openai_http_library() -> str:
     openai = sys.modules.get("openai")
     version = getattr(openai, "__version__", None)
     if not isinstance(version, str):
+        import importlib.metadata  # slow to import; only needed when openai is not loaded
+
         try:
             version = importlib.metadata.version("openai")
         except importlib.metadata.PackageNotFoundError:

@@ -23,8 +23,8 @@ The reasons behind each rule sit next to it below.
 
 from __future__ import annotations
 
-import asyncio
 import enum
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -181,6 +181,15 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
     )
 
 
+def _cancellations() -> tuple[type[BaseException], ...]:
+    """The errors that mean the caller gave up. ``asyncio`` is not imported for this:
+    a task cannot have been cancelled unless asyncio is already loaded."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return (KeyboardInterrupt,)
+    return (asyncio.CancelledError, KeyboardInterrupt)
+
+
 def _retry_rule(
     error: BaseException, retry_statuses: frozenset[int]
 ) -> tuple[bool, StopReason | None]:
@@ -193,7 +202,7 @@ def _retry_rule(
     ``x-should-retry`` says: no wait of seconds refills an account. Otherwise the
     server's ``x-should-retry`` wins, then the policy's ``retry_statuses``.
     """
-    if isinstance(error, (asyncio.CancelledError, KeyboardInterrupt)):
+    if isinstance(error, _cancellations()):
         return False, StopReason.CANCELLED
     if isinstance(error, CircuitOpenError):
         return False, StopReason.CIRCUIT_OPEN
