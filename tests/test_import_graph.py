@@ -35,7 +35,7 @@ DECISION_MODULES = [
     "stormguard._stop_reason",
     "stormguard._throttle",
     "stormguard._verdict",
-    "stormguard._window",
+    "stormguard._sliding_window",
 ]
 HTTP_LIBRARIES = {"httpx", "httpx2", "httpcore", "httpcore2", "h11"}
 

@@ -24,7 +24,7 @@ import threading
 from dataclasses import dataclass
 
 from ._clock import Clock
-from ._window import WindowedPair
+from ._sliding_window import SlidingWindowCounts
 
 __all__ = ["BudgetState", "RetryBudget"]
 
@@ -67,7 +67,7 @@ class RetryBudget:
         self.window = window
         self.min_retries_per_second = min_retries_per_second
         self._clock = clock or Clock()
-        self._counts = WindowedPair(window=window, buckets=buckets, clock=self._clock)
+        self._counts = SlidingWindowCounts(window=window, buckets=buckets, clock=self._clock)
         self._refused = 0
         self._lock = threading.Lock()
 

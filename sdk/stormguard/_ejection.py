@@ -83,7 +83,7 @@ from ._clock import Clock
 from ._exceptions import APIConnectionError, APITimeoutError
 from ._http import httpx
 from ._outbox import Outbox
-from ._window import WindowedPair
+from ._sliding_window import SlidingWindowCounts
 from .protocol import Priority
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ class _Record:
         "window",
     )
 
-    def __init__(self, window: WindowedPair) -> None:
+    def __init__(self, window: SlidingWindowCounts) -> None:
         self.status = EndpointStatus.ACTIVE
         self.reason: str | None = None
         self.until = -math.inf
@@ -575,7 +575,7 @@ class EjectionTracker:
     def _record_of(self, state: EndpointState) -> _Record:
         record = state.ejection
         if record is None:
-            window = WindowedPair(window=self.config.interval, buckets=10, clock=self._clock)
+            window = SlidingWindowCounts(window=self.config.interval, buckets=10, clock=self._clock)
             record = state.ejection = _Record(window)
         return record
 

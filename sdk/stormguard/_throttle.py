@@ -47,8 +47,8 @@ import threading
 from dataclasses import dataclass
 
 from ._clock import Clock
+from ._sliding_window import SlidingWindowCounts
 from ._verdict import Verdict, classify
-from ._window import WindowedPair
 
 __all__ = ["AdaptiveThrottle", "ThrottleState", "is_accept"]
 
@@ -97,7 +97,7 @@ class AdaptiveThrottle:
         self._clock = clock or Clock()
         self._rng = rng or random.Random()
         # (requests, accepts) over the window.
-        self._counts = WindowedPair(window=window, buckets=buckets, clock=self._clock)
+        self._counts = SlidingWindowCounts(window=window, buckets=buckets, clock=self._clock)
         self._lock = threading.Lock()
 
     def _probability(self, requests: int, accepts: int) -> float:

@@ -21,7 +21,7 @@ def test_a_policy_without_a_clock_takes_its_clients() -> None:
     clock.advance(5.0)
     assert limiter.reserve(5).wait == pytest.approx(5.0)  # 5 s on the fake clock refilled 5
     assert policy.server_counter._clock.now() == clock.now()
-    assert policy.server_windows._clock.now() == clock.now()
+    assert policy.server_context_windows._clock.now() == clock.now()
 
 
 def test_a_clock_given_to_the_policy_is_kept() -> None:

@@ -174,7 +174,9 @@ async def test_embeddings_inputs_are_prechecked_one_by_one_against_the_window(
     api: Api, mock: respx.MockRouter
 ) -> None:
     route = mock.post("/embeddings").respond(200, json=embeddings_json([1.0]))
-    policy = TokenPolicy(context_windows={"m": 8}, server_windows=False, server_tokenize=False)
+    policy = TokenPolicy(
+        context_windows={"m": 8}, server_context_windows=False, server_tokenize=False
+    )
     client = api.client(token_policy=policy)
     result = await api.run(
         client.embeddings.create(input=["short", "tiny"], encoding_format="float")

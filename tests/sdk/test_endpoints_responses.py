@@ -131,7 +131,7 @@ async def test_responses_input_and_output_budget_are_prechecked(
     route = mock.post("/responses").respond(200, json=response_json())
     client = api.client(
         token_policy=TokenPolicy(
-            context_windows={"m": 300}, server_windows=False, server_tokenize=False
+            context_windows={"m": 300}, server_context_windows=False, server_tokenize=False
         )
     )
     items = [

@@ -234,7 +234,7 @@ async def test_a_context_window_refusal_through_the_client_sends_nothing(
 ) -> None:
     route = mock.post("/chat/completions").respond(200, json={})
     policy = TokenPolicy(
-        server_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
+        server_context_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
     )
     client = api.client(model="gpt-4o", token_policy=policy)
     long = [{"role": "user", "content": "word " * 400}]

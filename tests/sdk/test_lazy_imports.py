@@ -31,7 +31,7 @@ LAZY = (
     "stormguard.tokens._policy",
     "stormguard.tokens._bpe",
     "stormguard.tokens._models",
-    "stormguard.tokens._windows",
+    "stormguard.tokens._context_windows",
     "stormguard.tokens._tiktoken_counter",
     "stormguard.telemetry._call_trace",
     "stormguard.telemetry._metrics",
@@ -115,7 +115,7 @@ def test_a_precheck_loads_tiktoken_and_the_tables_when_it_runs() -> None:
         before = "tiktoken" in sys.modules
         client = stormguard.Client(
             base_url="http://llm.test/v1", api_key="k", model="gpt-4o",
-            token_policy=TokenPolicy(server_windows=False, server_tokenize=False),
+            token_policy=TokenPolicy(server_context_windows=False, server_tokenize=False),
         )
         try:
             client.chat.completions.create(
@@ -127,7 +127,7 @@ def test_a_precheck_loads_tiktoken_and_the_tables_when_it_runs() -> None:
             "before": before,
             "refused": refused,
             "tiktoken": "tiktoken" in sys.modules,
-            "table": "stormguard.tokens._windows" in sys.modules,
+            "table": "stormguard.tokens._context_windows" in sys.modules,
         }))
         """
     )

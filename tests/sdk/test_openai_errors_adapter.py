@@ -178,7 +178,7 @@ async def test_a_context_window_refusal_is_openais_bad_request(
 ) -> None:
     route = mock.post("/chat/completions").respond(200, json=chat_json())
     policy = TokenPolicy(
-        server_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
+        server_context_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
     )
     client = api.client(model="gpt-4o", token_policy=policy, openai_errors=True)
     long = [{"role": "user", "content": "word " * 400}]

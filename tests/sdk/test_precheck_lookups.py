@@ -119,7 +119,9 @@ async def test_the_client_caps_lookups_at_its_max_response_bytes(
         200, json={"padding": "x" * 5000, **ANSWER}
     )
     chat = mock.post("/chat/completions").respond(200, json=chat_json())
-    client = api.client(token_policy=TokenPolicy(server_windows=False), max_response_bytes=4096)
+    client = api.client(
+        token_policy=TokenPolicy(server_context_windows=False), max_response_bytes=4096
+    )
     resp = await api.run(client.chat.completions.create(messages=CHAT["messages"], max_tokens=5))
     assert tokenize.call_count == 1 and chat.call_count == 1
     assert resp.precheck.counter == "estimate:utf8-bytes"

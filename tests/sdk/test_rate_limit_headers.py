@@ -189,7 +189,7 @@ async def test_the_client_feeds_the_servers_count_to_its_token_limiter(
     spent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "20s"}
     mock.post("/chat/completions").respond(200, json=chat_json(), headers=spent)
     limiter = TokenRateLimiter(tokens_per_minute=600_000, clock=api.clock.now)
-    policy = TokenPolicy(server_windows=False, server_tokenize=False, rate_limiter=limiter)
+    policy = TokenPolicy(server_context_windows=False, server_tokenize=False, rate_limiter=limiter)
     client = api.client(model="gpt-4o", token_policy=policy, timeout=10.0)
     await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5))
     with pytest.raises(stormguard.TokenRateLimitedError) as info:

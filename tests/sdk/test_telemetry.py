@@ -283,7 +283,7 @@ async def test_breaker_open_refusal(api: Api, mock: respx.MockRouter, otel: Otel
 async def test_token_refusal(api: Api, mock: respx.MockRouter, otel: Otel) -> None:
     route = mock.post("/chat/completions").respond(200, json=chat_json())
     policy = TokenPolicy(
-        server_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
+        server_context_windows=False, server_tokenize=False, context_windows={"gpt-4o": 300}
     )
     client = api.client(model="gpt-4o", token_policy=policy, telemetry=otel.telemetry)
     long = [{"role": "user", "content": "word " * 400}]

@@ -17,7 +17,7 @@ SHORT = [{"role": "user", "content": "hi"}]
 
 
 def offline_policy(**kwargs: object) -> TokenPolicy:
-    return TokenPolicy(server_windows=False, server_tokenize=False, **kwargs)  # type: ignore[arg-type]
+    return TokenPolicy(server_context_windows=False, server_tokenize=False, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_too_long_is_refused_with_zero_requests(api: Api, mock: respx.MockRouter) -> None:
@@ -45,7 +45,11 @@ async def test_a_request_that_fits_carries_its_precheck(api: Api, mock: respx.Mo
     assert check is not None
     assert check.counter == "tiktoken:o200k_base"
     assert check.prompt_tokens == 8  # 3 per message + "user" + "hi" + 3 reply priming
-    assert (check.max_tokens, check.context_window, check.window_source) == (10, 128_000, "table")
+    assert (check.max_tokens, check.context_window, check.context_window_source) == (
+        10,
+        128_000,
+        "table",
+    )
 
 
 async def test_context_fallback_sends_the_larger_model(api: Api, mock: respx.MockRouter) -> None:

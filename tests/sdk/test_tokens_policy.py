@@ -90,9 +90,18 @@ def test_a_fitting_request_reports_counter_and_window(router: respx.MockRouter) 
         context_window=128_000,
         counter="tiktoken:o200k_base",
         fallback_from=None,
-        window_source="table",
+        context_window_source="table",
     )
     assert check.cost == check.prompt_tokens + 7
+
+
+def test_the_old_names_of_context_window_settings_still_work_and_warn() -> None:
+    check = Precheck("m", 1, 1, 10, "c", context_window_source="config")
+    with pytest.warns(DeprecationWarning, match="context_window_source"):
+        assert check.window_source == "config"
+    with pytest.warns(DeprecationWarning, match="server_context_windows"):
+        policy = TokenPolicy(server_windows=False)
+    assert policy.use_server_context_windows is False
 
 
 def test_the_servers_max_model_len_beats_the_table(router: respx.MockRouter) -> None:
@@ -105,7 +114,7 @@ def test_the_servers_max_model_len_beats_the_table(router: respx.MockRouter) -> 
 def test_configuration_beats_the_server(router: respx.MockRouter) -> None:
     models = router.get(MODELS).mock(return_value=_models(("gpt-4o", 2048)))
     check = _run(TokenPolicy(context_windows={"gpt-4o": 9000}), "gpt-4o", _chat(_words(3000)))
-    assert (check.context_window, check.window_source) == (9000, "config")
+    assert (check.context_window, check.context_window_source) == (9000, "config")
     assert not models.called
 
 
@@ -125,7 +134,7 @@ def test_a_failing_models_endpoint_is_asked_again_only_later(router: respx.MockR
     models = router.get(MODELS).mock(side_effect=httpx.ConnectError("down"))
     clock = FakeClock()
     policy = TokenPolicy(server_retry_after=60, clock=clock)
-    assert _run(policy, "gpt-4o", _chat("a")).window_source == "table"
+    assert _run(policy, "gpt-4o", _chat("a")).context_window_source == "table"
     clock.advance(59)
     _run(policy, "gpt-4o", _chat("a"))
     assert models.call_count == 1
@@ -155,14 +164,14 @@ def test_an_unknown_model_without_tokenize_falls_back_to_the_estimate(
     assert check.prompt_tokens == EstimatingCounter().count_messages(
         [{"role": "user", "content": "héllo"}]
     )
-    assert (check.context_window, check.window_source) == (100_000, "server")
+    assert (check.context_window, check.context_window_source) == (100_000, "server")
 
 
 def test_an_unknown_window_is_not_checked(router: respx.MockRouter) -> None:
     router.post(TOKENIZE).respond(404)
     router.get(MODELS).mock(return_value=_models())
     check = _run(TokenPolicy(), "mystery", _chat(_words(10)))
-    assert (check.context_window, check.window_source) == (None, None)
+    assert (check.context_window, check.context_window_source) == (None, None)
 
 
 def test_the_default_completion_length_applies_and_is_explained(router: respx.MockRouter) -> None:
@@ -241,7 +250,7 @@ async def test_the_async_driver_gives_the_same_result(router: respx.MockRouter) 
 
 def test_precheck_without_a_server_uses_config_tiktoken_and_table() -> None:
     check = TokenPolicy().precheck("o3-mini", "chat", _chat("hi", max_tokens=1))
-    assert (check.counter, check.context_window, check.window_source) == (
+    assert (check.counter, check.context_window, check.context_window_source) == (
         "tiktoken:o200k_base",
         200_000,
         "table",

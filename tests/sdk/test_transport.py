@@ -147,7 +147,9 @@ async def test_context_window_refusal_is_a_400_before_any_request(
     mode: str, mock: respx.MockRouter
 ) -> None:
     route = mock.post(f"{BASE}/chat/completions").respond(200, json=chat_json())
-    policy = TokenPolicy(server_windows=False, server_tokenize=False, context_windows={"m": 20})
+    policy = TokenPolicy(
+        server_context_windows=False, server_tokenize=False, context_windows={"m": 20}
+    )
     oai = Oai(mode, token_policy=policy)
     with pytest.raises(openai.BadRequestError) as info:
         await oai.chat(messages=[{"role": "user", "content": "word " * 100}], max_tokens=10)

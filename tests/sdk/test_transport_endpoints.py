@@ -148,7 +148,9 @@ async def test_the_new_paths_are_prechecked_under_openai(
     from stormguard.tokens import TokenPolicy
 
     route = mock.post(f"{BASE}/{path}").respond(200, json={})
-    policy = TokenPolicy(context_windows={"m": 8}, server_windows=False, server_tokenize=False)
+    policy = TokenPolicy(
+        context_windows={"m": 8}, server_context_windows=False, server_tokenize=False
+    )
     oai = Oai(mode, token_policy=policy)
     with pytest.raises(openai.BadRequestError, match="context window"):
         if path == "responses":

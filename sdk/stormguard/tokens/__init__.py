@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ._bpe import BPE_DISTRIBUTION, BPEFileError, bpe_directories, offline_encoding
     from ._chat import CONSERVATIVE_OVERHEAD, OPENAI_OVERHEAD, ChatOverhead, count_chat_tokens
+    from ._context_windows import KNOWN_CONTEXT_WINDOWS, known_context_window
     from ._counter import Message, TokenCounter, Tool
     from ._estimate import EstimatingCounter
     from ._flow import Flow, run_precheck_async, run_precheck_sync
@@ -28,7 +29,6 @@ if TYPE_CHECKING:
     from ._rate_limit import Reservation, TokenRateLimiter
     from ._server_counter import ServerTokenizeCounter, TokenCount
     from ._tiktoken_counter import TiktokenCounter
-    from ._windows import KNOWN_CONTEXT_WINDOWS, known_context_window
 
 __all__ = [
     "BPE_DISTRIBUTION",
@@ -89,8 +89,8 @@ _SUBMODULES = {
     "ServerTokenizeCounter": "._server_counter",
     "TokenCount": "._server_counter",
     "TiktokenCounter": "._tiktoken_counter",
-    "KNOWN_CONTEXT_WINDOWS": "._windows",
-    "known_context_window": "._windows",
+    "KNOWN_CONTEXT_WINDOWS": "._context_windows",
+    "known_context_window": "._context_windows",
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,8 @@ from ._flow import Flow
 from ._match import ModelMap
 from ._rate_limit import Reservation, TokenRateLimiter
 from ._request import Kind, PromptRequest, count_prompt, read_request
+from ._server_context_windows import ServerContextWindows
 from ._server_counter import ServerTokenizeCounter, TokenCount
-from ._server_windows import ServerWindows
 
 if TYPE_CHECKING:
     from tiktoken import Encoding
@@ -29,33 +30,43 @@ __all__ = ["DEFAULT_MAX_TOKENS", "Precheck", "TokenPolicy"]
 logger = logging.getLogger("stormguard.tokens")
 
 #: Completion length assumed when a request sets no ``max_tokens``. Servers differ
-#: (vLLM fills the rest of the window, OpenAI caps per model), so the check assumes
+#: (vLLM fills the rest of the context window, OpenAI caps per model), so the check assumes
 #: a typical answer; set ``max_tokens`` for an exact check and rate-limit cost.
 DEFAULT_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
 class Precheck:
-    """What the pre-check found: the request fits (or its window is unknown)."""
+    """What the pre-check found: the request fits (or its context window is unknown)."""
 
-    #: The model to call: the requested one, or its larger-window fallback.
+    #: The model to call: the requested one, or its fallback with a larger context window.
     model: str
     prompt_tokens: int
     #: The request's ``max_tokens``, or the default completion length.
     max_tokens: int
-    #: None when no source knows the window: then nothing was checked.
+    #: None when no source knows the context window: then nothing was checked.
     context_window: int | None
     #: Name of the counter that counted (``"tiktoken:o200k_base"``...).
     counter: str
     #: The requested model when ``model`` is its context-window fallback.
     fallback_from: str | None = None
-    #: Where the window came from: ``"config"``, ``"server"`` or ``"table"``.
-    window_source: str | None = None
+    #: Where the context window came from: ``"config"``, ``"server"`` or ``"table"``.
+    context_window_source: str | None = None
 
     @property
     def cost(self) -> int:
         """The request's token cost: prompt tokens plus max_tokens."""
         return self.prompt_tokens + self.max_tokens
+
+    @property
+    def window_source(self) -> str | None:
+        """Deprecated name of :attr:`context_window_source`."""
+        warnings.warn(
+            "Precheck.window_source is deprecated; use Precheck.context_window_source",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.context_window_source
 
 
 class TokenPolicy:
@@ -94,14 +105,22 @@ class TokenPolicy:
         default_max_tokens: int | Mapping[str, int] = DEFAULT_MAX_TOKENS,
         context_fallbacks: Mapping[str, str] | None = None,
         rate_limiter: TokenRateLimiter | None = None,
-        server_windows: bool = True,
+        server_context_windows: bool = True,
         server_tokenize: bool = True,
         server_cache_ttl: float = 600.0,
         server_retry_after: float = 60.0,
         lookup_timeout: float = 2.0,
         bpe_directories: Sequence[str | Path] = (),
         clock: ClockLike | None = None,
+        server_windows: bool | None = None,
     ) -> None:
+        if server_windows is not None:
+            warnings.warn(
+                "TokenPolicy(server_windows=...) is deprecated; use server_context_windows=...",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            server_context_windows = server_windows
         self.counters = ModelMap(counters)
         self.context_windows = ModelMap(context_windows)
         if isinstance(default_max_tokens, int):
@@ -110,13 +129,13 @@ class TokenPolicy:
             self.default_max_tokens = ModelMap({"*": DEFAULT_MAX_TOKENS, **default_max_tokens})
         self.context_fallbacks = ModelMap(context_fallbacks)
         self.rate_limiter = rate_limiter
-        self.use_server_windows = server_windows
+        self.use_server_context_windows = server_context_windows
         self.use_server_tokenize = server_tokenize
         self.estimator = EstimatingCounter()
         self.server_counter = ServerTokenizeCounter(
             self.estimator, retry_after=server_retry_after, timeout=lookup_timeout, clock=clock
         )
-        self.server_windows = ServerWindows(
+        self.server_context_windows = ServerContextWindows(
             ttl=server_cache_ttl,
             retry_after=server_retry_after,
             timeout=lookup_timeout,
@@ -130,7 +149,7 @@ class TokenPolicy:
         """Read ``clock`` (the client's: ``Client`` calls this) in the lookups' and the
         rate limiter's bookkeeping, where no clock was given of their own."""
         self.server_counter.adopt_clock(clock)
-        self.server_windows.adopt_clock(clock)
+        self.server_context_windows.adopt_clock(clock)
         if self.rate_limiter is not None:
             self.rate_limiter.adopt_clock(clock)
 
@@ -158,34 +177,36 @@ class TokenPolicy:
         *,
         base_url: str | httpx.URL | None = None,
     ) -> Flow[Precheck]:
-        """Count the prompt, find the window, and return a :class:`Precheck` or raise.
+        """Count the prompt, find the context window, and return a :class:`Precheck` or raise.
 
         Yields the few lookups it needs (``GET {base_url}/models``, ``POST
         /tokenize``) and is sent each response, or None when it failed; with
         ``base_url=None`` it asks no server. Raises
         :class:`~stormguard.ContextWindowExceededError` when prompt + max_tokens
-        exceeds the window of the model and of every context fallback.
+        exceeds the context window of the model and of every context fallback.
         """
         request = read_request(kind, body)
         tried: list[tuple[str, int, int, int, str]] = []
         current = model
         while True:
             count = yield from self._count_flow(current, request, base_url)
-            window, source = yield from self._window_flow(current, base_url, count.max_model_len)
+            context_window, source = yield from self._context_window_flow(
+                current, base_url, count.max_model_len
+            )
             max_tokens = request.max_tokens
             if max_tokens is None:
                 max_tokens = self.default_max_tokens.lookup(current) or DEFAULT_MAX_TOKENS
-            if window is None or count.tokens + max_tokens <= window:
+            if context_window is None or count.tokens + max_tokens <= context_window:
                 return Precheck(
                     model=current,
                     prompt_tokens=count.tokens,
                     max_tokens=max_tokens,
-                    context_window=window,
+                    context_window=context_window,
                     counter=count.counter,
                     fallback_from=model if current != model else None,
-                    window_source=source,
+                    context_window_source=source,
                 )
-            tried.append((current, count.tokens, max_tokens, window, count.counter))
+            tried.append((current, count.tokens, max_tokens, context_window, count.counter))
             fallback = self.context_fallbacks.lookup(current)
             if fallback is None or fallback in {t[0] for t in tried}:
                 raise _exceeded(tried, defaulted=request.max_tokens is None)
@@ -217,7 +238,7 @@ class TokenPolicy:
             counter = counter.fallback
         return TokenCount(count_prompt(counter, request), counter.name)
 
-    def _window_flow(
+    def _context_window_flow(
         self, model: str, base_url: str | httpx.URL | None, reported: int | None
     ) -> Flow[tuple[int | None, str | None]]:
         configured = self.context_windows.lookup(model)
@@ -225,11 +246,11 @@ class TokenPolicy:
             return configured, "config"
         if reported is not None:
             return reported, "server"
-        if base_url is not None and self.use_server_windows:
-            served = yield from self.server_windows.window_flow(base_url, model)
+        if base_url is not None and self.use_server_context_windows:
+            served = yield from self.server_context_windows.context_window_flow(base_url, model)
             if served is not None:
                 return served, "server"
-        from ._windows import known_context_window  # the table: on first use
+        from ._context_windows import known_context_window  # the table: on first use
 
         known = known_context_window(model)
         return known, ("table" if known is not None else None)
@@ -260,10 +281,10 @@ def offline_encoding(name: str, *, directories: Sequence[str | Path] = ()) -> En
 
 
 def _exceeded(tried: list[tuple[str, int, int, int, str]], *, defaulted: bool) -> Exception:
-    model, prompt_tokens, max_tokens, window, counter = tried[-1]
+    model, prompt_tokens, max_tokens, context_window, counter = tried[-1]
     message = (
         f"{model}: {prompt_tokens} prompt tokens + {max_tokens} max tokens = "
-        f"{prompt_tokens + max_tokens} exceeds the context window of {window} tokens "
+        f"{prompt_tokens + max_tokens} exceeds the context window of {context_window} tokens "
         f"(counted by {counter})"
     )
     if defaulted:
@@ -275,6 +296,6 @@ def _exceeded(tried: list[tuple[str, int, int, int, str]], *, defaulted: bool) -
         model=model,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
-        context_window=window,
+        context_window=context_window,
         counter=counter,
     )

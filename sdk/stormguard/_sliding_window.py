@@ -14,11 +14,12 @@ import math
 
 from ._clock import Clock
 
-__all__ = ["WindowedPair"]
+__all__ = ["SlidingWindowCounts"]
 
 
-class WindowedPair:
-    """Counts ``(a, b)`` events per time bucket; ``totals()`` sums the live buckets."""
+class SlidingWindowCounts:
+    """Two event counts ``(a, b)`` over a sliding time window, kept per time bucket;
+    ``totals()`` sums the live buckets."""
 
     __slots__ = ("_clock", "_ring", "_width")
 

@@ -9,16 +9,16 @@ from .._clock import ClockLike, ClockRef
 from .._http import httpx
 from ._flow import Flow, abandoned, models_url
 
-__all__ = ["ServerWindows", "parse_models_response"]
+__all__ = ["ServerContextWindows", "parse_models_response"]
 
 
 @dataclass
 class _Entry:
     expires: float
-    windows: dict[str, int] = field(default_factory=dict)
+    context_windows: dict[str, int] = field(default_factory=dict)
 
 
-class ServerWindows:
+class ServerContextWindows:
     """Per-endpoint cache of ``{model id: max_model_len}`` from ``GET {base}/models``.
 
     One lookup serves every model of the endpoint for ``ttl`` seconds. A failed or
@@ -47,36 +47,36 @@ class ServerWindows:
         """Read ``clock`` (a client's) unless this was given one of its own."""
         self._clock.adopt(clock)
 
-    def window_flow(self, base_url: str | httpx.URL, model: str) -> Flow[int | None]:
-        """The window ``model`` has on the endpoint at ``base_url``, or None if unreported."""
+    def context_window_flow(self, base_url: str | httpx.URL, model: str) -> Flow[int | None]:
+        """The context window of ``model`` at ``base_url``, or None if unreported."""
         url = models_url(base_url)
         key = str(url)
         with self._lock:
             entry = self._entries.get(key)
             fresh = entry is not None and entry.expires > self._clock.now()
         if entry is not None and fresh:
-            return entry.windows.get(model)
+            return entry.context_windows.get(model)
         lookup = httpx.Request(
             "GET", url, extensions={"timeout": httpx.Timeout(self.timeout).as_dict()}
         )
         response = yield lookup
-        windows = parse_models_response(response)
-        if windows is None and abandoned(lookup):
+        context_windows = parse_models_response(response)
+        if context_windows is None and abandoned(lookup):
             return None  # the call ran out of time, not the server: nothing to remember
         now = self._clock.now()
         with self._lock:
-            if windows is None:
+            if context_windows is None:
                 self._entries[key] = _Entry(now + self.retry_after)
             else:
-                self._entries[key] = _Entry(now + self.ttl, windows)
-        return (windows or {}).get(model)
+                self._entries[key] = _Entry(now + self.ttl, context_windows)
+        return (context_windows or {}).get(model)
 
 
 def parse_models_response(response: httpx.Response | None) -> dict[str, int] | None:
     """``{id: max_model_len}`` from an OpenAI-style model list; None when unusable.
 
     A list without any ``max_model_len`` (OpenAI's own) gives an empty dict: the
-    endpoint answered, it just reports no windows.
+    endpoint answered, it just reports no context windows.
     """
     if response is None or response.status_code != 200:
         return None
@@ -87,11 +87,11 @@ def parse_models_response(response: httpx.Response | None) -> dict[str, int] | N
     models = data.get("data") if isinstance(data, dict) else None
     if not isinstance(models, list):
         return None
-    windows: dict[str, int] = {}
+    context_windows: dict[str, int] = {}
     for model in models:
         if not isinstance(model, dict):
             continue
         model_id, length = model.get("id"), model.get("max_model_len")
         if isinstance(model_id, str) and type(length) is int and length > 0:
-            windows[model_id] = length
-    return windows
+            context_windows[model_id] = length
+    return context_windows
