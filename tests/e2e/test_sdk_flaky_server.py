@@ -11,6 +11,7 @@ import pytest
 
 import stormguard
 from stormguard import RetryBudget
+from stormguard.testing import FakeClock
 from tests.e2e.flaky_server import FlakyServer, running, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -121,12 +122,18 @@ def test_full_outage_amplification_stays_within_the_budget(server: FlakyServer) 
 def test_full_outage_breaker_fails_fast_then_recovers(server: FlakyServer) -> None:
     server.reset(outage=True, retry_after_ms=5)
     breaker = stormguard.BreakerConfig(consecutive_failures=5, open_time=0.3, jitter=0.0)
-    with stormguard.Client(base_url=server.base_url, model="e2e", breaker=breaker) as client:
+    # The breaker's open time runs on a fake clock: on a busy machine the 100 calls
+    # may take longer than 0.3 s of real time, which would let probes through (and
+    # lengthen the open time) in the middle of the outage.
+    clock = FakeClock()
+    with stormguard.Client(
+        base_url=server.base_url, model="e2e", breaker=breaker, clock=clock
+    ) as client:
         ok, failed = run_calls(client, 100, workers=1)
         assert (ok, failed) == (0, 100)
         assert server.seen.requests <= 6  # 5 to trip it (+1 budgeted retry), then none
         server.reset(outage=False)
-        time.sleep(0.35)  # the open time passes: the next call is a half-open probe
+        clock.advance(0.35)  # the open time passes: the next call is a half-open probe
         ok, failed = run_calls(client, 20, workers=1)
     assert (ok, failed) == (20, 0)
     assert server.seen.requests == 20
