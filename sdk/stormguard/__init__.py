@@ -15,6 +15,7 @@ import Client`` and type checkers see the same names as before.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from ._logs import setup_logging
@@ -26,16 +27,16 @@ if TYPE_CHECKING:
     from ._breaker import (
         BreakerConfig,
         BreakerRegistry,
-        BreakerState,
+        BreakerSnapshot,
         BreakerTransition,
         CircuitBreaker,
         CircuitState,
     )
-    from ._budget import BudgetState, RetryBudget
+    from ._budget import BudgetSnapshot, RetryBudget
     from ._client import Client
     from ._clock import Clock
     from ._deadline_transport import DeadlineTransport
-    from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoveryState
+    from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoverySnapshot
     from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
     from ._endpoints import Endpoint, SpillOver
     from ._exceptions import (
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
         UnprocessableEntityError,
     )
     from ._history import AttemptRecord
-    from ._limiter import ConcurrencyLimiter, LimitState
+    from ._limiter import ConcurrencyLimiter, LimitSnapshot
     from ._models import (
         CallInfo,
         ChatCompletion,
@@ -127,9 +128,9 @@ __all__ = [
     "BadRequestError",
     "BreakerConfig",
     "BreakerRegistry",
-    "BreakerState",
+    "BreakerSnapshot",
     "BreakerTransition",
-    "BudgetState",
+    "BudgetSnapshot",
     "CallInfo",
     "CallStats",
     "ChatCompletion",
@@ -154,7 +155,7 @@ __all__ = [
     "DiscoveryChange",
     "DiscoveryConfig",
     "DiscoveryError",
-    "DiscoveryState",
+    "DiscoverySnapshot",
     "EjectionConfig",
     "EjectionTransition",
     "Embedding",
@@ -164,7 +165,7 @@ __all__ = [
     "EndpointStatus",
     "InternalServerError",
     "LegacyAPIResponse",
-    "LimitState",
+    "LimitSnapshot",
     "LocalQueueFullError",
     "Model",
     "ModelList",
@@ -216,11 +217,11 @@ _MODULES: dict[str, str] = {
     "NotGiven": "._base_client",
     "BreakerConfig": "._breaker",
     "BreakerRegistry": "._breaker",
-    "BreakerState": "._breaker",
+    "BreakerSnapshot": "._breaker",
     "BreakerTransition": "._breaker",
     "CircuitBreaker": "._breaker",
     "CircuitState": "._breaker",
-    "BudgetState": "._budget",
+    "BudgetSnapshot": "._budget",
     "RetryBudget": "._budget",
     "Client": "._client",
     "Clock": "._clock",
@@ -228,7 +229,7 @@ _MODULES: dict[str, str] = {
     "DiscoveryChange": "._discovery",
     "DiscoveryConfig": "._discovery",
     "DiscoveryError": "._discovery",
-    "DiscoveryState": "._discovery",
+    "DiscoverySnapshot": "._discovery",
     "EjectionConfig": "._ejection",
     "EjectionTransition": "._ejection",
     "EndpointHealth": "._ejection",
@@ -260,7 +261,7 @@ _MODULES: dict[str, str] = {
     "UnprocessableEntityError": "._exceptions",
     "AttemptRecord": "._history",
     "ConcurrencyLimiter": "._limiter",
-    "LimitState": "._limiter",
+    "LimitSnapshot": "._limiter",
     "CallInfo": "._models",
     "ChatCompletion": "._models",
     "ChatCompletionChunk": "._models",
@@ -317,8 +318,32 @@ if TYPE_CHECKING:
     OpenAI = Client
     AsyncOpenAI = AsyncClient
 
+#: Old names of the frozen copies that ``.state()`` and ``.stats()`` return: ``*State``
+#: now names live state only (and enums of named states, like ``CircuitState``). Each
+#: still works and warns with the new name; none is in ``__all__``.
+_DEPRECATED = {
+    "BreakerState": "BreakerSnapshot",
+    "BudgetState": "BudgetSnapshot",
+    "DiscoveryState": "DiscoverySnapshot",
+    "LimitState": "LimitSnapshot",
+}
+
+if TYPE_CHECKING:
+    BreakerState = BreakerSnapshot
+    BudgetState = BudgetSnapshot
+    DiscoveryState = DiscoverySnapshot
+    LimitState = LimitSnapshot
+
 
 def __getattr__(name: str) -> Any:
+    new = _DEPRECATED.get(name)
+    if new is not None:  # not cached in globals(): every use warns
+        warnings.warn(
+            f"stormguard.{name} is deprecated; use stormguard.{new}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(__name__), new)
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

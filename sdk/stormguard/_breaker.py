@@ -74,7 +74,7 @@ __all__ = [
     "BreakerConfig",
     "BreakerListener",
     "BreakerRegistry",
-    "BreakerState",
+    "BreakerSnapshot",
     "BreakerTransition",
     "CircuitBreaker",
     "CircuitState",
@@ -184,8 +184,8 @@ BreakerListener = Callable[[BreakerTransition], None]
 
 
 @dataclass(frozen=True, slots=True)
-class BreakerState:
-    """A breaker at one instant, for ``client.stats()`` and tests."""
+class BreakerSnapshot:
+    """A frozen copy of a breaker at one instant, for ``client.stats()`` and tests."""
 
     name: str
     state: CircuitState
@@ -381,13 +381,13 @@ class CircuitBreaker:
         self._emit()
         return accepting
 
-    def snapshot(self) -> BreakerState:
+    def snapshot(self) -> BreakerSnapshot:
         """Counts and state at this instant."""
         with self._lock:
             now = self._clock.now()
             self._advance(now)
             calls = len(self._window)
-            snapshot = BreakerState(
+            snapshot = BreakerSnapshot(
                 name=self.name,
                 state=self._state,
                 calls=calls,
@@ -566,7 +566,7 @@ class BreakerRegistry:
                 self._breakers.popitem(last=False)
             return breaker
 
-    def snapshot(self) -> dict[tuple[str, str | None], BreakerState]:
+    def snapshot(self) -> dict[tuple[str, str | None], BreakerSnapshot]:
         """Every breaker's state, keyed by (endpoint, model)."""
         with self._lock:
             items = list(self._breakers.items())

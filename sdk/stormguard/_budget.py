@@ -26,17 +26,21 @@ from dataclasses import dataclass
 from ._clock import Clock
 from ._sliding_window import SlidingWindowCounts
 
-__all__ = ["BudgetState", "RetryBudget"]
+__all__ = ["BudgetSnapshot", "RetryBudget"]
 
 
 @dataclass(frozen=True, slots=True)
-class BudgetState:
-    """The budget over the current window."""
+class BudgetSnapshot:
+    """A frozen copy of the budget over the current window."""
 
     calls: int
     retries: int
     refused: int
     available: float
+
+
+#: The old name, still read by the pipeline's event types; use ``BudgetSnapshot``.
+BudgetState = BudgetSnapshot
 
 
 class RetryBudget:
@@ -89,11 +93,11 @@ class RetryBudget:
             self._counts.add(b=1)
             return True
 
-    def state(self) -> BudgetState:
+    def state(self) -> BudgetSnapshot:
         """Calls, retries and what is left over the current window."""
         with self._lock:
             calls, retries = self._counts.totals()
-            return BudgetState(
+            return BudgetSnapshot(
                 calls=calls,
                 retries=retries,
                 refused=self._refused,

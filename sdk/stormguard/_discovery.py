@@ -71,7 +71,7 @@ __all__ = [
     "DiscoveryConfig",
     "DiscoveryError",
     "DiscoveryListener",
-    "DiscoveryState",
+    "DiscoverySnapshot",
     "Resolver",
     "getaddrinfo_resolver",
     "split_dns_scheme",
@@ -157,8 +157,8 @@ DiscoveryListener = Callable[[DiscoveryChange], None]
 
 
 @dataclass(frozen=True, slots=True)
-class DiscoveryState:
-    """What ``client.stats().discovery`` says of one DNS name."""
+class DiscoverySnapshot:
+    """A frozen copy of one DNS name's discovery, for ``client.stats().discovery``."""
 
     name: str
     #: Its endpoints now (the last good look).
@@ -543,11 +543,11 @@ class Discovery:
 
     # -- what it knows --------------------------------------------------------------------
 
-    def snapshot(self) -> tuple[DiscoveryState, ...]:
+    def snapshot(self) -> tuple[DiscoverySnapshot, ...]:
         with self._lock:
             now = self._clock.now()
             return tuple(
-                DiscoveryState(
+                DiscoverySnapshot(
                     name=name.label,
                     endpoints=tuple(name.endpoint_name(a) for a in name.addresses or ()),
                     looks=name.looks,

@@ -93,7 +93,7 @@ __all__ = [
     "EndpointLimit",
     "Lease",
     "LimitOutcome",
-    "LimitState",
+    "LimitSnapshot",
     "SlotWaiter",
     "is_shed",
     "limit_outcome",
@@ -159,8 +159,8 @@ def stream_cut_outcome(error: BaseException) -> LimitOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class LimitState:
-    """One endpoint's limit right now."""
+class LimitSnapshot:
+    """A frozen copy of one endpoint's limit, taken by ``state()``."""
 
     endpoint: str
     limit: int
@@ -485,9 +485,9 @@ class EndpointLimit:
                 wakes += [w._wake for _, w in self._queue if not w.done and w._wake]
         _call_all(wakes)
 
-    def state(self) -> LimitState:
+    def state(self) -> LimitSnapshot:
         with self._lock:
-            return LimitState(
+            return LimitSnapshot(
                 endpoint=self.name,
                 limit=self.limit,
                 in_flight=self._in_flight,
@@ -847,7 +847,7 @@ class ConcurrencyLimiter:
         where it stood, ahead of later arrivals)."""
         return next(self._seq)
 
-    def state(self) -> tuple[LimitState, ...]:
+    def state(self) -> tuple[LimitSnapshot, ...]:
         """Every endpoint's limit, in flight, waiting and decreases."""
         with self._lock:
             limits = list(self._endpoints.values())

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._breaker import BreakerState
-    from ._discovery import DiscoveryState
+    from ._breaker import BreakerSnapshot
+    from ._discovery import DiscoverySnapshot
     from ._ejection import EndpointHealth
-    from ._limiter import LimitState
+    from ._limiter import LimitSnapshot
 
 __all__ = ["CallStats", "StatsRecorder"]
 
@@ -26,14 +26,14 @@ class CallStats:
     #: Times a call moved on to a fallback model.
     fallbacks: int = 0
     #: The state of each (endpoint, model) breaker the client has used.
-    breakers: tuple[BreakerState, ...] = ()
+    breakers: tuple[BreakerSnapshot, ...] = ()
     #: Attempts shed before processing and sent back to the local queue.
     requeues: int = 0
     #: Requeues the requeue budget refused (the call failed with the shed).
     requeues_refused_by_budget: int = 0
     #: Each endpoint's concurrency limit, in flight and waiting (shared limiters:
     #: every client's calls).
-    concurrency: tuple[LimitState, ...] = ()
+    concurrency: tuple[LimitSnapshot, ...] = ()
     #: Retries that went to an endpoint the call had not tried, outside the retry
     #: budget (counted in ``retries`` too).
     failovers: int = 0
@@ -43,7 +43,7 @@ class CallStats:
     #: The names of the endpoints calls may go to now (discovered ones included).
     endpoint_names: tuple[str, ...] = ()
     #: Each DNS name's endpoints, looks and last failure (DNS discovery).
-    discovery: tuple[DiscoveryState, ...] = ()
+    discovery: tuple[DiscoverySnapshot, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -92,11 +92,11 @@ class StatsRecorder:
     def snapshot(
         self,
         *,
-        breakers: tuple[BreakerState, ...] = (),
-        concurrency: tuple[LimitState, ...] = (),
+        breakers: tuple[BreakerSnapshot, ...] = (),
+        concurrency: tuple[LimitSnapshot, ...] = (),
         endpoints: tuple[EndpointHealth, ...] = (),
         endpoint_names: tuple[str, ...] = (),
-        discovery: tuple[DiscoveryState, ...] = (),
+        discovery: tuple[DiscoverySnapshot, ...] = (),
     ) -> CallStats:
         with self._lock:
             return CallStats(

@@ -50,12 +50,13 @@ from ._clock import Clock
 from ._sliding_window import SlidingWindowCounts
 from ._verdict import Verdict, classify
 
-__all__ = ["AdaptiveThrottle", "ThrottleState", "is_accept"]
+__all__ = ["AdaptiveThrottle", "ThrottleSnapshot", "is_accept"]
 
 
 @dataclass(frozen=True, slots=True)
-class ThrottleState:
-    """The counts over the current window and the refusal probability they give."""
+class ThrottleSnapshot:
+    """A frozen copy of the counts over the current window and the refusal
+    probability they give."""
 
     requests: int
     accepts: int
@@ -137,11 +138,11 @@ class AdaptiveThrottle:
         with self._lock:
             return self._probability(*self._counts.totals())
 
-    def state(self) -> ThrottleState:
+    def state(self) -> ThrottleSnapshot:
         """Requests, accepts and the refusal probability over the current window."""
         with self._lock:
             requests, accepts = self._counts.totals()
-            return ThrottleState(requests, accepts, self._probability(requests, accepts))
+            return ThrottleSnapshot(requests, accepts, self._probability(requests, accepts))
 
     def __repr__(self) -> str:
         return f"AdaptiveThrottle(k={self.k}, window={self.window})"

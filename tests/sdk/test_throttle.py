@@ -26,7 +26,7 @@ from stormguard._exceptions import (
     StreamInterruptedError,
     ThrottledError,
 )
-from stormguard._throttle import AdaptiveThrottle, ThrottleState, is_accept
+from stormguard._throttle import AdaptiveThrottle, ThrottleSnapshot, is_accept
 from stormguard.protocol import ServerLoad
 from stormguard.testing import FakeClock
 
@@ -140,9 +140,9 @@ def test_counts_expire_with_the_window() -> None:
     throttle.record_accept()
     assert throttle.state().requests == 101
     clock.advance(61.0)  # the refusals at t=0 have left the 120 s window
-    assert throttle.state() == ThrottleState(1, 1, 0.0)
+    assert throttle.state() == ThrottleSnapshot(1, 1, 0.0)
     clock.advance(120.0)
-    assert throttle.state() == ThrottleState(0, 0, 0.0)
+    assert throttle.state() == ThrottleSnapshot(0, 0, 0.0)
     assert not throttle.should_reject()
 
 
@@ -171,7 +171,7 @@ def test_threads_keep_counts_exact() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert throttle.state() == ThrottleState(8000, 4000, 0.0)
+    assert throttle.state() == ThrottleSnapshot(8000, 4000, 0.0)
 
 
 def status(cls: type[APIStatusError], code: int, **load: Any) -> APIStatusError:
@@ -208,7 +208,7 @@ def test_record_counts_refusals_and_skips_what_was_never_sent() -> None:
     throttle.record(APIConnectionError("refused"))
     throttle.record(ThrottledError("t", probability=0.5))  # refused here: already counted
     throttle.record(asyncio.CancelledError())
-    assert throttle.state() == ThrottleState(4, 2, 0.0)
+    assert throttle.state() == ThrottleSnapshot(4, 2, 0.0)
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ from ._metrics import ClientMetrics
 from ._observer import _CURRENT
 
 if TYPE_CHECKING:
-    from .._budget import BudgetState
+    from .._budget import BudgetSnapshot
     from ..protocol import ServerLoad
     from ._observer import Telemetry
 
@@ -348,7 +348,7 @@ def _load_attributes(load: ServerLoad, scrub: Callable[[str], str]) -> dict[str,
     return {key: value for key, value in pairs if value is not None}
 
 
-def _budget_attributes(budget: BudgetState) -> dict[str, Any]:
+def _budget_attributes(budget: BudgetSnapshot) -> dict[str, Any]:
     return {
         n.BUDGET_CALLS: budget.calls,
         n.BUDGET_RETRIES: budget.retries,
