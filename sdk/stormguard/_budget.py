@@ -39,10 +39,6 @@ class BudgetSnapshot:
     available: float
 
 
-#: The old name, still read by the pipeline's event types; use ``BudgetSnapshot``.
-BudgetState = BudgetSnapshot
-
-
 class RetryBudget:
     """Shared by every thread and task of a client; pass the same object to several
     clients to give them one budget.

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ._breaker import BreakerTransition
-    from ._budget import BudgetState
+    from ._budget import BudgetSnapshot
     from ._ejection import EjectionTransition
     from ._stop_reason import StopReason
     from .protocol import ServerLoad
@@ -130,7 +130,7 @@ class AttemptEnded:
 class BudgetRefused:
     """The retry budget refused a retry; the call stops here."""
 
-    budget: BudgetState
+    budget: BudgetSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +178,7 @@ class CallEnded:
     attempts: int
     retry_stopped_by: StopReason | None
     response: ResponseSummary | None
-    budget: BudgetState
+    budget: BudgetSnapshot
     #: Seconds the call waited in local queues for concurrency slots, all attempts.
     queued: float = 0.0
 
