@@ -247,3 +247,14 @@ def test_the_documented_stop_reasons_are_the_enum() -> None:
     documented = _documented(DOCS / "retries.md", "## Why retrying stopped")
     assert len(documented) == len(set(documented))
     assert set(documented) == {reason.value for reason in StopReason}
+
+
+def test_the_span_attribute_lists_every_stop_reason() -> None:
+    """docs/tracing.md's row for ``stormguard.retry.stop_reason`` names each member."""
+    row = next(
+        line
+        for line in (DOCS / "tracing.md").read_text().splitlines()
+        if line.startswith("| `stormguard.retry.stop_reason`")
+    )
+    listed = re.findall(r"`([a-z_]+)`", row.split("|")[2])
+    assert set(listed) == {reason.value for reason in StopReason}
