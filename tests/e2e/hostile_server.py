@@ -86,13 +86,18 @@ def answer(
     body: bytes | str | Mapping[str, Any] = b"",
     headers: Iterable[tuple[str, str]] = (),
 ) -> Behaviour:
-    """A complete, well-framed response (``body``: bytes, text, or a JSON object)."""
+    """A complete, well-framed response (``body``: bytes, text, or a JSON object).
+
+    It says ``connection: close``, as the server does after every request: without
+    it a client may send its next request on the pooled connection before the
+    close reaches it, and that request fails without the server having read it."""
     if isinstance(body, Mapping):
         payload = json.dumps(body).encode()
         headers = [("content-type", "application/json"), *headers]
     else:
         payload = body.encode() if isinstance(body, str) else body
-    raw = head(status, [*headers, ("content-length", str(len(payload)))]) + payload
+    framing = [("content-length", str(len(payload))), ("connection", "close")]
+    raw = head(status, [*headers, *framing]) + payload
 
     async def behaviour(_: RawRequest, writer: asyncio.StreamWriter) -> None:
         writer.write(raw)
