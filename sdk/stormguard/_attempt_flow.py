@@ -125,6 +125,15 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
     return call.complete(response, reader.body())
 
 
+def _resume(flow: AttemptFlow, sent: Any, error: BaseException | None) -> Action:
+    """The flow's next action, after ``sent`` came back from the last one (or
+    ``error`` was raised by it); ``StopIteration`` carries the attempt's result."""
+    try:
+        return flow.send(sent) if error is None else flow.throw(error)
+    finally:
+        del error  # no cycle through the traceback
+
+
 def run_sync(flow: AttemptFlow, perform: Callable[[Action], Any]) -> Any:
     """Drive ``flow`` to its result: each action performed by ``perform``, whose
     result is sent back and whose exception is thrown in."""
@@ -132,17 +141,11 @@ def run_sync(flow: AttemptFlow, perform: Callable[[Action], Any]) -> Any:
     error: BaseException | None = None
     while True:
         try:
-            if error is None:
-                action = flow.send(sent)
-            else:
-                thrown, error = error, None
-                try:
-                    action = flow.throw(thrown)
-                finally:
-                    del thrown  # no cycle through the traceback
+            action = _resume(flow, sent, error)
         except StopIteration as stop:
             return stop.value
-        sent = None
+        finally:
+            sent = error = None
         try:
             sent = perform(action)
         except BaseException as exc:
@@ -155,17 +158,11 @@ async def run_async(flow: AttemptFlow, perform: Callable[[Action], Awaitable[Any
     error: BaseException | None = None
     while True:
         try:
-            if error is None:
-                action = flow.send(sent)
-            else:
-                thrown, error = error, None
-                try:
-                    action = flow.throw(thrown)
-                finally:
-                    del thrown  # no cycle through the traceback
+            action = _resume(flow, sent, error)
         except StopIteration as stop:
             return stop.value
-        sent = None
+        finally:
+            sent = error = None
         try:
             sent = await perform(action)
         except BaseException as exc:
