@@ -141,9 +141,7 @@ class Telemetry:
         if provider is None:
             if not _api_in_use():
                 return None
-            from opentelemetry import trace
-
-            provider = trace.get_tracer_provider()
+            provider = _api()[0].get_tracer_provider()
         if _records_no_spans(provider):
             return None
         cached = self._tracers
@@ -158,9 +156,7 @@ class Telemetry:
         if provider is None:
             if not _api_in_use():
                 return None
-            from opentelemetry import metrics
-
-            provider = metrics.get_meter_provider()
+            provider = _api()[1].get_meter_provider()
         if _records_no_metrics(provider):
             return None
         cached = self._metrics
