@@ -4,217 +4,44 @@ A request's cost is its prompt tokens plus its ``max_tokens`` (the seed's
 token_admission_load). It is admitted while the admitted cost fits the budget
 (the engine's KV capacity x a watermark, scaled down during slow start);
 otherwise it waits in a queue ordered by priority, then arrival, that is
-bounded in requests, tokens and wait. When something must go, the victim is
-the request that matters least: sheddable before standard before critical,
-retries before first attempts, newest first. Every refusal says why and when
-trying again makes sense, from how long admitted requests hold their tokens
-and how long those in flight have held theirs (``wait_estimate.py``).
+bounded in requests, tokens and wait (``admission_queue.py``). When something
+must go, the victim is the request that matters least: sheddable before
+standard before critical, retries before first attempts, newest first. Every
+refusal says why and when trying again makes sense, from how long admitted
+requests hold their tokens and how long those in flight have held theirs
+(``wait_estimate.py``).
 
 The controller knows no HTTP and no engine internals: it reads the engine's
 ``EngineLoad`` through a callable, and its clock (``clock.py``) is injectable,
 so every decision, and the queue's timeouts, are unit-tested without sleeping.
+The values it trades in (``Ticket``, ``Grant``, ``Shed``, ``ShedError``) live in
+``admission_tickets.py``, and ``DrainMeter`` in ``drain_meter.py``; both still
+import from here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
-import heapq
 import itertools
 import math
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from stormguard.protocol import Priority, ServerLoad, ShedReason
+from stormguard_server.admission_queue import AdmissionQueue
+from stormguard_server.admission_tickets import Grant, Shed, ShedError, Ticket
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
+from stormguard_server.drain_meter import DrainMeter
 from stormguard_server.engine import EngineLoad
 from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
 
+if TYPE_CHECKING:
+    from stormguard_server.admission_queue import _Group
+
+__all__ = ["AdmissionController", "DrainMeter", "Grant", "Shed", "ShedError", "Ticket"]
+
 _FALLBACK_RETRY_AFTER_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Shed:
-    """A refusal: the reason, when to come back, and whether coming back can help."""
-
-    reason: ShedReason
-    retry_after_s: float | None
-    should_retry: bool
-    message: str
-
-    @property
-    def status_code(self) -> int:
-        """400 for what can never fit, 503 for overload and unreadiness."""
-        return 400 if self.reason is ShedReason.TOO_LONG else 503
-
-
-class ShedError(Exception):
-    """Raised by ``acquire`` when a request is refused, now or while it waited."""
-
-    def __init__(self, shed: Shed) -> None:
-        super().__init__(shed.message)
-        self.shed = shed
-
-
-@dataclass(eq=False)
-class Ticket:
-    """One request asking for admission (identity is the object)."""
-
-    cost: int
-    priority: Priority = Priority.STANDARD
-    attempt: int = 1
-    # Tokens it may generate (part of the cost), when the front end knows them: the
-    # wait estimate tells prefill from decoding with it.
-    max_tokens: int | None = None
-    # Absolute time (controller clock) after which the caller no longer waits.
-    deadline: float | None = None
-    arrival: float = 0.0
-    seq: int = 0
-    admitted_at: float | None = None
-    # True from admission until release: its cost counts as in flight.
-    inflight: bool = False
-    # Place in the queue when it was queued (0 = next); None when admitted at once.
-    queue_position: int | None = None
-    future: asyncio.Future[None] | None = field(default=None, repr=False)
-
-    @property
-    def is_retry(self) -> bool:
-        return self.attempt > 1
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """(prompt tokens, max_tokens) as far as known: the whole cost is taken for the
-        prompt when max_tokens is not."""
-        output = self.max_tokens or 0
-        return max(0, self.cost - output), output
-
-    @property
-    def order_key(self) -> tuple[int, int]:
-        """Serving order: priority, then arrival."""
-        return (self.priority.rank, self.seq)
-
-    @property
-    def shed_key(self) -> tuple[int, bool, int]:
-        """Shedding order (largest goes first): least important, retries, newest."""
-        return (self.priority.rank, self.is_retry, self.seq)
-
-
-@dataclass(frozen=True, slots=True)
-class Grant:
-    """Admission granted to a request; release it (``AdmissionController.release``)
-    when the engine is done. ``waited_s`` and ``ticket.queue_position`` describe its wait
-    (what a tracing span of the admission step records)."""
-
-    ticket: Ticket
-    waited_s: float
-
-
-class DrainMeter:
-    """Amounts released per second over the last ``period_s`` seconds (the request
-    limits' pools measure their drain with it; admission's own wait estimate is
-    ``HoldMeter``)."""
-
-    def __init__(self, period_s: float, clock: ClockLike | None = None) -> None:
-        self._period_s = period_s
-        self._clock = as_clock(clock)
-        self._events: deque[tuple[float, int]] = deque()
-        self._total = 0
-        self._started: float | None = None
-
-    def start(self) -> None:
-        """Begin measuring (at the first admission): the rate's span starts here."""
-        if self._started is None:
-            self._started = self._clock.now()
-
-    def record(self, tokens: int) -> None:
-        now = self._clock.now()
-        self.start()
-        self._events.append((now, tokens))
-        self._total += tokens
-        self._trim(now)
-
-    def rate(self) -> float | None:
-        """Tokens per second, or None before anything was released."""
-        now = self._clock.now()
-        self._trim(now)
-        if self._started is None or not self._events:
-            return None
-        span = min(self._period_s, max(now - self._started, 0.0))
-        span = max(span, 0.1)  # one burst of releases is not an infinite rate
-        return self._total / span
-
-    def _trim(self, now: float) -> None:
-        while self._events and self._events[0][0] < now - self._period_s:
-            _, tokens = self._events.popleft()
-            self._total -= tokens
-
-
-class _Group:
-    """The queued tickets of one (priority rank, is_retry), sorted by seq.
-
-    Their tokens also sit in a Fenwick tree indexed by seq, so "tokens of this
-    group queued before seq s" costs O(log n) even when a ticket is submitted
-    after later-made ones (it then queues ahead of them). The tree covers a
-    range of seqs and is rebuilt, in O(range), when a seq falls outside it;
-    the range is twice the queued span, so rebuilds are rare (amortized O(1)).
-    Seqs are unique (``make_ticket`` stamps them) and costs never negative.
-    """
-
-    def __init__(self) -> None:
-        self.tickets: list[Ticket] = []
-        self.seqs: list[int] = []
-        self.tokens = 0
-        self._base = 0
-        self._tree = [0]  # 1-based Fenwick tree over seqs base .. base + len - 2
-
-    def insert(self, ticket: Ticket) -> None:
-        at = bisect.bisect_right(self.seqs, ticket.seq)
-        self.seqs.insert(at, ticket.seq)
-        self.tickets.insert(at, ticket)
-        self.tokens += ticket.cost
-        if self._base <= ticket.seq < self._base + len(self._tree) - 1:
-            self._add(ticket.seq, ticket.cost)
-        else:
-            self._rebuild()
-
-    def remove(self, ticket: Ticket) -> None:
-        at = bisect.bisect_left(self.seqs, ticket.seq)
-        while self.tickets[at] is not ticket:
-            at += 1
-        del self.seqs[at], self.tickets[at]
-        self.tokens -= ticket.cost
-        self._add(ticket.seq, -ticket.cost)
-
-    def tokens_before(self, seq: int) -> int:
-        """Tokens of this group's tickets whose seq is below ``seq``."""
-        i = min(seq - self._base, len(self._tree) - 1)
-        total = 0
-        while i > 0:
-            total += self._tree[i]
-            i -= i & -i
-        return total
-
-    def _add(self, seq: int, tokens: int) -> None:
-        i, size = seq - self._base + 1, len(self._tree)
-        while i < size:
-            self._tree[i] += tokens
-            i += i & -i
-
-    def _rebuild(self) -> None:
-        self._base = self.seqs[0]
-        size = 64
-        while size < 2 * (self.seqs[-1] - self._base + 1):
-            size *= 2
-        tree = [0] * (size + 1)
-        for ticket in self.tickets:
-            tree[ticket.seq - self._base + 1] += ticket.cost
-        for i in range(1, size + 1):  # linear-time Fenwick construction
-            parent = i + (i & -i)
-            if parent <= size:
-                tree[parent] += tree[i]
-        self._tree = tree
 
 
 class AdmissionController:
@@ -230,18 +57,7 @@ class AdmissionController:
         self.config = config
         self._engine_load = engine_load
         self._clock = as_clock(clock)
-        # The queue, sorted by order_key, with the keys alongside for bisect; the same
-        # tickets by (rank, is_retry) with their token sums; each queued ticket's
-        # shed_key as it was queued; and a heap of (expiry, push number, ticket) in
-        # which tickets that left stay until they surface. No decision then scans the
-        # queue: each is O(log n) in its length (list inserts and pops are memmoves).
-        self._queue: list[Ticket] = []
-        self._keys: list[tuple[int, int]] = []
-        self._groups = self._new_groups()
-        self._queued: dict[Ticket, tuple[int, bool, int]] = {}
-        self._expiries: list[tuple[float, int, Ticket]] = []
-        self._pushes = itertools.count()  # heap tie-break: tickets do not compare
-        self._queue_tokens = 0
+        self._waiting = AdmissionQueue(config)
         self._inflight: dict[Ticket, None] = {}  # admitted, not yet released
         self._inflight_tokens = 0
         self._seq = itertools.count()
@@ -254,11 +70,11 @@ class AdmissionController:
 
     @property
     def queue_depth(self) -> int:
-        return len(self._queue)
+        return len(self._waiting)
 
     @property
     def queue_tokens(self) -> int:
-        return self._queue_tokens
+        return self._waiting.tokens
 
     @property
     def inflight_tokens(self) -> int:
@@ -278,8 +94,8 @@ class AdmissionController:
         """The load headers' values right now."""
         load = self._engine_load()
         return ServerLoad(
-            queue_depth=len(self._queue),
-            queue_tokens=self._queue_tokens,
+            queue_depth=len(self._waiting),
+            queue_tokens=self._waiting.tokens,
             inflight_tokens=self._inflight_tokens,
             token_capacity=self.budget(load),
             kv_cache_usage=load.kv_cache_usage,
@@ -333,7 +149,7 @@ class AdmissionController:
         if ticket.deadline is not None and ticket.deadline <= now:
             return Shed(ShedReason.DEADLINE, None, False, "the request's deadline has passed")
 
-        ahead_tokens = self._tokens_ahead(ticket)
+        ahead_tokens = self._waiting.tokens_ahead(ticket)
         if ahead_tokens == 0 and self._fits(ticket.cost, load):
             return self._admit(ticket, now)
 
@@ -346,7 +162,7 @@ class AdmissionController:
                     False,
                     f"the request's deadline cannot be met (estimated queue wait {wait:.2f} s)",
                 )
-        if ticket.is_retry and self._retry_must_go(ticket):
+        if ticket.is_retry and self._waiting.retry_must_go(ticket):
             return self._overload_shed(ticket, ShedReason.QUEUE_FULL, load)
         return self._enqueue(ticket, load)
 
@@ -367,22 +183,16 @@ class AdmissionController:
 
     def cancel(self, ticket: Ticket) -> bool:
         """Remove a queued ticket (its caller went away); True when it was queued."""
-        if self._remove(ticket):
+        if self._waiting.remove(ticket):
             self.pump()
             return True
         return False
 
     def expire(self) -> list[Ticket]:
         """Shed queued tickets whose deadline or maximum wait has passed."""
-        now = self._clock.now()
-        expired: dict[Ticket, None] = {}  # a ticket queued twice has two entries
-        while self._expiries and now >= self._expiries[0][0]:
-            _, _, ticket = heapq.heappop(self._expiries)
-            if ticket in self._queued:
-                expired[ticket] = None
-        gone = sorted(expired, key=self._order_key)  # shed in queue order
+        gone = self._waiting.due(self._clock.now())  # shed in queue order
         for ticket in gone:
-            self._remove(ticket)
+            self._waiting.remove(ticket)
             self._resolve(ticket, self._expired_shed(ticket))
         if gone:
             self.pump()
@@ -395,9 +205,10 @@ class AdmissionController:
         if not load.ready:
             return admitted
         now = self._clock.now()
-        while self._queue and self._fits(self._queue[0].cost, load):
-            ticket = self._queue[0]
-            self._remove(ticket)
+        queue = self._waiting.tickets
+        while queue and self._fits(queue[0].cost, load):
+            ticket = queue[0]
+            self._waiting.remove(ticket)
             self._admit(ticket, now)
             self._resolve(ticket, None)
             admitted.append(ticket)
@@ -407,13 +218,7 @@ class AdmissionController:
         """The engine went down: every queued ticket is refused with the restart reason."""
         load = load or self._engine_load()
         shed = self.unready_shed(load)
-        gone = list(self._queue)
-        self._queue.clear()
-        self._keys.clear()
-        self._groups = self._new_groups()
-        self._queued.clear()
-        self._expiries.clear()
-        self._queue_tokens = 0
+        gone = self._waiting.clear()
         for ticket in gone:
             self._resolve(ticket, shed)
         return gone
@@ -424,7 +229,7 @@ class AdmissionController:
         slow-start budget grows between releases)."""
         load = self._engine_load()
         if not load.ready:
-            if self._queue:
+            if self._waiting:
                 self.shed_all_queued(load)
             return
         self.expire()
@@ -442,7 +247,7 @@ class AdmissionController:
         assert ticket.future is not None
         try:
             while not ticket.future.done():
-                timeout = max(0.0, self._expiry(ticket) - self._clock.now())
+                timeout = max(0.0, self._waiting.expiry(ticket) - self._clock.now())
                 if not await self._clock.wait(ticket.future, timeout):
                     self.expire()
             ticket.future.result()
@@ -468,97 +273,20 @@ class AdmissionController:
         return Grant(ticket, waited_s=now - ticket.arrival)
 
     def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
-        cfg = self.config
-        over_requests = len(self._queue) + 1 > cfg.max_queue_requests
-        over_tokens = self._queue_tokens + ticket.cost > cfg.max_queue_tokens
-        if over_requests or over_tokens:
-            reason = ShedReason.QUEUE_FULL if over_requests else ShedReason.TOKEN_BUDGET
-            victims = self._victims_for(ticket)
+        reason = self._waiting.overflow(ticket.cost)
+        if reason is not None:
+            victims = self._waiting.victims_for(ticket)
             if victims is None:
                 return self._overload_shed(ticket, reason, load)
             for victim in victims:
-                self._remove(victim)
+                self._waiting.remove(victim)
                 self._resolve(victim, self._overload_shed(victim, reason, load))
         ticket.future = asyncio.get_running_loop().create_future()
-        rank, retry, seq = self._queued[ticket] = ticket.shed_key
-        at = bisect.bisect_right(self._keys, (rank, seq))
-        self._keys.insert(at, (rank, seq))
-        self._queue.insert(at, ticket)
-        self._groups[rank, retry].insert(ticket)
-        heapq.heappush(self._expiries, (self._expiry(ticket), next(self._pushes), ticket))
-        if len(self._expiries) > 2 * len(self._queue) + 64:  # without expire() calls too
-            self._expiries = [e for e in self._expiries if e[2] in self._queued]
-            heapq.heapify(self._expiries)
-        ticket.queue_position = at
-        self._queue_tokens += ticket.cost
+        ticket.queue_position = self._waiting.push(ticket)
         return None
 
-    def _victims_for(self, newcomer: Ticket) -> list[Ticket] | None:
-        """Queued tickets that matter less than ``newcomer`` and whose removal makes
-        room for it; None when the newcomer itself is the one to shed.
-
-        Candidates are the tickets with a larger shed_key, taken largest first: every
-        ticket of the groups (rank, is_retry) above the newcomer's, newest first, then
-        those of its own group newer than it. The totals decide up front whether
-        removing them all makes room (costs are never negative, so otherwise no
-        subset does); then only the victims themselves are visited.
-        """
-        cfg = self.config
-        rank, retry, seq = newcomer.shed_key
-        own = self._groups[rank, retry]
-        above = [g for key, g in self._groups.items() if key > (rank, retry)]
-        depth = len(self._queue) - sum(len(g.seqs) for g in above)
-        depth -= len(own.seqs) - bisect.bisect_right(own.seqs, seq)
-        tokens = self._queue_tokens - sum(g.tokens for g in above)
-        tokens -= own.tokens - own.tokens_before(seq + 1)
-        if depth + 1 > cfg.max_queue_requests or tokens + newcomer.cost > cfg.max_queue_tokens:
-            return None
-        victims: list[Ticket] = []
-        depth, tokens = len(self._queue), self._queue_tokens
-        for key, group in reversed(self._groups.items()):
-            if key < (rank, retry):
-                break
-            first = bisect.bisect_right(group.seqs, seq) if group is own else 0
-            for i in range(len(group.tickets) - 1, first - 1, -1):
-                if (
-                    depth + 1 <= cfg.max_queue_requests
-                    and tokens + newcomer.cost <= cfg.max_queue_tokens
-                ):
-                    return victims
-                victims.append(group.tickets[i])
-                depth -= 1
-                tokens -= group.tickets[i].cost
-        return victims
-
-    def _retry_must_go(self, ticket: Ticket) -> bool:
-        limit = self.config.max_queue_requests * self.config.retry_queue_fraction
-        ahead = bisect.bisect_left(self._keys, ticket.order_key)
-        return ahead >= limit
-
-    def _tokens_ahead(self, ticket: Ticket) -> int:
-        """Tokens queued before ``ticket`` would be: every group of a lower rank, and
-        the tickets of its own rank made before it."""
-        rank, seq = ticket.order_key
-        return sum(
-            group.tokens if key[0] < rank else group.tokens_before(seq)
-            for key, group in self._groups.items()
-            if key[0] <= rank
-        )
-
-    def _order_key(self, ticket: Ticket) -> tuple[int, int]:
-        """A queued ticket's order_key as it was queued."""
-        rank, _, seq = self._queued[ticket]
-        return rank, seq
-
-    @staticmethod
-    def _new_groups() -> dict[tuple[int, bool], _Group]:
-        """An empty group per (rank, is_retry), in ascending order (shedding takes
-        them from the end)."""
-        keys = sorted((p.rank, retry) for p in Priority for retry in (False, True))
-        return {key: _Group() for key in keys}
-
     def _overload_shed(self, ticket: Ticket, reason: ShedReason, load: EngineLoad) -> Shed:
-        wait = self._estimate_wait(self._queue_tokens + ticket.cost, load)
+        wait = self._estimate_wait(self._waiting.tokens + ticket.cost, load)
         retry_after = self._clamp(wait if wait is not None else _FALLBACK_RETRY_AFTER_S)
         if ticket.is_retry:
             return Shed(
@@ -580,14 +308,10 @@ class AdmissionController:
         return Shed(reason, self._clamp(ready_in), True, f"engine not ready ({load.state})")
 
     def _expired_shed(self, ticket: Ticket) -> Shed:
-        if ticket.deadline is not None and ticket.deadline <= self._expiry(ticket):
+        if ticket.deadline is not None and ticket.deadline <= self._waiting.expiry(ticket):
             return Shed(ShedReason.DEADLINE, None, False, "deadline passed while queued")
         load = self._engine_load()
         return self._overload_shed(ticket, ShedReason.DEADLINE, load)
-
-    def _expiry(self, ticket: Ticket) -> float:
-        limit = ticket.arrival + self.config.max_queue_wait_s
-        return limit if ticket.deadline is None else min(limit, ticket.deadline)
 
     def _estimate_wait(self, tokens_needed: int, load: EngineLoad) -> float | None:
         """Seconds until ``tokens_needed`` more tokens fit (``wait_until_fits``): each
@@ -608,20 +332,6 @@ class AdmissionController:
     def _clamp(self, seconds: float) -> float:
         return min(max(seconds, self.config.min_retry_after_s), self.config.max_retry_after_s)
 
-    def _remove(self, ticket: Ticket) -> bool:
-        """Take a ticket out of the queue (its heap entry stays until it expires)."""
-        key = self._queued.pop(ticket, None)
-        if key is None:
-            return False
-        rank, retry, seq = key
-        at = bisect.bisect_left(self._keys, (rank, seq))
-        while self._queue[at] is not ticket:
-            at += 1
-        del self._queue[at], self._keys[at]
-        self._groups[rank, retry].remove(ticket)
-        self._queue_tokens -= ticket.cost
-        return True
-
     @staticmethod
     def _resolve(ticket: Ticket, shed: Shed | None) -> None:
         future = ticket.future
@@ -631,3 +341,37 @@ class AdmissionController:
             future.set_result(None)
         else:
             future.set_exception(ShedError(shed))
+
+    # -- the queue's bookkeeping, under the names its property tests read ---
+
+    @property
+    def _queue(self) -> list[Ticket]:
+        return self._waiting.tickets
+
+    @property
+    def _keys(self) -> list[tuple[int, int]]:
+        return self._waiting.keys
+
+    @property
+    def _queued(self) -> dict[Ticket, tuple[int, bool, int]]:
+        return self._waiting.queued
+
+    @property
+    def _expiries(self) -> list[tuple[float, int, Ticket]]:
+        return self._waiting.expiries
+
+    @property
+    def _groups(self) -> dict[tuple[int, bool], _Group]:
+        return self._waiting.groups
+
+    def _expiry(self, ticket: Ticket) -> float:
+        return self._waiting.expiry(ticket)
+
+    def _tokens_ahead(self, ticket: Ticket) -> int:
+        return self._waiting.tokens_ahead(ticket)
+
+    def _retry_must_go(self, ticket: Ticket) -> bool:
+        return self._waiting.retry_must_go(ticket)
+
+    def _victims_for(self, newcomer: Ticket) -> list[Ticket] | None:
+        return self._waiting.victims_for(newcomer)
