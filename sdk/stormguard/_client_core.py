@@ -1,0 +1,269 @@
+"""The state one client shares between its calls (``ClientCore``): its endpoints,
+retry budget, breakers, ejection, concurrency limiter, DNS discovery, stats and
+observer, built once from the client's options. A client made by
+``with_options`` shares all of it; only its settings (``_client_settings.py``)
+are its own. The call specs come from ``_spec_builder.py``, below it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Literal
+
+from ._body import DEFAULT_MAX_RESPONSE_BYTES
+from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
+from ._budget import RetryBudget
+from ._client_options import BaseURL, CallSettings
+from ._clock import Clock
+from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
+from ._endpoints import (
+    Endpoint,
+    EndpointPicker,
+    SpillOver,
+    normalize_base_url,
+    split_dns_scheme,
+)
+from ._events import Observer
+from ._http import httpx
+from ._limiter import ConcurrencyLimiter
+from ._options import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
+from ._retry import RetryPolicy
+from ._spec_builder import SpecBuilder
+from ._stats import StatsRecorder
+from ._stream_timeouts import StreamTimeouts
+from ._throttle import AdaptiveThrottle
+from .openai_errors import openai_errors_option
+from .protocol import Priority
+from .telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ._discovery import Discovery, DiscoveryConfig, DiscoveryListener
+    from .tokens import TokenPolicy  # the pre-check loads on first use
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_BREAKER",
+    "DEFAULT_EJECTION",
+    "DEFAULT_TELEMETRY",
+    "DEFAULT_TIMEOUT",
+    "ClientCore",
+]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Total time for one logical call, all attempts and sleeps included. Shorter
+# than openai-python's 600 s on purpose: a caller that waits ten minutes keeps
+# a queue slot on a server that is already behind.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_BREAKER = BreakerConfig()
+DEFAULT_EJECTION = EjectionConfig()
+#: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
+DEFAULT_TELEMETRY = Telemetry()
+
+
+def _endpoints_from(base_url: BaseURL, discover: str | None) -> list[tuple[Endpoint, bool]]:
+    """The client's endpoints, each with whether it is a DNS name to discover
+    (``discover="dns"``, or a ``dns+http(s)://`` URL); the ``dns+`` is taken off."""
+    if discover not in (None, "dns"):
+        raise ValueError(f'discover must be "dns" or None, got {discover!r}')
+    items: Sequence[str | httpx.URL | Endpoint]
+    if isinstance(base_url, (str, httpx.URL, Endpoint)):
+        items = [base_url]
+    else:
+        items = list(base_url)
+        if not items:
+            raise ValueError("base_url is an empty list: give at least one server")
+    entries: list[tuple[Endpoint, bool]] = []
+    for item in items:
+        endpoint = item if isinstance(item, Endpoint) else Endpoint(str(item))
+        url, dns = split_dns_scheme(str(endpoint.base_url))
+        if dns:
+            endpoint = replace(endpoint, base_url=url)
+        normalize_base_url(endpoint.base_url)  # a clear error now, not at the first call
+        entries.append((endpoint, dns or discover == "dns"))
+    return entries
+
+
+class ClientCore(SpecBuilder):
+    """Resolved settings and shared state of one client (sync or async)."""
+
+    def __init__(
+        self,
+        *,
+        base_url: BaseURL | None = None,
+        api_key: str | None = None,
+        organization: str | None = None,
+        project: str | None = None,
+        model: str | None = None,
+        timeout: float | TimeoutLike | None = DEFAULT_TIMEOUT,
+        connect_timeout: float | NotGiven | None = NOT_GIVEN,
+        default_headers: Mapping[str, str] | None = None,
+        default_query: Mapping[str, object] | None = None,
+        priority: Priority | str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        max_retries: int | NotGiven = NOT_GIVEN,
+        retry_budget: RetryBudget | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        token_policy: TokenPolicy | None = None,
+        fallback_models: Sequence[str] = (),
+        breaker: BreakerConfig | None = DEFAULT_BREAKER,
+        breaker_listeners: Sequence[BreakerListener] = (),
+        ejection: EjectionConfig | None = DEFAULT_EJECTION,
+        ejection_listeners: Sequence[EjectionListener] = (),
+        throttle: AdaptiveThrottle | None = None,
+        concurrency: ConcurrencyLimiter | NotGiven | None = NOT_GIVEN,
+        telemetry: Observer | None = DEFAULT_TELEMETRY,
+        clock: Clock | None = None,
+        discover: Literal["dns"] | None = None,
+        discovery: DiscoveryConfig | None = None,
+        discovery_listeners: Sequence[DiscoveryListener] = (),
+        spill_over: SpillOver | None = None,
+        openai_errors: bool = False,
+        stream_timeouts: StreamTimeouts | None = None,
+    ) -> None:
+        if base_url is None:
+            base_url = (
+                os.environ.get("STORMGUARD_BASE_URL")
+                or os.environ.get("OPENAI_BASE_URL")
+                or DEFAULT_BASE_URL
+            )
+        entries = _endpoints_from(base_url, discover)
+        #: The endpoints as given (a DNS name stands for all its addresses).
+        self.endpoints = [endpoint for endpoint, _ in entries]
+        discovered = any(dns for _, dns in entries)
+        if discovery is not None:
+            from ._discovery import DiscoveryConfig  # DNS discovery: loaded when asked for
+
+            if not isinstance(discovery, DiscoveryConfig):
+                raise TypeError(
+                    "discovery must be a stormguard.DiscoveryConfig or None, got"
+                    f" {type(discovery).__name__}"
+                )
+        if spill_over is not None and not isinstance(spill_over, SpillOver):
+            raise TypeError(
+                "spill_over must be a stormguard.SpillOver or None, got"
+                f" {type(spill_over).__name__}"
+            )
+        #: Which other pools' endpoints a call of a class may use (None: none).
+        self.spill_over = spill_over
+        #: Raise errors as classes that are also openai's (``stormguard.openai_errors``).
+        self.openai_errors = openai_errors_option(openai_errors)
+        self.clock = clock or Clock()
+        self.budget = retry_budget or RetryBudget(clock=self.clock)
+        self.rng = random.Random()
+        self.stats = StatsRecorder()
+        self.picker = EndpointPicker(
+            [endpoint for endpoint, dns in entries if not dns],
+            clock=self.clock,
+            rng=self.rng,
+            discovered=discovered,
+        )
+        if api_key is None:
+            api_key = os.environ.get("STORMGUARD_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        if organization is None:
+            organization = os.environ.get("OPENAI_ORG_ID")
+        if project is None:
+            project = os.environ.get("OPENAI_PROJECT_ID")
+        self._configure(
+            CallSettings(
+                api_key=api_key,
+                organization=organization,
+                project=project,
+                model=model,
+                timeout=timeout,
+                connect_timeout=connect_timeout,
+                default_headers=default_headers,
+                default_query=default_query,
+                priority=priority,
+                retry_policy=retry_policy_from(retry_policy, max_retries),
+                max_response_bytes=max_response_bytes,
+                token_policy=token_policy,
+                fallback_models=fallback_models,
+                stream_timeouts=stream_timeouts,
+            )
+        )
+        #: Receives every call's events (spans, metrics); None: no events at all.
+        self.observer = telemetry
+        listeners = tuple(breaker_listeners)
+        if telemetry is not None:
+            listeners += (telemetry.breaker_changed,)
+        #: One breaker per (endpoint, model); None when breakers are turned off.
+        self.breakers = (
+            None
+            if breaker is None
+            else BreakerRegistry(breaker, clock=self.clock, rng=self.rng, listeners=listeners)
+        )
+        if ejection is not None and not isinstance(ejection, EjectionConfig):
+            raise TypeError(
+                "ejection must be a stormguard.EjectionConfig or None, got"
+                f" {type(ejection).__name__}"
+            )
+        on_ejection = (*ejection_listeners, self._ejected)
+        endpoint_changed = getattr(telemetry, "endpoint_changed", None)
+        if callable(endpoint_changed):  # an observer written before ejection has none
+            on_ejection += (endpoint_changed,)
+        #: Which endpoints are in rotation (``_ejection.py``); None when turned off.
+        self.ejection = (
+            None
+            if ejection is None
+            else EjectionTracker(
+                ejection,
+                states=lambda: self.picker.states,
+                clock=self.clock,
+                rng=self.rng,
+                listeners=on_ejection,
+            )
+        )
+        self.throttle = throttle
+        if concurrency is not None and not isinstance(concurrency, (ConcurrencyLimiter, NotGiven)):
+            raise TypeError(
+                "concurrency must be a stormguard.ConcurrencyLimiter or None, got"
+                f" {type(concurrency).__name__}"
+            )
+        #: Adaptive concurrency per endpoint; None when turned off.
+        self.limiter = (
+            ConcurrencyLimiter(clock=self.clock)
+            if isinstance(concurrency, NotGiven)
+            else concurrency
+        )
+        #: The first endpoint as given (a DNS name as written): token lookups and
+        #: ``client.base_url`` use it.
+        self.base_url = normalize_base_url(self.endpoints[0].base_url)[0]
+        first = httpx.URL(self.base_url)
+        #: ``server.address`` / ``server.port`` of the call spans.
+        self.server_address: str | None = first.host or None
+        self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)
+        on_discovery = tuple(discovery_listeners)
+        endpoints_discovered = getattr(telemetry, "endpoints_discovered", None)
+        if callable(endpoints_discovered):  # an observer written before discovery has none
+            on_discovery += (endpoints_discovered,)
+        #: The DNS names this client follows (``_discovery.py``); None: no DNS name.
+        self.discovery: Discovery | None = None
+        if discovered:
+            from ._discovery import Discovery  # loads with the first client following a name
+
+            self.discovery = Discovery(
+                entries,
+                picker=self.picker,
+                config=discovery,
+                clock=self.clock,
+                listeners=on_discovery,
+                scrub=self.redactor.scrub,
+            )
+            self.discovery.start()
+
+    def _ejected(self, transition: EjectionTransition) -> None:
+        """An endpoint ejected as unreachable may be gone for good (a pod replaced by
+        one at another address): its DNS name is looked at again, within the floor."""
+        discovery = getattr(self, "discovery", None)
+        if discovery is not None and transition.reason in ("unreachable", "probe_failed"):
+            discovery.request_refresh()
+
+    def netlocs(self) -> set[str]:
+        """``host:port`` of every endpoint, and of every DNS name as written."""
+        ours = {httpx.URL(state.base_url).netloc.decode("ascii") for state in self.picker.states}
+        if self.discovery is not None:
+            ours |= self.discovery.netlocs()
+        return ours

@@ -1,0 +1,163 @@
+"""What a client's calls send and how long they may take (``ClientSettings``): its
+``CallSettings`` applied as headers, timeouts, models and priority, and ``derive``,
+which ``with_options`` changes them with. The part of ``ClientCore`` that a
+derived client does not share with its parent.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ._body import ACCEPT_ENCODING
+from ._client_options import CallSettings, checked_stream_timeouts
+from ._compat import Self
+from ._endpoints import Endpoint, check_served
+from ._http import httpx
+from ._options import (
+    NOT_GIVEN,
+    AttemptTimeouts,
+    NotGiven,
+    check_timeout,
+    drop_omitted,
+    retry_policy_from,
+    split_timeout,
+)
+from ._redact import Redactor
+from ._retry import RetryPolicy
+from ._version import __version__
+from .protocol import (
+    HEADER_ENDPOINT_LOAD_METRICS_FORMAT,
+    HEADER_PRIORITY,
+    Priority,
+    parse_priority,
+)
+
+if TYPE_CHECKING:
+    from ._clock import Clock
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT", "ClientSettings"]
+
+DEFAULT_CONNECT_TIMEOUT = 10.0
+
+
+class ClientSettings:
+    """The settings of one client's calls, resolved; ``ClientCore`` builds on it and
+    sets ``endpoints`` and ``clock`` before it applies the first ``CallSettings``."""
+
+    endpoints: list[Endpoint]
+    clock: Clock
+
+    def _configure(self, settings: CallSettings) -> None:
+        """Apply what a client's calls send and how long they may take: the part of
+        the settings that ``with_options`` may change (``CallSettings``)."""
+        self.settings = settings
+        self.api_key = settings.api_key or None
+        self.organization = settings.organization
+        self.project = settings.project
+        self.model = settings.model
+        self.timeout, limits = split_timeout(settings.timeout)
+        connect = settings.connect_timeout
+        if limits is not None and not isinstance(connect, NotGiven):
+            raise ValueError(
+                "connect_timeout and an httpx.Timeout as timeout both set the connect"
+                " timeout: give it in the Timeout only"
+            )
+        if limits is None:
+            connect = DEFAULT_CONNECT_TIMEOUT if isinstance(connect, NotGiven) else connect
+            limits = AttemptTimeouts(connect=check_timeout(connect, "connect_timeout"))
+        #: Bounds of each attempt's connect, write and pool wait.
+        self.attempt_timeouts = limits
+        self.connect_timeout = limits.connect
+        if settings.max_response_bytes < 1:
+            raise ValueError("max_response_bytes must be positive")
+        self.max_response_bytes = settings.max_response_bytes
+        self.retry_policy = settings.retry_policy
+        self.token_policy = settings.token_policy
+        if self.token_policy is not None:  # one clock: a policy without its own takes ours
+            self.token_policy.adopt_clock(self.clock)
+        if isinstance(settings.fallback_models, str):
+            raise TypeError("fallback_models must be a list of model names, not one string")
+        self.fallback_models = tuple(settings.fallback_models)
+        #: First-chunk, idle and overall bounds of every stream (None: the timeout only).
+        self.stream_timeouts = checked_stream_timeouts(settings.stream_timeouts)
+        default_headers = drop_omitted(settings.default_headers or {})
+        priority = settings.priority
+        #: The class of the client's calls (its ``x-priority``), which picks their pool.
+        self.priority = (
+            Priority(priority)
+            if priority is not None
+            else parse_priority({k.lower(): v for k, v in default_headers.items()})
+        )
+        for served in (self.model, *self.fallback_models):
+            # A clear error now for a model, or a class, that no endpoint serves.
+            check_served(self.endpoints, served, self.priority)
+        headers = {
+            "accept": "application/json",
+            # Only what is decoded in bounded steps (``_body.py``): a gzip bomb stops at the cap.
+            "accept-encoding": ACCEPT_ENCODING,
+            "content-type": "application/json",
+            "user-agent": f"stormguard/{__version__}",
+            # Plain vLLM then reports its load (ORCA) on every non-streaming answer.
+            HEADER_ENDPOINT_LOAD_METRICS_FORMAT: "TEXT",
+        }
+        if priority is not None:
+            headers[HEADER_PRIORITY] = Priority(priority).value
+        if self.api_key:
+            headers["authorization"] = f"Bearer {self.api_key}"
+        # openai-python's names and sources (OPENAI_ORG_ID, OPENAI_PROJECT_ID).
+        if self.organization is not None:
+            headers["openai-organization"] = self.organization
+        if self.project is not None:
+            headers["openai-project"] = self.project
+        headers.update({k.lower(): v for k, v in default_headers.items()})
+        self.headers = headers
+        #: Query parameters of every request (``extra_query`` adds to them per call).
+        self.default_query: Mapping[str, object] = drop_omitted(settings.default_query or {})
+        #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
+        self.redactor = Redactor.for_client(
+            headers=headers, urls=[endpoint.base_url for endpoint in self.endpoints]
+        )
+
+    def derive(self, changes: Mapping[str, Any]) -> Self:
+        """A core with some call settings changed that shares everything else: the
+        endpoints, budget, limiter, breakers, ejection, discovery, stats and observer
+        (``with_options``). ``default_headers`` and ``default_query`` add to the
+        current ones, as openai-python's ``copy`` does."""
+        unknown = set(changes) - set(CallSettings.__dataclass_fields__) - {"max_retries"}
+        if unknown:
+            raise TypeError(
+                f"with_options cannot change {', '.join(sorted(unknown))}: it shares the"
+                " connection pool and resilience state; make a new client for that"
+            )
+        given = dict(changes)
+        current = self.settings
+        if "max_retries" in given:
+            policy = retry_policy_from(
+                given.pop("retry_policy", None), given.pop("max_retries"), base=self.retry_policy
+            )
+            given["retry_policy"] = policy
+        elif given.get("retry_policy", current.retry_policy) is None:
+            given["retry_policy"] = RetryPolicy()
+        for name in ("default_headers", "default_query"):
+            if given.get(name) is not None:
+                given[name] = {**(getattr(current, name) or {}), **given[name]}
+        if "timeout" in given and "connect_timeout" not in given:
+            # A new Timeout brings its own connect; a number keeps the current one.
+            given["connect_timeout"] = (
+                NOT_GIVEN
+                if split_timeout(given["timeout"])[1] is not None
+                else self.attempt_timeouts.connect
+            )
+        derived = copy.copy(self)
+        derived._configure(replace(current, **given))
+        return derived
+
+    def attempt_timeout(
+        self, remaining: float, limits: AttemptTimeouts | None = None
+    ) -> httpx.Timeout:
+        """httpx timeouts for one attempt: each operation may take what is left, and
+        no more than its bound (the call's own ``Timeout``, else the client's)."""
+        return (limits or self.attempt_timeouts).for_attempt(remaining)
