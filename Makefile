@@ -12,7 +12,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup test lint unit test-drill demo setup-vllm test-vllm clean
+.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ unit: $(STAMP)
 	$(PY) -m pytest -m "not drill" $(PYTEST_ARGS)
 
 test: lint unit
+
+# _client.py is generated from _async_client.py (tests/sdk/test_unasync.py checks it).
+unasync: $(STAMP)
+	$(PY) scripts/unasync.py
 
 test-drill: $(STAMP)
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)

@@ -1,22 +1,19 @@
-"""The asynchronous client: ``stormguard.AsyncClient``.
+"""The asynchronous client: ``stormguard.AsyncClient``, its resources and their methods.
 
-Only I/O lives here (send, read, sleep); every decision is made by
-``ClientCore`` and ``LogicalCall``, shared with ``Client``.
+Each method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical
+call (``_drivers.py``: the call's I/O; ``_call_flow.py``: its every decision).
+The sync and async clients are one text: ``_client.py`` is generated from
+``_async_client.py`` by scripts/unasync.py (``make unasync``; a test checks it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
-
-import anyio
-import tenacity
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
-from ._attempt_flow import Action, OpenStream, ReadBody, Send, WaitForSlot, attempt_flow, run_async
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -26,12 +23,9 @@ from ._base_client import (
     ClientOptions,
     check_http_options,
 )
-from ._body import aiter_body
 from ._compat import Unpack
-from ._exceptions import StormguardError
-from ._http import httpx
+from ._drivers import http_pool_async, run_call_async
 from ._models import (
-    APIResult,
     ChatCompletion,
     ChatCompletionChunk,
     Completion,
@@ -42,12 +36,11 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import CallSpec, HandOver, LogicalCall
+from ._pipeline import CallSpec, HandOver
 from ._raw_response import async_to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import async_to_streamed_response_wrapper
-from ._streaming import AsyncStream, _StreamState
-from .tokens._flow import drive_precheck_async
+from ._streaming import AsyncStream
 
 if TYPE_CHECKING:
     from ._http import AsyncHTTPClient, LimitsLike
@@ -66,7 +59,8 @@ class AsyncClient(BaseClient):
     ``timeout`` is the total time of one call, every attempt and backoff
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
     bounds"). ``http_client`` lets you bring your own ``httpx.AsyncClient`` or
-    ``httpx2.AsyncClient`` (proxies, TLS, limits); the client then does not close it.
+    ``httpx2.AsyncClient`` (proxies, TLS, limits); the client then does not close it,
+    and the calls made on it keep their deadlines (``_drivers.py`` says how).
     """
 
     def __init__(
@@ -83,13 +77,7 @@ class AsyncClient(BaseClient):
         limits = check_http_options(http_client, "AsyncClient", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        # httpx2's AsyncClient has httpx's API: the pipeline drives either one the same way.
-        self._http = cast(
-            "httpx.AsyncClient",
-            http_client
-            if http_client is not None
-            else httpx.AsyncClient(limits=limits or DEFAULT_CONNECTION_LIMITS),
-        )
+        self._http = http_pool_async(http_client, limits or DEFAULT_CONNECTION_LIMITS)
         self._bind_resources()
 
     def _bind_resources(self) -> None:
@@ -99,76 +87,14 @@ class AsyncClient(BaseClient):
         self.responses = AsyncResponses(self)
         self.models = AsyncModels(self)
 
-    # -- I/O ------------------------------------------------------------------------
+    # -- I/O: _drivers.py ----------------------------------------------------------
 
     async def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
         """Run one logical call; ``hand_over``: what the caller gets besides the result
         (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
         if hand_over:
             spec = replace(spec, hand_over=hand_over)
-        call = LogicalCall(self._core, spec)
-        with call.observing():
-            try:
-                while True:
-                    try:
-                        result = await self._run_model(call)
-                        break
-                    except StormguardError as exc:
-                        if not call.fall_back(exc):
-                            raise
-            except StormguardError as exc:
-                call.annotate(exc)
-                raise
-            return call.finish(result)
-
-    async def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
-        """Pre-check, then attempts with retries, on the call's current model."""
-        if self._core.discovery is not None:
-            await self._core.discovery.ready_async(call.deadline)  # a first look, if running
-        precheck = call.precheck_flow()
-        if precheck is not None:
-            max_bytes = self._core.max_response_bytes
-            check = await drive_precheck_async(precheck, self._http, call.deadline, max_bytes)
-            wait = call.prechecked(check)
-            if wait > 0:
-                await self._core.clock.asleep(wait)
-        retrying = tenacity.AsyncRetrying(sleep=self._core.clock.asleep, **call.retrying_kwargs())
-        async for attempt in retrying:
-            with attempt:
-                result = await self._attempt(call)
-        return result
-
-    async def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | AsyncStream[Any]:
-        """One attempt (``_attempt_flow.py`` decides; this performs its I/O)."""
-        return cast(
-            "APIResult | httpx.Response | AsyncStream[Any]",
-            await run_async(attempt_flow(call, self._http), partial(self._perform, call)),
-        )
-
-    async def _perform(self, call: LogicalCall, action: Action) -> Any:
-        if isinstance(action, WaitForSlot):
-            return await action.waiter.wait_async(action.timeout)
-        if isinstance(action, Send):
-            # The deadline bounds the whole attempt, not only each socket operation.
-            with call.sending(), anyio.fail_after(call.remaining_or_none()):
-                return await self._http.send(action.request, stream=True)
-        if isinstance(action, OpenStream):
-            stream: AsyncStream[Any] = AsyncStream(
-                _StreamState(call, action.response, action.chunk_type)
-            )
-            await stream._prefetch()
-            return stream
-        if isinstance(action, ReadBody):
-            with anyio.fail_after(call.remaining_or_none()):
-                async for piece in aiter_body(action.response):
-                    action.reader.feed(piece)
-            return None
-        if action.failed:
-            with anyio.CancelScope(shield=True):
-                await action.response.aclose()
-        else:
-            await action.response.aclose()
-        return None
+        return await run_call_async(self._core, self._http, spec)
 
     @property
     def with_raw_response(self) -> AsyncClientWithRawResponse:

@@ -3,13 +3,14 @@
 ``attempt_flow`` makes every decision of an attempt (its endpoint and slot,
 its request, what to do with the response, how a failed send or read is
 reported, when the response is closed) and yields an action for each piece of
-I/O, as httpx's ``Auth.auth_flow`` does. A driver performs each action with
-its own I/O and sends the result back, or throws the I/O's exception into the
-flow, which maps it (``run_sync``/``run_async``). The drivers differ only in
-how they bound the I/O by the call's deadline: ``AsyncClient`` runs the send
-and the body read in ``anyio.fail_after`` cancel scopes (a bare
-``TimeoutError`` comes back); ``Client`` holds every socket operation to the
-deadline through the deadline-clipping transport (``call.deadline.bound()``),
+I/O, as httpx's ``Auth.auth_flow`` does. ``call_flow`` (``_call_flow.py``)
+runs it for each attempt of a call. A driver (``_drivers.py``) performs each
+action with its own I/O and sends the result back, or throws the I/O's
+exception into the flow, which maps it (``run_sync``/``run_async``, here for
+any flow). The drivers differ only in how they bound the I/O by the call's
+deadline: the async one runs the send and the body read in ``anyio.fail_after``
+cancel scopes (a bare ``TimeoutError`` comes back); the sync one holds every
+socket operation to the deadline through the deadline-clipping transport,
 whose timeouts come back as httpx timeouts.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ._body_reader import BodyReader
 from ._http import http_errors, httpx
@@ -86,6 +87,8 @@ class CloseResponse:
 
 Action: TypeAlias = WaitForSlot | Send | OpenStream | ReadBody | CloseResponse
 AttemptFlow: TypeAlias = Generator[Action, Any, Any]
+#: The actions of the flow a driver runs (an attempt's, or a whole call's).
+A = TypeVar("A")
 
 
 def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> AttemptFlow:
@@ -125,16 +128,16 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
     return call.complete(response, reader.body())
 
 
-def _resume(flow: AttemptFlow, sent: Any, error: BaseException | None) -> Action:
+def _resume(flow: Generator[A, Any, Any], sent: Any, error: BaseException | None) -> A:
     """The flow's next action, after ``sent`` came back from the last one (or
-    ``error`` was raised by it); ``StopIteration`` carries the attempt's result."""
+    ``error`` was raised by it); ``StopIteration`` carries the flow's result."""
     try:
         return flow.send(sent) if error is None else flow.throw(error)
     finally:
         del error  # no cycle through the traceback
 
 
-def run_sync(flow: AttemptFlow, perform: Callable[[Action], Any]) -> Any:
+def run_sync(flow: Generator[A, Any, Any], perform: Callable[[A], Any]) -> Any:
     """Drive ``flow`` to its result: each action performed by ``perform``, whose
     result is sent back and whose exception is thrown in."""
     sent: Any = None
@@ -152,7 +155,7 @@ def run_sync(flow: AttemptFlow, perform: Callable[[Action], Any]) -> Any:
             error = exc
 
 
-async def run_async(flow: AttemptFlow, perform: Callable[[Action], Awaitable[Any]]) -> Any:
+async def run_async(flow: Generator[A, Any, Any], perform: Callable[[A], Awaitable[Any]]) -> Any:
     """``run_sync`` with an awaited ``perform``."""
     sent: Any = None
     error: BaseException | None = None

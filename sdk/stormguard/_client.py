@@ -1,21 +1,19 @@
-"""The synchronous client: ``stormguard.Client``.
+"""The synchronous client: ``stormguard.Client``, its resources and their methods.
 
-Only I/O lives here (send, read, sleep); every decision is made by
-``ClientCore`` and ``LogicalCall``, shared with ``AsyncClient``.
+Each method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical
+call (``_drivers.py``: the call's I/O; ``_call_flow.py``: its every decision).
+The sync and async clients are one text: ``_client.py`` is generated from
+``_async_client.py`` by scripts/unasync.py (``make unasync``; a test checks it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from functools import partial
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
-
-import tenacity
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
-from ._attempt_flow import Action, OpenStream, ReadBody, Send, WaitForSlot, attempt_flow, run_sync
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
     NOT_GIVEN,
@@ -25,13 +23,9 @@ from ._base_client import (
     ClientOptions,
     check_http_options,
 )
-from ._body import iter_body
 from ._compat import Unpack
-from ._deadline_transport import default_http_client, hold_to_deadlines
-from ._exceptions import StormguardError
-from ._http import httpx
+from ._drivers import http_pool_sync, run_call_sync
 from ._models import (
-    APIResult,
     ChatCompletion,
     ChatCompletionChunk,
     Completion,
@@ -42,12 +36,11 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import CallSpec, HandOver, LogicalCall
+from ._pipeline import CallSpec, HandOver
 from ._raw_response import to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import to_streamed_response_wrapper
-from ._streaming import Stream, _StreamState
-from .tokens._flow import drive_precheck_sync
+from ._streaming import Stream
 
 if TYPE_CHECKING:
     from ._http import LimitsLike, SyncHTTPClient
@@ -67,8 +60,7 @@ class Client(BaseClient):
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
     bounds"). ``http_client`` lets you bring your own ``httpx.Client`` or
     ``httpx2.Client`` (proxies, TLS, limits); the client then does not close it,
-    and holds its ``HTTPTransport`` s to the calls' deadlines as it does its own
-    (a transport of another kind keeps the library's per-operation timeouts).
+    and the calls made on it keep their deadlines (``_drivers.py`` says how).
     """
 
     def __init__(
@@ -85,12 +77,7 @@ class Client(BaseClient):
         limits = check_http_options(http_client, "Client", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        if http_client is None:
-            http_client = default_http_client(limits or DEFAULT_CONNECTION_LIMITS)
-        else:
-            hold_to_deadlines(http_client)
-        # httpx2's Client has httpx's API: the pipeline drives either one the same way.
-        self._http = cast("httpx.Client", http_client)
+        self._http = http_pool_sync(http_client, limits or DEFAULT_CONNECTION_LIMITS)
         self._bind_resources()
 
     def _bind_resources(self) -> None:
@@ -100,70 +87,14 @@ class Client(BaseClient):
         self.responses = Responses(self)
         self.models = Models(self)
 
-    # -- I/O ------------------------------------------------------------------------
+    # -- I/O: _drivers.py ----------------------------------------------------------
 
     def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
         """Run one logical call; ``hand_over``: what the caller gets besides the result
         (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
         if hand_over:
             spec = replace(spec, hand_over=hand_over)
-        call = LogicalCall(self._core, spec)
-        with call.observing():
-            try:
-                while True:
-                    try:
-                        result = self._run_model(call)
-                        break
-                    except StormguardError as exc:
-                        if not call.fall_back(exc):
-                            raise
-            except StormguardError as exc:
-                call.annotate(exc)
-                raise
-            return call.finish(result)
-
-    def _run_model(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
-        """Pre-check, then attempts with retries, on the call's current model."""
-        if self._core.discovery is not None:
-            self._core.discovery.ready(call.deadline)  # a DNS name's first look, if running
-        precheck = call.precheck_flow()
-        if precheck is not None:
-            max_bytes = self._core.max_response_bytes
-            check = drive_precheck_sync(precheck, self._http, call.deadline, max_bytes)
-            wait = call.prechecked(check)
-            if wait > 0:
-                self._core.clock.sleep(wait)
-        for attempt in tenacity.Retrying(sleep=self._core.clock.sleep, **call.retrying_kwargs()):
-            with attempt:
-                result = self._attempt(call)
-        return result
-
-    def _attempt(self, call: LogicalCall) -> APIResult | httpx.Response | Stream[Any]:
-        """One attempt (``_attempt_flow.py`` decides; this performs its I/O). Every
-        socket operation of the attempt ends by the deadline (the transport clips
-        it); the connection keeps it for a stream's later reads."""
-        with call.deadline.bound():
-            return cast(
-                "APIResult | httpx.Response | Stream[Any]",
-                run_sync(attempt_flow(call, self._http), partial(self._perform, call)),
-            )
-
-    def _perform(self, call: LogicalCall, action: Action) -> Any:
-        if isinstance(action, WaitForSlot):
-            return action.waiter.wait(action.timeout)
-        if isinstance(action, Send):
-            with call.sending():
-                return self._http.send(action.request, stream=True)
-        if isinstance(action, OpenStream):
-            stream: Stream[Any] = Stream(_StreamState(call, action.response, action.chunk_type))
-            stream._prefetch()
-            return stream
-        if isinstance(action, ReadBody):
-            for piece in iter_body(action.response):
-                action.reader.feed(piece)
-            return None
-        action.response.close()
-        return None
+        return run_call_sync(self._core, self._http, spec)
 
     @property
     def with_raw_response(self) -> ClientWithRawResponse:

@@ -1,0 +1,89 @@
+"""Generate the sync client from the async one, as httpcore generates its sync code.
+
+``sdk/stormguard/_client.py`` is ``_async_client.py`` with its async words
+replaced by their sync twins (the table below), then sorted and formatted by
+ruff. Edit the async file and run ``make unasync``; ``--check`` (run by
+tests/sdk/test_unasync.py) fails when the sync file is not what the async one
+generates. The I/O that truly differs lives outside both (``_drivers.py``).
+
+    python scripts/unasync.py [--check]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+#: (async file, sync file) pairs, relative to the repository root.
+FILES = [("sdk/stormguard/_async_client.py", "sdk/stormguard/_client.py")]
+
+#: Whole-word replacements, applied in order.
+SUBS = [
+    ("asynchronous", "synchronous"),
+    ("AsyncHTTPClient", "SyncHTTPClient"),
+    ("Async([A-Z][A-Za-z0-9_]*)", r"\1"),
+    ("async def", "def"),
+    ("async with", "with"),
+    ("async for", "for"),
+    ("await ", ""),
+    ("aclose", "close"),
+    ("__aenter__", "__enter__"),
+    ("__aexit__", "__exit__"),
+    ("async_([a-z][a-z0-9_]*)", r"\1"),
+    ("([a-z][a-z0-9_]*)_async", r"\1_sync"),
+]
+COMPILED = [(re.compile(rf"\b{pattern}\b"), repl) for pattern, repl in SUBS]
+
+
+def unasync(source: str) -> str:
+    """``source`` with every async word replaced by its sync twin (unformatted)."""
+    for pattern, repl in COMPILED:
+        source = pattern.sub(repl, source)
+    return source
+
+
+def ruff(source: str, path: str) -> str:
+    """``source`` as ruff sorts its imports and formats it (the project's settings)."""
+    for args in (["check", "--select", "I", "--fix-only"], ["format"]):
+        source = subprocess.run(  # noqa: S603 - a fixed argv: this Python, ruff, our file
+            [sys.executable, "-m", "ruff", *args, "--quiet", "--stdin-filename", path, "-"],
+            input=source,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+    return source
+
+
+def generated(async_path: str, sync_path: str) -> str:
+    """What ``sync_path`` must hold, generated from ``async_path``."""
+    return ruff(unasync((ROOT / async_path).read_text()), sync_path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a sync file is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for async_path, sync_path in FILES:
+        text = generated(async_path, sync_path)
+        if (ROOT / sync_path).read_text() == text:
+            continue
+        if args.check:
+            stale.append(sync_path)
+        else:
+            (ROOT / sync_path).write_text(text)
+            print(f"wrote {sync_path}")
+    if stale:
+        print(f"stale, run `make unasync`: {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""One logical call, written once for both drivers: a flow that yields the I/O it needs.
+
+``call_flow`` is the whole call as ``attempt_flow`` is one attempt: the
+fallback loop, the first look of a DNS name, the token pre-check, the rate
+limiter's wait, and the retry loop with its backoff sleeps, each attempt run
+by ``yield from attempt_flow``. A driver (``_drivers.py``) runs it with
+``run_sync``/``run_async``, performing each action with its own I/O, so the
+order of the call's steps is written down once.
+
+The retry loop is tenacity's own (``Retrying.iter``, the step its
+``__iter__`` repeats), driven here instead of inside tenacity, so that a
+backoff is a ``Sleep`` the driver performs: ``time.sleep`` or ``await
+anyio.sleep``, with the same strategies either way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import tenacity
+
+from ._attempt_flow import Action, attempt_flow
+from ._exceptions import StormguardError
+
+if TYPE_CHECKING:
+    from ._deadline import Deadline
+    from ._http import httpx
+    from ._pipeline import LogicalCall, PrecheckFlow
+
+__all__ = ["AwaitDiscovery", "CallAction", "CallFlow", "CheckTokens", "Sleep", "call_flow"]
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitDiscovery:
+    """Wait (by ``deadline``) for a DNS name's first look, if it is still running."""
+
+    deadline: Deadline
+
+
+@dataclass(frozen=True, slots=True)
+class CheckTokens:
+    """Run the token pre-check's lookups (``tokens/_flow.py``); send back its ``Precheck``."""
+
+    flow: PrecheckFlow
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Sleep ``seconds`` (a backoff, or the token rate limiter's wait); cancellable."""
+
+    seconds: float
+
+
+CallAction: TypeAlias = Action | AwaitDiscovery | CheckTokens | Sleep
+CallFlow: TypeAlias = Generator[CallAction, Any, Any]
+
+
+def call_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    """The whole of ``call``; returns its answer (``call.finish``) or raises its
+    error, annotated with the call's attempts and stop reason."""
+    with call.observing():
+        try:
+            while True:
+                try:
+                    result = yield from _model_flow(call, http)
+                    break
+                except StormguardError as exc:
+                    if not call.fall_back(exc):
+                        raise
+        except StormguardError as exc:
+            call.annotate(exc)
+            raise
+        return call.finish(result)
+
+
+def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    """Pre-check, then attempts with retries, on the call's current model."""
+    if call.core.discovery is not None:
+        yield AwaitDiscovery(call.deadline)
+    precheck = call.precheck_flow()
+    if precheck is not None:
+        wait = call.prechecked((yield CheckTokens(precheck)))
+        if wait > 0:
+            yield Sleep(wait)
+    retrying = tenacity.Retrying(sleep=_unused_sleep, **call.retrying_kwargs())
+    retrying.begin()
+    state = tenacity.RetryCallState(retrying, fn=None, args=(), kwargs={})
+    while True:
+        do = retrying.iter(state)
+        if isinstance(do, tenacity.DoAttempt):
+            try:
+                result = yield from attempt_flow(call, http)
+            except GeneratorExit:
+                raise  # the driver dropped the flow: nothing more may be asked of it
+            except BaseException:  # judged by the retry strategy, as tenacity's own loop does
+                state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+            else:
+                state.set_result(result)
+        elif isinstance(do, tenacity.DoSleep):
+            state.prepare_for_next_attempt()
+            yield Sleep(float(do))
+        else:
+            return do
+
+
+def _unused_sleep(seconds: float) -> None:  # pragma: no cover - the flow yields Sleep instead
+    raise AssertionError("call_flow sleeps through its driver")

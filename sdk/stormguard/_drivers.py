@@ -1,0 +1,145 @@
+"""The I/O of a call, sync and async: the only code the two clients do not share.
+
+``call_flow`` (``_call_flow.py``) decides every step of a call and yields the
+I/O it needs; a driver performs it. The two drivers differ in how that I/O is
+bounded by the call's deadline:
+
+- sync: every socket operation of the call ends by the deadline, as the
+  deadline-clipping transport reads it (``call.deadline.bound()``); the
+  connection keeps it for a stream's later reads; timeouts come back as
+  httpx timeouts. A transport of another kind keeps httpx's per-operation
+  timeouts.
+- async: the send and the body read run in ``anyio.fail_after`` cancel scopes
+  (a bare ``TimeoutError`` comes back), and a failed attempt's response is
+  closed shielded from cancellation.
+
+Everything else in ``Client`` and ``AsyncClient`` is one text
+(``_client.py`` is generated from ``_async_client.py``: scripts/unasync.py).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from ._attempt_flow import (
+    CloseResponse,
+    OpenStream,
+    ReadBody,
+    Send,
+    WaitForSlot,
+    run_async,
+    run_sync,
+)
+from ._body import aiter_body, iter_body
+from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
+from ._deadline_transport import default_http_client, hold_to_deadlines
+from ._http import httpx
+from ._pipeline import LogicalCall
+from ._streaming import AsyncStream, Stream, _StreamState
+from .tokens._flow import drive_precheck_async, drive_precheck_sync
+
+if TYPE_CHECKING:
+    from ._base_client import ClientCore
+    from ._call_spec import CallSpec
+    from ._http import AsyncHTTPClient, SyncHTTPClient
+
+__all__ = ["http_pool_async", "http_pool_sync", "run_call_async", "run_call_sync"]
+
+
+def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.Client:
+    """The client's pool: ``given`` (its ``HTTPTransport`` s then held to the calls'
+    deadlines), else a default one on deadline-clipping transports."""
+    if given is None:
+        return default_http_client(limits)
+    hold_to_deadlines(given)
+    # httpx2's Client has httpx's API: the pipeline drives either one the same way.
+    return cast("httpx.Client", given)
+
+
+def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
+    """The async client's pool: ``given``, else a default ``httpx.AsyncClient``."""
+    return (
+        cast("httpx.AsyncClient", given) if given is not None else httpx.AsyncClient(limits=limits)
+    )
+
+
+def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
+    """One logical call, its I/O done with ``http``."""
+    call = LogicalCall(core, spec)
+    with call.deadline.bound():  # read by the deadline-clipping transport
+        return run_sync(call_flow(call, http), partial(_perform_sync, core, http, call))
+
+
+async def run_call_async(core: ClientCore, http: httpx.AsyncClient, spec: CallSpec) -> Any:
+    """The async twin of :func:`run_call_sync`."""
+    call = LogicalCall(core, spec)
+    return await run_async(call_flow(call, http), partial(_perform_async, core, http, call))
+
+
+def _perform_sync(
+    core: ClientCore, http: httpx.Client, call: LogicalCall, action: CallAction
+) -> Any:
+    if isinstance(action, Send):
+        with call.sending():
+            return http.send(action.request, stream=True)
+    if isinstance(action, ReadBody):
+        for piece in iter_body(action.response):
+            action.reader.feed(piece)
+        return None
+    if isinstance(action, CloseResponse):
+        action.response.close()
+        return None
+    if isinstance(action, OpenStream):
+        stream: Stream[Any] = Stream(_StreamState(call, action.response, action.chunk_type))
+        stream._prefetch()
+        return stream
+    if isinstance(action, WaitForSlot):
+        return action.waiter.wait(action.timeout)
+    if isinstance(action, Sleep):
+        core.clock.sleep(action.seconds)
+        return None
+    if isinstance(action, CheckTokens):
+        return drive_precheck_sync(action.flow, http, call.deadline, core.max_response_bytes)
+    assert isinstance(action, AwaitDiscovery) and core.discovery is not None
+    core.discovery.ready(action.deadline)
+    return None
+
+
+async def _perform_async(
+    core: ClientCore, http: httpx.AsyncClient, call: LogicalCall, action: CallAction
+) -> Any:
+    if isinstance(action, Send):
+        # The deadline bounds the whole send, not only each socket operation.
+        with call.sending(), anyio.fail_after(call.remaining_or_none()):
+            return await http.send(action.request, stream=True)
+    if isinstance(action, ReadBody):
+        with anyio.fail_after(call.remaining_or_none()):
+            async for piece in aiter_body(action.response):
+                action.reader.feed(piece)
+        return None
+    if isinstance(action, CloseResponse):
+        if action.failed:
+            with anyio.CancelScope(shield=True):
+                await action.response.aclose()
+        else:
+            await action.response.aclose()
+        return None
+    if isinstance(action, OpenStream):
+        stream: AsyncStream[Any] = AsyncStream(
+            _StreamState(call, action.response, action.chunk_type)
+        )
+        await stream._prefetch()
+        return stream
+    if isinstance(action, WaitForSlot):
+        return await action.waiter.wait_async(action.timeout)
+    if isinstance(action, Sleep):
+        await core.clock.asleep(action.seconds)
+        return None
+    if isinstance(action, CheckTokens):
+        return await drive_precheck_async(action.flow, http, call.deadline, core.max_response_bytes)
+    assert isinstance(action, AwaitDiscovery) and core.discovery is not None
+    await core.discovery.ready_async(action.deadline)
+    return None
