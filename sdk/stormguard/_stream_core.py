@@ -1,0 +1,184 @@
+"""The state of one stream and the errors that end it (``StreamCore``).
+
+The bottom of ``_StreamState``'s stack, shared by both stream classes and by every
+reader of a stream's bytes: what the stream has seen so far, the call's deadline
+and the stream's bounds, the size cap on its decoded bytes, and each way it may
+fail (a timeout, a cut, an end before its last event, bytes past the cap). An
+error raised before the first chunk reached the caller fails the attempt, which
+may be retried; after, it ends the call. Above it: ``_stream_events.py`` (what
+each event means) and ``_stream_state.py`` (reading the stream).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ._body import BodyLimit, BodyTooLargeError
+from ._events import ResponseSummary
+from ._exceptions import (
+    APIError,
+    APIResponseValidationError,
+    APITimeoutError,
+    StreamInterruptedError,
+)
+from ._http import httpx, library_of, timeout_errors
+from ._models import CallInfo, Record, ResponseStreamEvent
+from ._responses import request_id_of
+from ._sse import SSEDecoder
+
+if TYPE_CHECKING:
+    from ._pipeline import LogicalCall
+
+__all__ = ["StreamCore", "T"]
+
+T = TypeVar("T", bound=Record)
+
+
+class StreamCore(Generic[T]):
+    """What one stream has seen so far, and the errors that end it."""
+
+    def __init__(self, call: LogicalCall, response: httpx.Response, chunk_type: type[T]) -> None:
+        self.call = call
+        self.response = response
+        self.chunk_type = chunk_type
+        #: The stream's first-chunk and idle bounds (None: the call's deadline alone).
+        self.bounds = call.stream_bounds
+        self.decoder = SSEDecoder()
+        #: The decoded bytes of the stream so far, against ``max_response_bytes``.
+        self.limit = BodyLimit(call.core.max_response_bytes)
+        self.pending: deque[T] = deque()
+        self.done = False
+        self.closed = False
+        self.in_caller_hands = False
+        self.failure: APIError | None = None
+        self.usage_total: object = None
+        #: Usage and finish reasons seen in the chunks (for the call's telemetry).
+        self.usage: dict[str, Any] | None = None
+        self.finish_reasons: list[str] = []
+        self.raw_prefix: list[bytes] = []
+        self.first_model: str | None = None
+        self.response_id: str | None = None
+        self.delivered = 0
+        #: Typed events of the Responses API (no ``[DONE]``: a last event instead).
+        self.responses_api = issubclass(chunk_type, ResponseStreamEvent)
+        self.info = CallInfo(
+            server_load=call.server_load,
+            attempt_history=(),
+            request_id=request_id_of(response, redactor=call.redactor),
+            model=call.spec.model,
+            rate_limit=call.rate_limit,
+        )
+        content_type = response.headers.get("content-type", "")
+        if "text/event-stream" not in content_type.lower():
+            raise call.failed(
+                APIResponseValidationError(
+                    "Expected an event stream, got content-type"
+                    f" {call.redactor.quote(content_type, 100)!r}",
+                    status_code=response.status_code,
+                    server_load=call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+
+    # Errors raised after the first chunk reached the caller are not retried; they
+    # still carry the call's attempt history.
+    def _raise(self, error: APIError) -> APIError:
+        if error.request is None:
+            error.request = self.response.request
+        if not self.in_caller_hands:
+            return self.call.failed(error)
+        self.call.annotate(error)
+        self.call.ended(error, response=self.summary())
+        return error
+
+    def check_deadline(self) -> None:
+        if self.call.deadline.expired:
+            raise self._raise(self._timed_out("The call's deadline passed during the stream"))
+
+    def _timed_out(self, message: str) -> APITimeoutError:
+        """The timeout of the stream: ``message`` when the call's deadline (or an httpx
+        timeout) ended it; what the stream's bound says when one of them did. A
+        first chunk that did not come in time is retried (``response_started`` False:
+        no event came)."""
+        bounds = self.bounds
+        reason = None if bounds is None else bounds.timeout_reason()
+        started = True
+        if bounds is not None and reason is not None:
+            started = not bounds.first_chunk_passed
+            message = f"{reason[0].upper()}{reason[1:]}"
+            if started:
+                message += f", after {self.delivered} chunks"
+        return APITimeoutError(
+            message,
+            response_started=started,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
+
+    def idle_timeout(self) -> httpx.TimeoutException:
+        """The error a read ends with when the idle gap passed without bytes: an httpx
+        timeout, as a read cut by the connection raises (transport mode hands it on)."""
+        assert self.bounds is not None
+        library = library_of(self.response)
+        error: httpx.TimeoutException = library.ReadTimeout(
+            self.bounds.idle_passed(), request=self.response.request
+        )
+        return error
+
+    def _count(self, piece: bytes) -> None:
+        try:
+            self.limit.add(len(piece))
+        except BodyTooLargeError:
+            raise self._raise(
+                APIResponseValidationError(
+                    f"The stream exceeds max_response_bytes={self.limit.limit} (decoded bytes)",
+                    status_code=self.response.status_code,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            ) from None
+
+    def end_of_body(self) -> None:
+        self.check_deadline()
+        if not self.done:
+            partial = " in the middle of an event" if self.decoder.has_partial_event else ""
+            end = "its last event" if self.responses_api else "[DONE]"
+            raise self._raise(
+                StreamInterruptedError(
+                    f"The stream ended{partial} before {end}, after {self.delivered} chunks",
+                    chunks_received=self.delivered,
+                    server_load=self.call.server_load,
+                    request_id=self.info.request_id,
+                )
+            )
+
+    def transport_failed(self, exc: Exception) -> APIError:
+        return self._raise(self._transport_error(exc))
+
+    def _transport_error(self, exc: Exception) -> APIError:
+        if isinstance(exc, timeout_errors(TimeoutError)):
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            return self._timed_out(
+                # A bare TimeoutError is the cancel scope of the call's deadline (async).
+                "The call's deadline passed during the stream"
+                if isinstance(exc, TimeoutError)
+                else f"Timed out during the stream ({detail})"
+            )
+        return StreamInterruptedError(
+            f"The stream was cut off after {self.delivered} chunks ({type(exc).__name__})",
+            chunks_received=self.delivered,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
+
+    def summary(self) -> ResponseSummary:
+        usage = self.usage or {}
+        prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        return ResponseSummary(
+            response_id=self.response_id or self.info.request_id,
+            response_model=self.first_model,
+            finish_reasons=tuple(self.finish_reasons),
+            input_tokens=prompt if isinstance(prompt, int) else None,
+            output_tokens=completion if isinstance(completion, int) else None,
+        )
