@@ -38,31 +38,38 @@ so its breakers and concurrency limit keep theirs (``EndpointPicker.replace``);
 one that disappears is no longer chosen, while its attempts in flight finish;
 a new one starts fresh.
 
+This module holds ``Discovery``: when to look, the wait before a call, and
+each look's answer applied. Its settings (and the default resolver) are
+``_discovery_config.py``, a name's live state and its frozen copies
+``_dns_name.py``, the calls' wait for a look ``_discovery_wait.py``, and the
+addresses kept and the endpoints they become ``_discovery_endpoints.py``; the
+public names still import from here.
+
 Hand-written: resolving is ``socket.getaddrinfo`` (or your function); what no
 library offers is the policy around it, which is gRPC's and fits in a page.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import logging
 import math
-import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from ._discovery_config import DiscoveryConfig, Resolver, getaddrinfo_resolver, run_in_thread
+from ._discovery_config import Executor as Executor
+from ._discovery_endpoints import compose_endpoints, valid_addresses
+from ._discovery_wait import LookRound
+from ._dns_name import DiscoveryChange, DiscoveryListener, DiscoverySnapshot, NameState
 from ._endpoints import DNS_SCHEME_PREFIX, split_dns_scheme
 from ._exceptions import APIConnectionError, APITimeoutError
-from ._http import httpx
 from ._redact import display_url
 
 if TYPE_CHECKING:
     from ._clock import Clock
     from ._deadline import Deadline
-    from ._endpoints import Endpoint, EndpointPicker, EndpointState
+    from ._endpoints import Endpoint, EndpointPicker
 
 __all__ = [
     "DNS_SCHEME_PREFIX",
@@ -79,180 +86,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: ``(host, port) -> addresses``: how a name is resolved (run in a thread of its own).
-Resolver = Callable[[str, int], Sequence[str]]
-#: Runs a look off the call path: a daemon thread of its own by default.
-Executor = Callable[[Callable[[], None]], None]
-
-
-def getaddrinfo_resolver(host: str, port: int) -> list[str]:
-    """Every address of ``host`` (A and AAAA records, or the hosts file), in the
-    system's order, each once."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
-
-
-def _in_thread(job: Callable[[], None]) -> None:
-    threading.Thread(target=job, name="stormguard-dns", daemon=True).start()
-
-
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class DiscoveryConfig:
-    """How DNS discovery looks names up (the module docstring says why each default).
-
-    >>> DiscoveryConfig(refresh_interval=10.0).min_refresh_interval
-    5.0
-    >>> fixed = DiscoveryConfig(resolver=lambda host, port: ["10.0.0.5", "10.0.0.6"])
-    """
-
-    #: Seconds between looks while calls come (a look happens at the first call after).
-    refresh_interval: float = 30.0
-    #: The least time between two looks, when a failure asks for one sooner.
-    min_refresh_interval: float = 5.0
-    #: A look that has not answered by then no longer holds the next one back.
-    resolve_timeout: float = 10.0
-    #: Addresses past this many (in the resolver's order) are left out.
-    max_addresses: int = 256
-    #: ``(host, port) -> addresses``; ``socket.getaddrinfo`` by default.
-    resolver: Resolver | None = None
-    #: Runs a look: a daemon thread of its own by default; a test may run it inline
-    #: (``executor=lambda look: look()``).
-    executor: Executor | None = None
-
-    def __post_init__(self) -> None:
-        _positive("refresh_interval", self.refresh_interval)
-        _positive("min_refresh_interval", self.min_refresh_interval)
-        _positive("resolve_timeout", self.resolve_timeout)
-        if self.min_refresh_interval > self.refresh_interval:
-            raise ValueError("min_refresh_interval must not exceed refresh_interval")
-        count = self.max_addresses
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"max_addresses must be an integer >= 1, got {count!r}")
-
 
 class DiscoveryError(APIConnectionError):
     """A DNS name of the client has no address to call: its first look failed (or
     found none) and the next is not due yet, or has not answered."""
-
-
-@dataclass(frozen=True, slots=True)
-class DiscoveryChange:
-    """The endpoints of a DNS name changed (given to ``discovery_listeners``)."""
-
-    #: The name looked up, ``host:port``.
-    name: str
-    added: tuple[str, ...]
-    removed: tuple[str, ...]
-    #: Its endpoints now.
-    endpoints: tuple[str, ...]
-
-
-DiscoveryListener = Callable[[DiscoveryChange], None]
-
-
-@dataclass(frozen=True, slots=True)
-class DiscoverySnapshot:
-    """A frozen copy of one DNS name's discovery, for ``client.stats().discovery``."""
-
-    name: str
-    #: Its endpoints now (the last good look).
-    endpoints: tuple[str, ...]
-    looks: int
-    failures: int
-    #: Why the last look failed (None: it did not).
-    last_error: str | None
-    #: Seconds since the last good look (None: none yet).
-    resolved_ago: float | None
-
-
-class _Round:
-    """One look, as the calls waiting for it see it."""
-
-    __slots__ = ("_done", "_event", "_lock", "_wakes", "started_at")
-
-    def __init__(self, started_at: float) -> None:
-        self.started_at = started_at
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._wakes: list[Callable[[], None]] = []
-        self._done = False
-
-    def finish(self) -> None:
-        with self._lock:
-            self._done = True
-            wakes, self._wakes = self._wakes, []
-        self._event.set()
-        for wake in wakes:
-            wake()
-
-    def wait(self, timeout: float | None) -> None:
-        self._event.wait(timeout)
-
-    async def wait_async(self, timeout: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-
-        def wake() -> None:  # any thread
-            loop.call_soon_threadsafe(_set_result, future)
-
-        with self._lock:
-            if self._done:
-                return
-            self._wakes.append(wake)
-        try:
-            await asyncio.wait_for(future, timeout)
-        except (TimeoutError, asyncio.TimeoutError):  # one class from Python 3.11 on
-            pass
-        finally:
-            with self._lock:
-                if wake in self._wakes:
-                    self._wakes.remove(wake)
-
-
-def _set_result(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Name:
-    """One DNS name and what the last looks found (under the discovery's lock)."""
-
-    def __init__(self, template: Endpoint) -> None:
-        url = httpx.URL(template.base_url)
-        self.template = template
-        self.scheme = url.scheme
-        self.host = url.host
-        self.port = url.port or (443 if url.scheme == "https" else 80)
-        self.label = f"{_bracketed(self.host)}:{self.port}"
-        #: The ``Host`` header: the service's own name, as the caller wrote it.
-        self.authority = url.netloc.decode("ascii")
-        self.url = url
-        self.addresses: tuple[str, ...] | None = None
-        self.started_at = -math.inf
-        self.resolved_at = -math.inf
-        self.generation = 0
-        self.applied = 0
-        self.in_flight = 0
-        self.round: _Round | None = None
-        #: A failure asked for a look sooner than the period.
-        self.wanted = False
-        self.error: str | None = None
-        self.looks = 0
-        self.failures = 0
-
-    def endpoint_name(self, address: str) -> str:
-        own = f"{_bracketed(address)}:{self.port}"
-        return own if self.template.name is None else f"{self.template.name}/{own}"
-
-
-def _bracketed(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 class Discovery:
@@ -276,14 +113,14 @@ class Discovery:
         self.config = config if config is not None else DiscoveryConfig()
         self._entries = list(entries)
         #: Each DNS entry's name, by the entry's position.
-        self._by_entry = {i: _Name(e) for i, (e, dns) in enumerate(self._entries) if dns}
+        self._by_entry = {i: NameState(e) for i, (e, dns) in enumerate(self._entries) if dns}
         self._names = list(self._by_entry.values())
         if not self._names:
             raise ValueError("DNS discovery needs at least one endpoint to discover")
         self._picker = picker
         self._clock = clock
         self._resolver = self.config.resolver or getaddrinfo_resolver
-        self._executor = self.config.executor or _in_thread
+        self._executor = self.config.executor or run_in_thread
         self._listeners = tuple(listeners)
         self._scrub = scrub
         self._lock = threading.Lock()
@@ -318,7 +155,7 @@ class Discovery:
         for job in jobs:
             self._executor(job)
 
-    def _due(self, name: _Name, now: float) -> bool:
+    def _due(self, name: NameState, now: float) -> bool:
         config = self.config
         since = now - name.started_at
         if name.in_flight and (since < config.resolve_timeout or name.in_flight >= 2):
@@ -337,7 +174,7 @@ class Discovery:
                 name.in_flight += 1
                 name.started_at = now
                 name.wanted = False
-                name.round = _Round(now)
+                name.round = LookRound(now)
                 jobs.append(self._look(name, name.generation, name.round))
         self._quiet_until = self._next_due(now)
         return jobs
@@ -369,13 +206,13 @@ class Discovery:
         while (waiting := self._step(deadline)) is not None:
             await waiting.wait_async(self._wait_for(waiting, deadline))
 
-    def _wait_for(self, waiting: _Round, deadline: Deadline) -> float | None:
+    def _wait_for(self, waiting: LookRound, deadline: Deadline) -> float | None:
         """Until the deadline, or until the look is overdue (then another may start)."""
         overdue = waiting.started_at + self.config.resolve_timeout - self._clock.now()
         left = min(deadline.remaining(), max(overdue, 0.0))
         return left if math.isfinite(left) else None
 
-    def _step(self, deadline: Deadline) -> _Round | None:
+    def _step(self, deadline: Deadline) -> LookRound | None:
         now = self._clock.now()
         if now < self._quiet_until:
             return None  # the common case: no lock
@@ -396,7 +233,7 @@ class Discovery:
             raise APITimeoutError(f"The call's deadline passed while resolving {name.label}")
         return waiting
 
-    def _no_address(self, name: _Name, now: float) -> DiscoveryError:
+    def _no_address(self, name: NameState, now: float) -> DiscoveryError:
         why = name.error or f"no answer in {self.config.resolve_timeout:g}s"
         retry = max(name.started_at + self.config.min_refresh_interval - now, 0.0)
         return DiscoveryError(
@@ -406,12 +243,13 @@ class Discovery:
 
     # -- one look -------------------------------------------------------------------------
 
-    def _look(self, name: _Name, generation: int, round_: _Round) -> Callable[[], None]:
+    def _look(self, name: NameState, generation: int, round_: LookRound) -> Callable[[], None]:
         def look() -> None:
             addresses: list[str] = []
             error: str | None = None
             try:
-                addresses = self._valid(name, self._resolver(name.host, name.port))
+                found = self._resolver(name.host, name.port)
+                addresses = valid_addresses(name, found, self.config.max_addresses)
                 if not addresses:
                     error = "the name resolved to no address"
             except Exception as exc:  # socket.gaierror, or the user's resolver
@@ -423,32 +261,8 @@ class Discovery:
 
         return look
 
-    def _valid(self, name: _Name, found: Sequence[str]) -> list[str]:
-        addresses: list[str] = []
-        bad = 0
-        for raw in found:
-            try:
-                text = str(ipaddress.ip_address(str(raw)))
-            except ValueError:
-                bad += 1
-                continue
-            if text not in addresses:
-                addresses.append(text)
-        if bad:
-            logger.warning("DNS discovery of %s: %d answers were not IP addresses", name.label, bad)
-        limit = self.config.max_addresses
-        if len(addresses) > limit:
-            logger.warning(
-                "DNS discovery of %s: %d addresses, the first %d kept (max_addresses)",
-                name.label,
-                len(addresses),
-                limit,
-            )
-            addresses = addresses[:limit]
-        return addresses
-
     def _looked(
-        self, name: _Name, generation: int, addresses: list[str], error: str | None
+        self, name: NameState, generation: int, addresses: list[str], error: str | None
     ) -> None:
         change: DiscoveryChange | None = None
         warn = recovered = False
@@ -487,9 +301,9 @@ class Discovery:
         if change is not None:
             self._announce(change)
 
-    def _apply(self, name: _Name, before: tuple[str, ...]) -> DiscoveryChange:
+    def _apply(self, name: NameState, before: tuple[str, ...]) -> DiscoveryChange:
         """Under the lock: the client's set with ``name``'s new addresses."""
-        added, removed = self._picker.replace(self._compose())
+        added, removed = self._picker.replace(compose_endpoints(self._entries, self._by_entry))
         ours = {name.endpoint_name(a) for a in name.addresses or ()}
         old = {name.endpoint_name(a) for a in before}
         return DiscoveryChange(
@@ -498,34 +312,6 @@ class Discovery:
             removed=tuple(n for n in removed if n in old),
             endpoints=tuple(name.endpoint_name(a) for a in name.addresses or ()),
         )
-
-    def _compose(self) -> list[EndpointState]:
-        from ._endpoints import EndpointState
-
-        states: list[EndpointState] = []
-        seen: set[str] = set()
-        for i, (endpoint, dns) in enumerate(self._entries):
-            if not dns:
-                state = EndpointState(endpoint)
-                if state.name not in seen:
-                    seen.add(state.name)
-                    states.append(state)
-                continue
-            name = self._by_entry[i]
-            for address in name.addresses or ():
-                label = name.endpoint_name(address)
-                if label in seen:
-                    continue  # the same address under two names: the first one keeps it
-                seen.add(label)
-                url = name.url.copy_with(host=address)
-                states.append(
-                    EndpointState(
-                        replace(endpoint, base_url=str(url), name=label),
-                        authority=name.authority,
-                        server_hostname=name.host if name.scheme == "https" else None,
-                    )
-                )
-        return states
 
     def _announce(self, change: DiscoveryChange) -> None:
         logger.info(
@@ -546,19 +332,7 @@ class Discovery:
     def snapshot(self) -> tuple[DiscoverySnapshot, ...]:
         with self._lock:
             now = self._clock.now()
-            return tuple(
-                DiscoverySnapshot(
-                    name=name.label,
-                    endpoints=tuple(name.endpoint_name(a) for a in name.addresses or ()),
-                    looks=name.looks,
-                    failures=name.failures,
-                    last_error=name.error,
-                    resolved_ago=(
-                        now - name.resolved_at if math.isfinite(name.resolved_at) else None
-                    ),
-                )
-                for name in self._names
-            )
+            return tuple(name.snapshot(now) for name in self._names)
 
     def __repr__(self) -> str:
         names = ", ".join(display_url(name.url) for name in self._names)
