@@ -36,6 +36,17 @@ DECISION_MODULES = [
     "stormguard._throttle",
     "stormguard._verdict",
     "stormguard._sliding_window",
+    "stormguard._aimd_limit",
+    "stormguard._breaker_config",
+    "stormguard._breaker_registry",
+    "stormguard._breaker_states",
+    "stormguard._circuit_breaker",
+    "stormguard._endpoint_limit",
+    "stormguard._lease",
+    "stormguard._slot_waiter",
+    "stormguard._ejection_config",
+    "stormguard._ejection_rules",
+    "stormguard._ejection_status",
 ]
 HTTP_LIBRARIES = {"httpx", "httpx2", "httpcore", "httpcore2", "h11"}
 

@@ -38,6 +38,10 @@ LAZY = (
     "stormguard.telemetry._otlp",
     "stormguard._deadline_backend",
     "stormguard._discovery",
+    "stormguard._discovery_config",
+    "stormguard._discovery_endpoints",
+    "stormguard._discovery_wait",
+    "stormguard._dns_name",
 )
 
 #: A program that only makes sync calls never loads these (asyncio costs ~15 ms).
