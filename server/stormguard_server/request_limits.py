@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormguard.protocol import ShedReason, format_retry_after
-from stormguard_server.admission import DrainMeter
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import ServerConfig
+from stormguard_server.drain_meter import DrainMeter
 from stormguard_server.errors import error_response
 from stormguard_server.middleware import declared_content_length
 from stormguard_server.refusals import refusal_headers
