@@ -2,15 +2,16 @@
 
 Loaded with the first call that records anything: this is where the
 OpenTelemetry API's tracing, context and propagation modules are imported.
+What each event says as attributes is ``_span_attributes.py``; the captured
+prompt and answer (``capture_content``) are ``_captured_content.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -32,12 +33,19 @@ from .._events import (
 from .._http import httpx
 from .._redact import display_url
 from . import _names as n
+from ._captured_content import _input_messages, _output_messages
 from ._metrics import ClientMetrics
 from ._observer import _CURRENT
+from ._span_attributes import (
+    _attempt_error_type,
+    _budget_attributes,
+    _load_attributes,
+    _precheck_attributes,
+    _refusal_attributes,
+    _short,
+)
 
 if TYPE_CHECKING:
-    from .._budget import BudgetSnapshot
-    from ..protocol import ServerLoad
     from ._observer import Telemetry
 
 __all__ = ["_CallTrace"]
@@ -321,119 +329,3 @@ class _CallTrace:
         if extra.get("outcome") is not None:
             attributes[n.ATTEMPT_OUTCOME] = extra["outcome"]
         return attributes
-
-
-def _attempt_error_type(event: AttemptEnded) -> str:
-    """HTTP semantic conventions: the status code for an error status, else the exception."""
-    if event.status_code is not None and event.status_code >= 400:
-        return str(event.status_code)
-    return event.error_type or "_OTHER"
-
-
-def _short(text: str, limit: int = 300) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _load_attributes(load: ServerLoad, scrub: Callable[[str], str]) -> dict[str, Any]:
-    pairs = (
-        (n.LOAD_QUEUE_DEPTH, load.queue_depth),
-        (n.LOAD_QUEUE_TOKENS, load.queue_tokens),
-        (n.LOAD_INFLIGHT_TOKENS, load.inflight_tokens),
-        (n.LOAD_TOKEN_CAPACITY, load.token_capacity),
-        (n.LOAD_KV_CACHE_USAGE, load.kv_cache_usage),
-        (n.LOAD_RETRY_AFTER, load.retry_after),
-        (n.LOAD_SHOULD_RETRY, load.should_retry),
-        (n.LOAD_SHED, None if load.load_shed is None else scrub(load.load_shed)),
-    )
-    return {key: value for key, value in pairs if value is not None}
-
-
-def _budget_attributes(budget: BudgetSnapshot) -> dict[str, Any]:
-    return {
-        n.BUDGET_CALLS: budget.calls,
-        n.BUDGET_RETRIES: budget.retries,
-        n.BUDGET_AVAILABLE: budget.available,
-        n.BUDGET_REFUSED: budget.refused,
-    }
-
-
-def _precheck_attributes(event: PrecheckPassed) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        n.TOKENS_PROMPT: event.prompt_tokens,
-        n.TOKENS_MAX: event.max_tokens,
-        n.TOKENS_COUNTER: event.counter,
-        n.TOKENS_RATE_LIMIT_WAIT: event.rate_limit_wait,
-    }
-    if event.context_window is not None:
-        attributes[n.TOKENS_CONTEXT_WINDOW] = event.context_window
-    return attributes
-
-
-def _refusal_attributes(error: BaseException | None) -> dict[str, Any]:
-    """What a refusal made before any I/O says (the logical span has no attempt then)."""
-    # Imported here: the exception classes are plain Python, but keeping this module's
-    # import surface small keeps ``import stormguard`` fast.
-    from .._exceptions import (
-        CircuitOpenError,
-        ContextWindowExceededError,
-        ThrottledError,
-        TokenRateLimitedError,
-    )
-
-    if isinstance(error, CircuitOpenError):
-        attributes: dict[str, Any] = {n.BREAKER_NAME: error.breaker, n.BREAKER_STATE: "open"}
-        if error.retry_in is not None:
-            attributes[n.BREAKER_RETRY_IN] = error.retry_in
-        return attributes
-    if isinstance(error, ContextWindowExceededError):
-        return {
-            n.TOKENS_PROMPT: error.prompt_tokens,
-            n.TOKENS_MAX: error.max_tokens,
-            n.TOKENS_CONTEXT_WINDOW: error.context_window,
-            n.TOKENS_COUNTER: error.counter,
-        }
-    if isinstance(error, TokenRateLimitedError):
-        return {n.TOKENS_PROMPT: error.tokens, n.TOKENS_RATE_LIMIT_WAIT: error.wait}
-    if isinstance(error, ThrottledError):
-        return {n.THROTTLE_PROBABILITY: error.probability}
-    return {}
-
-
-def _input_messages(body: Mapping[str, Any]) -> str | None:
-    """``gen_ai.input.messages`` (semconv v1.41.0 JSON shape: role + text parts)."""
-    messages = body.get("messages")
-    if isinstance(messages, list):
-        out = []
-        for message in messages:
-            if isinstance(message, Mapping):
-                content = message.get("content")
-                text = content if isinstance(content, str) else json.dumps(content, default=str)
-                out.append(
-                    {
-                        "role": str(message.get("role", "user")),
-                        "parts": [{"type": "text", "content": text}],
-                    }
-                )
-        return json.dumps(out, ensure_ascii=False)
-    prompt = body.get("prompt")
-    if prompt is None:
-        return None
-    text = prompt if isinstance(prompt, str) else json.dumps(prompt, default=str)
-    return json.dumps(
-        [{"role": "user", "parts": [{"type": "text", "content": text}]}], ensure_ascii=False
-    )
-
-
-def _output_messages(response: ResponseSummary) -> str:
-    reasons = response.finish_reasons
-    return json.dumps(
-        [
-            {
-                "role": "assistant",
-                "parts": [{"type": "text", "content": text}],
-                "finish_reason": reasons[i] if i < len(reasons) else "stop",
-            }
-            for i, text in enumerate(response.output_text)
-        ],
-        ensure_ascii=False,
-    )
