@@ -1,0 +1,243 @@
+"""``APIResponse`` and ``AsyncAPIResponse``: a response whose body is read when
+asked, once, within ``max_response_bytes`` and the call's deadline; a
+``stream=True`` call's bytes replayed from its first, as they came."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, TypeVar, cast
+
+import anyio
+
+from ._body import aiter_body, iter_body
+from ._body_pieces import _Pieces
+from ._exceptions import APIError
+from ._handed_over_body import _Body
+from ._http import http_errors
+from ._pipeline import Delivery
+from ._raw_response import _ResponseBase
+from ._streaming import AsyncStream, Stream
+
+__all__ = ["APIResponse", "AsyncAPIResponse"]
+
+R = TypeVar("R")
+
+
+class APIResponse(_ResponseBase[R]):
+    """What ``.with_streaming_response`` yields (sync): the body is read when asked,
+    once, and the response closed at the end of the ``with`` block."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__(delivery)
+        self._body = _Body(delivery)
+
+    def _stream(self) -> Stream[Any] | None:
+        result = self._delivery.result
+        return result if isinstance(result, Stream) else None
+
+    def parse(self) -> R:
+        """The result, its body read now; a ``stream=True`` call's ``Stream``."""
+        stream = self._stream()
+        if stream is not None:
+            if self._body.parsed is None:
+                self._body.take()
+                self._body.parsed = stream
+            return cast(R, stream)
+        return cast(R, self._body.result(self.read()))
+
+    def read(self) -> bytes:
+        """The whole body (within ``max_response_bytes`` and the call's deadline)."""
+        if self._body.body is None:
+            self._body.body = b"".join(self._pieces())
+        return self._body.body
+
+    def text(self) -> str:
+        return self._body.text(self.read())
+
+    def json(self) -> object:
+        return json.loads(self.read())
+
+    def iter_bytes(self, chunk_size: int | None = None) -> Iterator[bytes]:
+        """The decoded body as it arrives (a stream's from its first byte)."""
+        return self._cut(chunk_size, "bytes")
+
+    def iter_text(self, chunk_size: int | None = None) -> Iterator[str]:
+        return self._cut(chunk_size, "text")
+
+    def iter_lines(self) -> Iterator[str]:
+        return self._cut(None, "lines")
+
+    def _cut(self, chunk_size: int | None, mode: str) -> Iterator[Any]:
+        if self._body.body is not None:
+            source: Iterator[bytes] = iter((self._body.body,))
+        else:
+            source = self._pieces()
+        pieces = _Pieces(self.http_response, chunk_size, mode)
+        for piece in source:
+            yield from pieces.feed(piece)
+        yield from pieces.flush()
+
+    def _pieces(self) -> Iterator[bytes]:
+        self._body.take()
+        stream = self._stream()
+        if stream is not None:
+            yield from _replay(stream)
+            self._body.whole = True
+            return
+        reader = self._body.reader()
+        response = self.http_response
+        try:
+            for piece in iter_body(response):
+                reader.feed(piece)
+                yield piece
+        except http_errors() as exc:
+            raise self._body.transport_failed(exc) from exc
+        except APIError as exc:  # past the cap or the deadline
+            raise self._delivery.call.failed_after_hand_over(exc) from None
+        finally:
+            response.close()
+        self._body.whole = True
+
+    def close(self) -> None:
+        """Close the response; the server sees the disconnect if the body was not read."""
+        stream = self._stream()
+        if stream is not None:
+            stream.close()
+        else:
+            self.http_response.close()
+        self._body.close()
+
+
+def _replay(stream: Stream[Any]) -> Iterator[bytes]:
+    """A stream's bytes as they came: those read before its first event, then the rest
+    (the stream's state still notes how it ends, as in transport mode)."""
+    state = stream._state
+    if state.done:  # the whole stream came before the hand-over
+        state.passed_through()
+    yield from state.raw_prefix
+    try:
+        for chunk in stream._bytes:
+            state.passing_through(chunk)
+            yield chunk
+    except http_errors() as exc:
+        raise state.transport_failed(exc) from exc
+    state.passed_through()
+
+
+class AsyncAPIResponse(_ResponseBase[R]):
+    """The async twin of ``APIResponse``: ``await response.parse()``, ``async for line
+    in response.iter_lines()``."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__(delivery)
+        self._body = _Body(delivery)
+
+    def _stream(self) -> AsyncStream[Any] | None:
+        result = self._delivery.result
+        return result if isinstance(result, AsyncStream) else None
+
+    async def parse(self) -> R:
+        """The result, its body read now; a ``stream=True`` call's ``AsyncStream``."""
+        stream = self._stream()
+        if stream is not None:
+            if self._body.parsed is None:
+                self._body.take()
+                self._body.parsed = stream
+            return cast(R, stream)
+        return cast(R, self._body.result(await self.read()))
+
+    async def read(self) -> bytes:
+        """The whole body (within ``max_response_bytes`` and the call's deadline)."""
+        if self._body.body is None:
+            self._body.body = b"".join([piece async for piece in self._pieces()])
+        return self._body.body
+
+    async def text(self) -> str:
+        return self._body.text(await self.read())
+
+    async def json(self) -> object:
+        return json.loads(await self.read())
+
+    def iter_bytes(self, chunk_size: int | None = None) -> AsyncIterator[bytes]:
+        """The decoded body as it arrives (a stream's from its first byte)."""
+        return self._cut(chunk_size, "bytes")
+
+    def iter_text(self, chunk_size: int | None = None) -> AsyncIterator[str]:
+        return self._cut(chunk_size, "text")
+
+    def iter_lines(self) -> AsyncIterator[str]:
+        return self._cut(None, "lines")
+
+    async def _cut(self, chunk_size: int | None, mode: str) -> AsyncIterator[Any]:
+        pieces = _Pieces(self.http_response, chunk_size, mode)
+        if self._body.body is not None:
+            for out in pieces.feed(self._body.body):
+                yield out
+        else:
+            async for piece in self._pieces():
+                for out in pieces.feed(piece):
+                    yield out
+        for out in pieces.flush():
+            yield out
+
+    async def _pieces(self) -> AsyncIterator[bytes]:
+        self._body.take()
+        stream = self._stream()
+        if stream is not None:
+            async for chunk in _areplay(stream):
+                yield chunk
+            self._body.whole = True
+            return
+        reader = self._body.reader()
+        response, call = self.http_response, self._delivery.call
+        body = aiter_body(response)
+        try:
+            while True:
+                with anyio.fail_after(call.remaining_or_none()):
+                    try:
+                        piece = await body.__anext__()
+                    except StopAsyncIteration:
+                        break
+                reader.feed(piece)
+                yield piece
+        except http_errors(TimeoutError) as exc:
+            raise self._body.transport_failed(exc) from exc
+        except APIError as exc:  # past the cap or the deadline
+            raise call.failed_after_hand_over(exc) from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await response.aclose()
+        self._body.whole = True
+
+    async def close(self) -> None:
+        """Close the response, even from a cancelled task."""
+        stream = self._stream()
+        if stream is not None:
+            await stream.aclose()
+        else:
+            with anyio.CancelScope(shield=True):
+                await self.http_response.aclose()
+        self._body.close()
+
+
+async def _areplay(stream: AsyncStream[Any]) -> AsyncIterator[bytes]:
+    """The async twin of ``_replay``; each read ends by the call's deadline."""
+    state = stream._state
+    if state.done:
+        state.passed_through()
+    for chunk in state.raw_prefix:
+        yield chunk
+    pieces = stream._bytes
+    try:
+        while True:
+            with anyio.fail_after(state.call.remaining_or_none()):
+                try:
+                    chunk = await pieces.__anext__()
+                except StopAsyncIteration:
+                    break
+            state.passing_through(chunk)
+            yield chunk
+    except http_errors(TimeoutError) as exc:
+        raise state.transport_failed(exc) from exc
+    state.passed_through()
