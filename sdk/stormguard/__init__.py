@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from ._history import AttemptRecord
     from ._limiter import ConcurrencyLimiter, LimitSnapshot
     from ._models import (
+        CALL_INFO_EXTENSION,
         CallInfo,
         ChatCompletion,
         ChatCompletionChunk,
@@ -108,6 +109,7 @@ if TYPE_CHECKING:
     from .telemetry import Telemetry
 
 __all__ = [
+    "CALL_INFO_EXTENSION",
     "DEFAULT_CONNECTION_LIMITS",
     "DEFAULT_TIMEOUT",
     "NOT_GIVEN",
@@ -262,6 +264,7 @@ _MODULES: dict[str, str] = {
     "AttemptRecord": "._history",
     "ConcurrencyLimiter": "._limiter",
     "LimitSnapshot": "._limiter",
+    "CALL_INFO_EXTENSION": "._models",
     "CallInfo": "._models",
     "ChatCompletion": "._models",
     "ChatCompletionChunk": "._models",

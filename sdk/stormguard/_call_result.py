@@ -15,7 +15,7 @@ from ._call_state import ATTEMPT_OPEN
 from ._events import ResponseSummary
 from ._exceptions import APIError, StormguardError
 from ._http import httpx, response_types
-from ._models import APIResult, CallInfo, output_text_of
+from ._models import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
 from ._responses import error_from_response, parse_json_object, request_id_of, result_from_response
 from ._retry_loop import RetryLoop
 from ._stop_reason import StopReason
@@ -120,21 +120,28 @@ class CallResults(RetryLoop):
 
     def finish(self, result: R | httpx.Response | object) -> Any:
         """The call's answer: a record gets the history attached; a transport-mode
-        response closes its attempt; a stream closed its attempt at its first chunk.
+        response closes its attempt and carries the ``CallInfo`` in its extensions;
+        a stream closed its attempt at its first chunk.
         In a hand-over mode the answer is a ``Delivery`` of all that and the response."""
         if self.spec.hand_over:
             return self._delivery(result)
         if isinstance(result, APIResult):
             return self._finished(result)
         if isinstance(result, response_types()):
-            self._close_record(OK)
-            self.machine.step("succeeded")
+            info = self.info(result)
+            self.succeeded_info(info)
+            result.extensions[CALL_INFO_EXTENSION] = info
             if self._trace is not None:
                 payload = parse_json_object(result.content)
                 self.ended(response=None if payload is None else summarize(payload))
         return result
 
     def _delivery(self, result: object) -> Delivery:
+        delivery = self._delivered(result)
+        delivery.response.extensions[CALL_INFO_EXTENSION] = delivery.info
+        return delivery
+
+    def _delivered(self, result: object) -> Delivery:
         if isinstance(result, APIResult):  # "response" mode: the body was read
             result = self._finished(result)
             assert result.call_info is not None and self._read is not None

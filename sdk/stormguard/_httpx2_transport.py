@@ -1,9 +1,10 @@
 """The pipeline as an httpx2 transport: openai-python 3.x runs on httpx2 and types
 its ``http_client`` as an ``httpx2.Client``, so ``stormguard.httpx_client()`` hands
-it one of those, natively, with no legacy path. These are the httpx transport and
-byte streams of ``_transport.py`` with httpx2's base classes added (what the caller
-gets is built by its request's library there). Imported only when an httpx2 client
-is asked for: httpx2 is not a dependency of stormguard."""
+it one of those, natively, with no legacy path. These are the httpx transports of
+``_transport.py`` and byte streams of ``_transport_replay.py`` with httpx2's base
+classes added (what the caller gets is built by its request's library there).
+Imported only when an httpx2 client is asked for: httpx2 is not a dependency of
+stormguard."""
 
 from __future__ import annotations
 
@@ -11,12 +12,8 @@ import httpx2
 
 from ._async_client import AsyncClient
 from ._client import Client
-from ._transport import (
-    AsyncStormguardTransport,
-    StormguardTransport,
-    _AsyncReplayStream,
-    _ReplayStream,
-)
+from ._transport import AsyncStormguardTransport, StormguardTransport
+from ._transport_replay import _AsyncReplayStream, _ReplayStream
 
 __all__ = ["AsyncHttpx2Transport", "Httpx2Transport"]
 

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 if TYPE_CHECKING:
     from ._history import AttemptRecord
     from ._rate_limit_headers import RateLimit
+    from ._stop_reason import StopReason
     from .protocol import ServerLoad
     from .tokens import Precheck
 
 __all__ = [
+    "CALL_INFO_EXTENSION",
     "CallInfo",
     "ChatCompletion",
     "ChatCompletionChunk",
@@ -126,6 +128,12 @@ def _wrap(value: Any, record_type: type[Record]) -> Any:
     return value
 
 
+#: The key of a call's ``CallInfo`` in ``response.extensions``, on the responses the
+#: transport hands openai-python (``stormguard.httpx_client()``) and on a raw
+#: response's ``http_response``: ``response.extensions["stormguard"].attempts``.
+CALL_INFO_EXTENSION = "stormguard"
+
+
 class CallInfo:
     """What stormguard knows about the logical call that produced a result."""
 
@@ -137,6 +145,7 @@ class CallInfo:
         "rate_limit",
         "request_id",
         "server_load",
+        "stop_reason",
     )
 
     def __init__(
@@ -160,11 +169,20 @@ class CallInfo:
         self.precheck: Precheck | None = None
         #: The model first asked for, when a fallback model served the call.
         self.degraded_from: str | None = None
+        #: Why the call stopped retrying, when it failed (``StopReason``); None when
+        #: it succeeded. Set on the ``CallInfo`` of a failed call the transport answers.
+        self.stop_reason: StopReason | None = None
+
+    @property
+    def attempts(self) -> int:
+        """Number of HTTP attempts the call made."""
+        return len(self.attempt_history)
 
     def __repr__(self) -> str:
         return (
-            f"CallInfo(attempts={len(self.attempt_history)}, request_id={self.request_id!r}, "
-            f"server_load={self.server_load!r})"
+            f"CallInfo(attempts={self.attempts}, request_id={self.request_id!r}, "
+            f"server_load={self.server_load!r}"
+            + (f", stop_reason={str(self.stop_reason)!r})" if self.stop_reason else ")")
         )
 
 

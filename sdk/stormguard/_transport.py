@@ -36,41 +36,38 @@ The call's deadline bounds what the caller reads of a stream too: the replayed
 stream raises ``httpx.ReadTimeout`` when the deadline passes (sync: at the
 socket read that would cross it; async: a cancel scope around each read), and
 ``httpx.DecodingError`` past ``max_response_bytes`` of decoded bytes.
+
+Every response the caller gets carries the call's ``stormguard.CallInfo`` in
+``response.extensions["stormguard"]``: its attempts and their outcomes, the
+server's load, the request id, the pre-check and, for a failure, the stop
+reason (openai-python: ``client.chat.completions.with_raw_response.create(...)
+.http_response.extensions``, or the response of the error it raises).
+
+The pieces: ``_transport_spec.py`` (a request as one call),
+``_transport_answers.py`` (the call's outcome as the caller's response or
+exception), ``_transport_replay.py`` (a started stream's bytes); this module
+holds the transports and the clients built on them.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import anyio
 
-from ._api_specs import EMBEDDINGS, RESPONSES
 from ._async_client import AsyncClient
-from ._base_client import ClientCore, ClientOptions, GenerationEndpoint
-from ._body import read_response
+from ._base_client import ClientOptions
 from ._client import Client
 from ._compat import Unpack
-from ._exceptions import (
-    APIConnectionError,
-    APIStatusError,
-    APITimeoutError,
-    CircuitOpenError,
-    ContextWindowExceededError,
-    LocalQueueFullError,
-    StormguardError,
-    ThrottledError,
-    TokenRateLimitedError,
-)
-from ._http import httpx, library_of, request_errors, response_types, transport_errors
-from ._models import ModelList
-from ._pipeline import CallSpec
+from ._exceptions import StormguardError
+from ._http import httpx, response_types
 from ._streaming import AsyncStream, Stream
-from .protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY
+from ._transport_answers import plain_response, response_for_error, stream_response
+from ._transport_replay import _AsyncReplayStream, _ReplayStream
+from ._transport_spec import spec_from_request
 
 if TYPE_CHECKING:
     import httpx2
@@ -83,250 +80,16 @@ __all__ = [
     "httpx_client",
 ]
 
-# Headers of the incoming request that describe its bytes or its connection, not
-# the call: httpx sets them again for each attempt, and the encodings are the
-# ones the pipeline decodes (in bounded steps) before it hands the body on.
-_HOP_HEADERS = frozenset(
-    {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
-)
-
-
-def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
-    """One logical call for a request built by another client (openai-python)."""
-    content = request.read()
-    body: dict[str, Any] | None = None
-    if content and "json" in request.headers.get("content-type", "json"):
-        try:
-            parsed = json.loads(content)
-        except ValueError:
-            parsed = None
-        body = parsed if isinstance(parsed, dict) else None
-    url = request.url
-    # A request under the client's base path, to one of its endpoints, may go to any
-    # endpoint (path relative to the base); anything else is sent where it points.
-    base_path = httpx.URL(core.base_url).path.rstrip("/")
-    relative: str | None = None
-    # The path as sent: a %2F in it (a model id with a slash) is not a separator.
-    raw_path = url.raw_path.decode("ascii").split("?", 1)[0]
-    if url.netloc.decode("ascii") in core.netlocs() and raw_path.startswith(base_path + "/"):
-        relative = raw_path[len(base_path) + 1 :]
-        if url.query:
-            relative += "?" + url.query.decode("ascii", "replace")
-    endpoint = _endpoint_for(request.method, url.path)
-    timeout = core.timeout
-    requested = (request.extensions.get("timeout") or {}).get("read")
-    if isinstance(requested, (int, float)) and requested > 0:
-        timeout = requested if timeout is None else min(timeout, requested)
-    model = body.get("model") if body is not None else None
-    headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
-    return CallSpec(
-        method=request.method,
-        path=relative if relative is not None else url.path,
-        result_type=endpoint.result_type if endpoint is not None else ModelList,
-        operation=endpoint.operation if endpoint is not None else "http",
-        body=body,
-        stream=bool(body and body.get("stream")),
-        chunk_type=endpoint.chunk_type if endpoint is not None else None,
-        model=model if isinstance(model, str) else None,
-        timeout=timeout,
-        headers=headers,
-        raw=True,
-        absolute_url=None if relative is not None else str(url),
-        content=content or None,
-    )
-
-
-def _endpoint_for(method: str, path: str) -> GenerationEndpoint | None:
-    """The API a request of openai-python's calls: its span operation, its result,
-    and how its stream ends (chat's ``[DONE]``, the Responses API's last event)."""
-    if method != "POST":
-        return None
-    if path.endswith("/chat/completions"):
-        return GenerationEndpoint.CHAT
-    if path.endswith("/completions"):
-        return GenerationEndpoint.COMPLETION
-    if path.endswith("/responses"):
-        return RESPONSES
-    if path.endswith("/embeddings"):
-        return EMBEDDINGS
-    return None
-
-
-def _refusal(request: httpx.Request, status: int, message: str, code: str) -> httpx.Response:
-    headers = {HEADER_SHOULD_RETRY: "false", "content-type": "application/json"}
-    if code == "circuit_open":
-        headers[HEADER_LOAD_SHED] = "circuit_open"
-    body = {"error": {"message": message, "type": "stormguard_refusal", "code": code}}
-    response_type: type[httpx.Response] = library_of(request).Response
-    return response_type(
-        status, headers=headers, content=json.dumps(body).encode(), request=request
-    )
-
-
-def response_for_error(error: StormguardError, request: httpx.Request) -> httpx.Response:
-    """What the transport's caller gets for a call that failed (see the module doc)."""
-    if isinstance(error, APIStatusError) and error.response is not None:
-        return read_response(error.response, error.raw_body or b"", request)
-    if isinstance(error, CircuitOpenError):
-        return _refusal(request, 503, str(error), "circuit_open")
-    if isinstance(error, ContextWindowExceededError):
-        return _refusal(request, 400, str(error), "context_length_exceeded")
-    if isinstance(error, TokenRateLimitedError):
-        return _refusal(request, 429, str(error), "client_token_rate_limit")
-    if isinstance(error, LocalQueueFullError):
-        return _refusal(request, 503, str(error), "local_queue_full")
-    if isinstance(error, ThrottledError):
-        return _refusal(request, 503, str(error), "throttled")
-    raise httpx_error_for(error, request)
-
-
-def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTTPError:
-    """The exception, of the caller's HTTP library (``request``'s), that tells the
-    transport's caller about ``error``: the one it came from (as the caller's
-    library's class of that name, when another library carried the call), else a
-    timeout, a read error or a decoding error (an answer that is not what the API
-    promises)."""
-    lib = library_of(request)
-    cause = error.__cause__
-    if isinstance(cause, request_errors()):
-        return in_library_of(request, cause)
-    exc: httpx.HTTPError
-    if isinstance(error, APITimeoutError):
-        exc = lib.ReadTimeout(str(error), request=request)
-    elif isinstance(error, APIConnectionError):
-        exc = lib.ReadError(str(error), request=request)
-    else:
-        exc = lib.DecodingError(str(error), request=request)
-    exc.__cause__ = error
-    return exc
-
-
-def in_library_of(request: httpx.Request, exc: httpx.RequestError) -> httpx.RequestError:
-    """``exc`` as an error of ``request``'s library: itself, or that library's class
-    of the same name (a transport error, when none), caused by it."""
-    lib = library_of(request)
-    if isinstance(exc, lib.RequestError):
-        return cast("httpx.RequestError", exc)
-    kind = getattr(lib, type(exc).__name__, None)
-    if not (isinstance(kind, type) and issubclass(kind, lib.RequestError)):
-        kind = lib.TransportError
-    converted: httpx.RequestError = kind(str(exc), request=request)
-    converted.__cause__ = exc
-    return converted
-
-
-def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
-    """The bytes read while deciding the stream had started, then the rest; errors
-    as the caller's library's (``request``'s)."""
-    state = stream._state
-    if state.done:  # the whole stream came while it was starting
-        state.passed_through()
-    yield from state.raw_prefix  # decoded already, while the stream was starting
-    try:
-        # Each read ends by the call's deadline: the connection keeps it.
-        for chunk in stream._bytes:
-            state.passing_through(chunk)
-            yield chunk
-    except transport_errors() as exc:
-        state.passed_through(cut=exc)
-        raise in_library_of(request, exc) from None
-    except StormguardError as error:  # past the cap or the deadline
-        raise httpx_error_for(error, request) from error
-    state.passed_through()
-
-
-async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
-    """The async twin of :func:`replay`; each read ends by the call's deadline."""
-    state = stream._state
-    if state.done:  # the whole stream came while it was starting
-        state.passed_through()
-    for chunk in state.raw_prefix:  # decoded already, while the stream was starting
-        yield chunk
-    pieces, deadline = stream._bytes, state.call.deadline
-    lib = library_of(request)
-    try:
-        while True:
-            left = deadline.remaining()
-            try:
-                with anyio.fail_after(left if math.isfinite(left) else None):
-                    chunk = await pieces.__anext__()
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                # What passed: the call's deadline, or a stream bound (max_duration).
-                passed = deadline.passed
-                raise lib.ReadTimeout(
-                    f"{passed[0].upper()}{passed[1:]} during the stream", request=request
-                ) from None
-            state.passing_through(chunk)
-            yield chunk
-    except transport_errors() as exc:
-        state.passed_through(cut=exc)
-        raise in_library_of(request, exc) from None
-    except StormguardError as error:  # past the cap or the deadline
-        raise httpx_error_for(error, request) from error
-    state.passed_through()
-
-
-class _ReplayStream(httpx.SyncByteStream):
-    """:func:`replay` as httpx's byte stream."""
-
-    def __init__(self, stream: Stream[Any], request: httpx.Request) -> None:
-        self._stream, self._request = stream, request
-
-    def __iter__(self) -> Iterator[bytes]:
-        return replay(self._stream, self._request)
-
-    def close(self) -> None:
-        self._stream.close()
-
-
-class _AsyncReplayStream(httpx.AsyncByteStream):
-    def __init__(self, stream: AsyncStream[Any], request: httpx.Request) -> None:
-        self._stream, self._request = stream, request
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        return areplay(self._stream, self._request)
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-def stream_response(
-    stream: Stream[Any] | AsyncStream[Any], request: httpx.Request, byte_stream: object
-) -> httpx.Response:
-    """The caller's response for a started stream: the server's status and headers
-    (less those of the encoded bytes), ``byte_stream`` as its body."""
-    upstream = stream.response
-    headers = [
-        (k, v)
-        for k, v in upstream.headers.multi_items()
-        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-    ]
-    response_type: type[httpx.Response] = library_of(request).Response
-    return response_type(
-        upstream.status_code,
-        headers=headers,
-        stream=byte_stream,  # type: ignore[arg-type]
-        request=request,
-    )
-
-
-def plain_response(result: httpx.Response, request: httpx.Request) -> httpx.Response:
-    """A read response handed on as is, or rebuilt by the caller's library."""
-    if isinstance(result, library_of(request).Response):
-        return cast("httpx.Response", result)
-    return read_response(result, result.content, request)
-
 
 def handle(
     client: Client, request: httpx.Request, byte_stream: Callable[[Stream[Any]], object]
 ) -> httpx.Response:
     """One request of the transport's caller, run as a logical call (module doc)."""
+    spec = spec_from_request(client._core, request)
     try:
-        result = client._request(spec_from_request(client._core, request))
+        result = client._request(spec)
     except StormguardError as error:
-        return response_for_error(error, request)
+        return response_for_error(error, request, spec.model)
     if isinstance(result, Stream):
         return stream_response(result, request, byte_stream(result))
     assert isinstance(result, response_types())
@@ -339,10 +102,11 @@ async def ahandle(
     byte_stream: Callable[[AsyncStream[Any]], object],
 ) -> httpx.Response:
     """The async twin of :func:`handle`."""
+    spec = spec_from_request(client._core, request)
     try:
-        result = await client._request(spec_from_request(client._core, request))
+        result = await client._request(spec)
     except StormguardError as error:
-        return response_for_error(error, request)
+        return response_for_error(error, request, spec.model)
     if isinstance(result, AsyncStream):
         return stream_response(result, request, byte_stream(result))
     assert isinstance(result, response_types())

@@ -1,0 +1,156 @@
+"""What the transport's caller gets for a call: a response of its own HTTP library
+(the server's, a synthesized refusal, or a replayed stream) or one of its
+exceptions, each response with the call's ``CallInfo`` on
+``response.extensions["stormguard"]`` (``_transport.py`` says which is which)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+from ._body import read_response
+from ._exceptions import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    CircuitOpenError,
+    ContextWindowExceededError,
+    LocalQueueFullError,
+    StormguardError,
+    ThrottledError,
+    TokenRateLimitedError,
+)
+from ._http import httpx, library_of, request_errors
+from ._models import CALL_INFO_EXTENSION, CallInfo
+from ._streaming import AsyncStream, Stream
+from .protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY
+
+__all__ = [
+    "CALL_INFO_EXTENSION",
+    "httpx_error_for",
+    "in_library_of",
+    "plain_response",
+    "response_for_error",
+    "stream_response",
+]
+
+
+def error_info(error: StormguardError, model: str | None) -> CallInfo:
+    """The ``CallInfo`` of a call that failed with ``error``: what the error knows."""
+    info = CallInfo(
+        server_load=error.server_load,
+        attempt_history=error.attempt_history,
+        request_id=error.request_id if isinstance(error, APIError) else None,
+        model=model,
+        rate_limit=error.rate_limit,
+    )
+    info.precheck = error.precheck
+    info.stop_reason = error.retry_stopped_by
+    return info
+
+
+def _refusal(request: httpx.Request, status: int, message: str, code: str) -> httpx.Response:
+    headers = {HEADER_SHOULD_RETRY: "false", "content-type": "application/json"}
+    if code == "circuit_open":
+        headers[HEADER_LOAD_SHED] = "circuit_open"
+    body = {"error": {"message": message, "type": "stormguard_refusal", "code": code}}
+    response_type: type[httpx.Response] = library_of(request).Response
+    return response_type(
+        status, headers=headers, content=json.dumps(body).encode(), request=request
+    )
+
+
+def response_for_error(
+    error: StormguardError, request: httpx.Request, model: str | None = None
+) -> httpx.Response:
+    """What the transport's caller gets for a call that failed (``_transport.py``'s
+    module doc), with the call's ``CallInfo`` (of ``model``) in its extensions; an
+    error that is not answered by a response is raised as the caller's library's."""
+    response = _answer_for(error, request)
+    response.extensions[CALL_INFO_EXTENSION] = error_info(error, model)
+    return response
+
+
+def _answer_for(error: StormguardError, request: httpx.Request) -> httpx.Response:
+    if isinstance(error, APIStatusError) and error.response is not None:
+        return read_response(error.response, error.raw_body or b"", request)
+    if isinstance(error, CircuitOpenError):
+        return _refusal(request, 503, str(error), "circuit_open")
+    if isinstance(error, ContextWindowExceededError):
+        return _refusal(request, 400, str(error), "context_length_exceeded")
+    if isinstance(error, TokenRateLimitedError):
+        return _refusal(request, 429, str(error), "client_token_rate_limit")
+    if isinstance(error, LocalQueueFullError):
+        return _refusal(request, 503, str(error), "local_queue_full")
+    if isinstance(error, ThrottledError):
+        return _refusal(request, 503, str(error), "throttled")
+    raise httpx_error_for(error, request)
+
+
+def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTTPError:
+    """The exception, of the caller's HTTP library (``request``'s), that tells the
+    transport's caller about ``error``: the one it came from (as the caller's
+    library's class of that name, when another library carried the call), else a
+    timeout, a read error or a decoding error (an answer that is not what the API
+    promises)."""
+    lib = library_of(request)
+    cause = error.__cause__
+    if isinstance(cause, request_errors()):
+        return in_library_of(request, cause)
+    exc: httpx.HTTPError
+    if isinstance(error, APITimeoutError):
+        exc = lib.ReadTimeout(str(error), request=request)
+    elif isinstance(error, APIConnectionError):
+        exc = lib.ReadError(str(error), request=request)
+    else:
+        exc = lib.DecodingError(str(error), request=request)
+    exc.__cause__ = error
+    return exc
+
+
+def in_library_of(request: httpx.Request, exc: httpx.RequestError) -> httpx.RequestError:
+    """``exc`` as an error of ``request``'s library: itself, or that library's class
+    of the same name (a transport error, when none), caused by it."""
+    lib = library_of(request)
+    if isinstance(exc, lib.RequestError):
+        return cast("httpx.RequestError", exc)
+    kind = getattr(lib, type(exc).__name__, None)
+    if not (isinstance(kind, type) and issubclass(kind, lib.RequestError)):
+        kind = lib.TransportError
+    converted: httpx.RequestError = kind(str(exc), request=request)
+    converted.__cause__ = exc
+    return converted
+
+
+def stream_response(
+    stream: Stream[Any] | AsyncStream[Any], request: httpx.Request, byte_stream: object
+) -> httpx.Response:
+    """The caller's response for a started stream: the server's status and headers
+    (less those of the encoded bytes), ``byte_stream`` as its body, the call's
+    ``CallInfo`` (its attempts, complete at the first chunk) in its extensions."""
+    upstream = stream.response
+    headers = [
+        (k, v)
+        for k, v in upstream.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    response_type: type[httpx.Response] = library_of(request).Response
+    return response_type(
+        upstream.status_code,
+        headers=headers,
+        stream=byte_stream,  # type: ignore[arg-type]
+        request=request,
+        extensions={CALL_INFO_EXTENSION: stream.call_info},
+    )
+
+
+def plain_response(result: httpx.Response, request: httpx.Request) -> httpx.Response:
+    """A read response handed on as is, or rebuilt by the caller's library (its
+    ``CallInfo`` extension kept)."""
+    if isinstance(result, library_of(request).Response):
+        return cast("httpx.Response", result)
+    response = read_response(result, result.content, request)
+    if CALL_INFO_EXTENSION in result.extensions:
+        response.extensions[CALL_INFO_EXTENSION] = result.extensions[CALL_INFO_EXTENSION]
+    return response

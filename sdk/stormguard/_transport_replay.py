@@ -1,0 +1,95 @@
+"""A started stream handed to the transport's caller: the bytes stormguard read to
+know it had started, then the rest, each read bounded by the call's deadline and
+its errors given as the caller's HTTP library's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+
+from ._exceptions import StormguardError
+from ._http import httpx, library_of, transport_errors
+from ._streaming import AsyncStream, Stream
+from ._transport_answers import httpx_error_for, in_library_of
+
+__all__ = ["areplay", "replay"]
+
+
+def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
+    """The bytes read while deciding the stream had started, then the rest; errors
+    as the caller's library's (``request``'s)."""
+    state = stream._state
+    if state.done:  # the whole stream came while it was starting
+        state.passed_through()
+    yield from state.raw_prefix  # decoded already, while the stream was starting
+    try:
+        # Each read ends by the call's deadline: the connection keeps it.
+        for chunk in stream._bytes:
+            state.passing_through(chunk)
+            yield chunk
+    except transport_errors() as exc:
+        state.passed_through(cut=exc)
+        raise in_library_of(request, exc) from None
+    except StormguardError as error:  # past the cap or the deadline
+        raise httpx_error_for(error, request) from error
+    state.passed_through()
+
+
+async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
+    """The async twin of :func:`replay`; each read ends by the call's deadline."""
+    state = stream._state
+    if state.done:  # the whole stream came while it was starting
+        state.passed_through()
+    for chunk in state.raw_prefix:  # decoded already, while the stream was starting
+        yield chunk
+    pieces, deadline = stream._bytes, state.call.deadline
+    lib = library_of(request)
+    try:
+        while True:
+            left = deadline.remaining()
+            try:
+                with anyio.fail_after(left if math.isfinite(left) else None):
+                    chunk = await pieces.__anext__()
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                # What passed: the call's deadline, or a stream bound (max_duration).
+                passed = deadline.passed
+                raise lib.ReadTimeout(
+                    f"{passed[0].upper()}{passed[1:]} during the stream", request=request
+                ) from None
+            state.passing_through(chunk)
+            yield chunk
+    except transport_errors() as exc:
+        state.passed_through(cut=exc)
+        raise in_library_of(request, exc) from None
+    except StormguardError as error:  # past the cap or the deadline
+        raise httpx_error_for(error, request) from error
+    state.passed_through()
+
+
+class _ReplayStream(httpx.SyncByteStream):
+    """:func:`replay` as httpx's byte stream."""
+
+    def __init__(self, stream: Stream[Any], request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        return replay(self._stream, self._request)
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class _AsyncReplayStream(httpx.AsyncByteStream):
+    def __init__(self, stream: AsyncStream[Any], request: httpx.Request) -> None:
+        self._stream, self._request = stream, request
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return areplay(self._stream, self._request)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
