@@ -34,6 +34,8 @@ LAZY = (
     "stormguard.tokens._context_windows",
     "stormguard.tokens._tiktoken_counter",
     "stormguard.telemetry._call_trace",
+    "stormguard.telemetry._span_attributes",
+    "stormguard.telemetry._captured_content",
     "stormguard.telemetry._metrics",
     "stormguard.telemetry._otlp",
     "stormguard._deadline_backend",
