@@ -2,9 +2,10 @@
 
 ``sdk/stormguard/_client.py`` is ``_async_client.py`` with its async words
 replaced by their sync twins (the table below), then sorted and formatted by
-ruff. Edit the async file and run ``make unasync``; ``--check`` (run by
-tests/sdk/test_unasync.py) fails when the sync file is not what the async one
-generates. The I/O that truly differs lives outside both (``_drivers.py``).
+ruff; so are ``_resources.py`` and ``_resource_views.py``. Edit the async files
+and run ``make unasync``; ``--check`` (run by tests/sdk/test_unasync.py) fails
+when a sync file is not what its async twin generates. The I/O that truly
+differs lives outside both (``_drivers.py``).
 
     python scripts/unasync.py [--check]
 """
@@ -19,11 +20,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: (async file, sync file) pairs, relative to the repository root.
-FILES = [("sdk/stormguard/_async_client.py", "sdk/stormguard/_client.py")]
+FILES = [
+    ("sdk/stormguard/_async_client.py", "sdk/stormguard/_client.py"),
+    ("sdk/stormguard/_async_resources.py", "sdk/stormguard/_resources.py"),
+    ("sdk/stormguard/_async_resource_views.py", "sdk/stormguard/_resource_views.py"),
+]
 
 #: Whole-word replacements, applied in order.
 SUBS = [
     ("asynchronous", "synchronous"),
+    (r"from \._async_([a-z_]+)", r"from ._\1"),
     ("AsyncHTTPClient", "SyncHTTPClient"),
     ("Async([A-Z][A-Za-z0-9_]*)", r"\1"),
     ("async def", "def"),
@@ -72,12 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for async_path, sync_path in FILES:
         text = generated(async_path, sync_path)
-        if (ROOT / sync_path).read_text() == text:
+        target = ROOT / sync_path
+        if target.exists() and target.read_text() == text:
             continue
         if args.check:
             stale.append(sync_path)
         else:
-            (ROOT / sync_path).write_text(text)
+            target.write_text(text)
             print(f"wrote {sync_path}")
     if stale:
         print(f"stale, run `make unasync`: {', '.join(stale)}", file=sys.stderr)

@@ -1,51 +1,42 @@
-"""The asynchronous client: ``stormguard.AsyncClient``, its resources and their methods.
+"""The asynchronous client: ``stormguard.AsyncClient``.
 
-Each method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical
-call (``_drivers.py``: the call's I/O; ``_call_flow.py``: its every decision).
-The sync and async clients are one text: ``_client.py`` is generated from
-``_async_client.py`` by scripts/unasync.py (``make unasync``; a test checks it).
+Its resources (``client.chat.completions`` ...) are in the ``resources`` module
+beside it, their ``with_raw_response``/``with_streaming_response`` views in the
+``resource_views`` one. Each method builds a ``CallSpec`` (``ClientCore``) and
+runs it as one logical call (``_drivers.py``: the call's I/O;
+``_call_flow.py``: its every decision). The sync and async clients are one
+text: ``_client.py``, ``_resources.py`` and ``_resource_views.py`` are
+generated from their async twins by scripts/unasync.py (``make unasync``; a
+test checks it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 
-from ._api_specs import embeddings_spec, model_spec, responses_spec
+from ._async_resources import (
+    AsyncChat,
+    AsyncCompletions,
+    AsyncEmbeddings,
+    AsyncModels,
+    AsyncResponses,
+)
 from ._base_client import (
     DEFAULT_CONNECTION_LIMITS,
-    NOT_GIVEN,
     BaseClient,
-    CallExtras,
-    CallTimeout,
     ClientOptions,
     check_http_options,
 )
 from ._compat import Unpack
 from ._drivers import http_pool_async, run_call_async
-from ._models import (
-    ChatCompletion,
-    ChatCompletionChunk,
-    Completion,
-    CreateEmbeddingResponse,
-    Model,
-    ModelList,
-    Response,
-    ResponseStreamEvent,
-)
-from ._options import Unset
 from ._pipeline import CallSpec, HandOver
-from ._raw_response import async_to_raw_response_wrapper
-from ._stream_timeouts import StreamTimeouts
-from ._streamed_response import async_to_streamed_response_wrapper
-from ._streaming import AsyncStream
 
 if TYPE_CHECKING:
     from ._http import AsyncHTTPClient, LimitsLike
 
-__all__ = ["AsyncClient"]
+__all__ = ["AsyncClient", "AsyncClientWithRawResponse", "AsyncClientWithStreamingResponse"]
 
 
 class AsyncClient(BaseClient):
@@ -124,441 +115,6 @@ class AsyncClient(BaseClient):
         await self.close()
 
 
-class AsyncChatCompletions:
-    """``client.chat.completions``."""
-
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
-        self._client = client
-        self._hand_over = hand_over
-
-    @property
-    def with_raw_response(self) -> AsyncChatCompletionsWithRawResponse:
-        """The same methods, returning the final response with the result
-        (``.parse()``), as openai-python's ``.with_raw_response``."""
-        return AsyncChatCompletionsWithRawResponse(AsyncChatCompletions(self._client, "response"))
-
-    @property
-    def with_streaming_response(self) -> AsyncChatCompletionsWithStreamingResponse:
-        """The same methods as context managers of the final response, its body read
-        only when asked, as openai-python's ``.with_streaming_response``."""
-        return AsyncChatCompletionsWithStreamingResponse(
-            AsyncChatCompletions(self._client, "unread")
-        )
-
-    @overload
-    async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        model: str | None = ...,
-        stream: Literal[False] | None = ...,
-        timeout: CallTimeout = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> ChatCompletion: ...
-
-    @overload
-    async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        model: str | None = ...,
-        stream: Literal[True],
-        timeout: CallTimeout = ...,
-        stream_timeouts: StreamTimeouts | Unset | None = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> AsyncStream[ChatCompletionChunk]: ...
-
-    async def create(
-        self,
-        *,
-        messages: Iterable[Mapping[str, Any]],
-        model: str | None = None,
-        stream: bool | None = False,
-        timeout: CallTimeout = NOT_GIVEN,
-        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        **params: Any,
-    ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
-        """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
-        vLLM's ``ignore_eos`` ...) goes into the request body as given."""
-        spec = self._client._core.chat_spec(
-            messages=messages,
-            model=model,
-            stream=stream,
-            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
-        )
-        result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
-            spec, self._hand_over
-        )
-        return result
-
-
-class AsyncChat:
-    """``client.chat``."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self.completions = AsyncChatCompletions(client)
-
-    @property
-    def with_raw_response(self) -> AsyncChatWithRawResponse:
-        """``client.chat.with_raw_response.completions``, as openai-python's."""
-        return AsyncChatWithRawResponse(self)
-
-    @property
-    def with_streaming_response(self) -> AsyncChatWithStreamingResponse:
-        """``client.chat.with_streaming_response.completions``, as openai-python's."""
-        return AsyncChatWithStreamingResponse(self)
-
-
-class AsyncCompletions:
-    """``client.completions`` (the legacy text completion endpoint)."""
-
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
-        self._client = client
-        self._hand_over = hand_over
-
-    @property
-    def with_raw_response(self) -> AsyncCompletionsWithRawResponse:
-        """The same methods, returning the final response with the result
-        (``.parse()``), as openai-python's ``.with_raw_response``."""
-        return AsyncCompletionsWithRawResponse(AsyncCompletions(self._client, "response"))
-
-    @property
-    def with_streaming_response(self) -> AsyncCompletionsWithStreamingResponse:
-        """The same methods as context managers of the final response, its body read
-        only when asked, as openai-python's ``.with_streaming_response``."""
-        return AsyncCompletionsWithStreamingResponse(AsyncCompletions(self._client, "unread"))
-
-    @overload
-    async def create(
-        self,
-        *,
-        prompt: str | list[str] | list[int],
-        model: str | None = ...,
-        stream: Literal[False] | None = ...,
-        timeout: CallTimeout = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> Completion: ...
-
-    @overload
-    async def create(
-        self,
-        *,
-        prompt: str | list[str] | list[int],
-        model: str | None = ...,
-        stream: Literal[True],
-        timeout: CallTimeout = ...,
-        stream_timeouts: StreamTimeouts | Unset | None = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> AsyncStream[Completion]: ...
-
-    async def create(
-        self,
-        *,
-        prompt: str | list[str] | list[int],
-        model: str | None = None,
-        stream: bool | None = False,
-        timeout: CallTimeout = NOT_GIVEN,
-        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        **params: Any,
-    ) -> Completion | AsyncStream[Completion]:
-        """Create a text completion."""
-        spec = self._client._core.completion_spec(
-            prompt=prompt,
-            model=model,
-            stream=stream,
-            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
-        )
-        result: Completion | AsyncStream[Completion] = await self._client._request(
-            spec, self._hand_over
-        )
-        return result
-
-
-class AsyncModels:
-    """``client.models``."""
-
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
-        self._client = client
-        self._hand_over = hand_over
-
-    @property
-    def with_raw_response(self) -> AsyncModelsWithRawResponse:
-        """The same methods, returning the final response with the result
-        (``.parse()``), as openai-python's ``.with_raw_response``."""
-        return AsyncModelsWithRawResponse(AsyncModels(self._client, "response"))
-
-    @property
-    def with_streaming_response(self) -> AsyncModelsWithStreamingResponse:
-        """The same methods as context managers of the final response, its body read
-        only when asked, as openai-python's ``.with_streaming_response``."""
-        return AsyncModelsWithStreamingResponse(AsyncModels(self._client, "unread"))
-
-    async def list(
-        self,
-        *,
-        timeout: CallTimeout = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-    ) -> ModelList:
-        """The models the server serves (with ``max_model_len`` on vLLM)."""
-        result: ModelList = await self._client._request(
-            self._client._core.models_spec(extras=CallExtras(timeout, extra_headers, extra_query)),
-            self._hand_over,
-        )
-        return result
-
-    async def retrieve(
-        self,
-        model: str,
-        *,
-        timeout: CallTimeout = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-    ) -> Model:
-        """One served model (``GET /models/{model}``; a slash in the id is sent as %2F)."""
-        extras = CallExtras(timeout, extra_headers, extra_query, extra_body)
-        result: Model = await self._client._request(
-            model_spec(self._client._core, model, extras), self._hand_over
-        )
-        return result
-
-
-class AsyncEmbeddings:
-    """``client.embeddings``."""
-
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
-        self._client = client
-        self._hand_over = hand_over
-
-    @property
-    def with_raw_response(self) -> AsyncEmbeddingsWithRawResponse:
-        """The same methods, returning the final response with the result
-        (``.parse()``), as openai-python's ``.with_raw_response``."""
-        return AsyncEmbeddingsWithRawResponse(AsyncEmbeddings(self._client, "response"))
-
-    @property
-    def with_streaming_response(self) -> AsyncEmbeddingsWithStreamingResponse:
-        """The same methods as context managers of the final response, its body read
-        only when asked, as openai-python's ``.with_streaming_response``."""
-        return AsyncEmbeddingsWithStreamingResponse(AsyncEmbeddings(self._client, "unread"))
-
-    async def create(
-        self,
-        *,
-        input: str | list[str] | Iterable[int] | Iterable[Iterable[int]],
-        model: str | None = None,
-        encoding_format: Literal["float", "base64"] | Unset = NOT_GIVEN,
-        timeout: CallTimeout = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        **params: Any,
-    ) -> CreateEmbeddingResponse:
-        """Embed ``input`` (a text, texts, token ids or lists of them); ``dimensions``,
-        ``user`` and any other keyword go into the body. Without ``encoding_format``
-        the vectors travel as base64 and come back as floats, as with openai-python."""
-        spec = embeddings_spec(
-            self._client._core,
-            input=input,
-            model=model,
-            encoding_format=encoding_format,
-            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
-        )
-        result: CreateEmbeddingResponse = await self._client._request(spec, self._hand_over)
-        return result
-
-
-class AsyncResponses:
-    """``client.responses`` (the Responses API: ``create``, streamed or not)."""
-
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
-        self._client = client
-        self._hand_over = hand_over
-
-    @property
-    def with_raw_response(self) -> AsyncResponsesWithRawResponse:
-        """The same methods, returning the final response with the result
-        (``.parse()``), as openai-python's ``.with_raw_response``."""
-        return AsyncResponsesWithRawResponse(AsyncResponses(self._client, "response"))
-
-    @property
-    def with_streaming_response(self) -> AsyncResponsesWithStreamingResponse:
-        """The same methods as context managers of the final response, its body read
-        only when asked, as openai-python's ``.with_streaming_response``."""
-        return AsyncResponsesWithStreamingResponse(AsyncResponses(self._client, "unread"))
-
-    @overload
-    async def create(
-        self,
-        *,
-        input: str | Iterable[Mapping[str, Any]],
-        model: str | None = ...,
-        instructions: str | Unset | None = ...,
-        max_output_tokens: int | Unset | None = ...,
-        stream: Literal[False] | Unset | None = ...,
-        timeout: CallTimeout = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> Response: ...
-
-    @overload
-    async def create(
-        self,
-        *,
-        input: str | Iterable[Mapping[str, Any]],
-        model: str | None = ...,
-        instructions: str | Unset | None = ...,
-        max_output_tokens: int | Unset | None = ...,
-        stream: Literal[True],
-        timeout: CallTimeout = ...,
-        stream_timeouts: StreamTimeouts | Unset | None = ...,
-        extra_headers: Mapping[str, str] | None = ...,
-        extra_query: Mapping[str, object] | None = ...,
-        extra_body: Mapping[str, Any] | None = ...,
-        **params: Any,
-    ) -> AsyncStream[ResponseStreamEvent]: ...
-
-    async def create(
-        self,
-        *,
-        input: str | Iterable[Mapping[str, Any]],
-        model: str | None = None,
-        instructions: str | Unset | None = NOT_GIVEN,
-        max_output_tokens: int | Unset | None = NOT_GIVEN,
-        stream: bool | Unset | None = False,
-        timeout: CallTimeout = NOT_GIVEN,
-        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
-        extra_headers: Mapping[str, str] | None = None,
-        extra_query: Mapping[str, object] | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        **params: Any,
-    ) -> Response | AsyncStream[ResponseStreamEvent]:
-        """Create a model response; with ``stream=True`` a stream of its events
-        (``response.created``, ``response.output_text.delta`` ...,
-        ``response.completed``). ``temperature``, ``tools`` and any other keyword go
-        into the body as given."""
-        spec = responses_spec(
-            self._client._core,
-            input=input,
-            model=model,
-            stream=stream,
-            extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={
-                "instructions": instructions,
-                "max_output_tokens": max_output_tokens,
-                "stream_timeouts": stream_timeouts,
-                **params,
-            },
-        )
-        result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(
-            spec, self._hand_over
-        )
-        return result
-
-
-class AsyncChatCompletionsWithRawResponse:
-    """``client.chat.completions.with_raw_response``."""
-
-    def __init__(self, completions: AsyncChatCompletions) -> None:
-        self.create = async_to_raw_response_wrapper(completions.create)
-
-
-class AsyncCompletionsWithRawResponse:
-    """``client.completions.with_raw_response``."""
-
-    def __init__(self, completions: AsyncCompletions) -> None:
-        self.create = async_to_raw_response_wrapper(completions.create)
-
-
-class AsyncModelsWithRawResponse:
-    """``client.models.with_raw_response``."""
-
-    def __init__(self, models: AsyncModels) -> None:
-        self.list = async_to_raw_response_wrapper(models.list)
-        self.retrieve = async_to_raw_response_wrapper(models.retrieve)
-
-
-class AsyncEmbeddingsWithRawResponse:
-    """``client.embeddings.with_raw_response``."""
-
-    def __init__(self, embeddings: AsyncEmbeddings) -> None:
-        self.create = async_to_raw_response_wrapper(embeddings.create)
-
-
-class AsyncResponsesWithRawResponse:
-    """``client.responses.with_raw_response``."""
-
-    def __init__(self, responses: AsyncResponses) -> None:
-        self.create = async_to_raw_response_wrapper(responses.create)
-
-
-class AsyncChatCompletionsWithStreamingResponse:
-    """``client.chat.completions.with_streaming_response``."""
-
-    def __init__(self, completions: AsyncChatCompletions) -> None:
-        self.create = async_to_streamed_response_wrapper(completions.create)
-
-
-class AsyncCompletionsWithStreamingResponse:
-    """``client.completions.with_streaming_response``."""
-
-    def __init__(self, completions: AsyncCompletions) -> None:
-        self.create = async_to_streamed_response_wrapper(completions.create)
-
-
-class AsyncModelsWithStreamingResponse:
-    """``client.models.with_streaming_response``."""
-
-    def __init__(self, models: AsyncModels) -> None:
-        self.list = async_to_streamed_response_wrapper(models.list)
-        self.retrieve = async_to_streamed_response_wrapper(models.retrieve)
-
-
-class AsyncEmbeddingsWithStreamingResponse:
-    """``client.embeddings.with_streaming_response``."""
-
-    def __init__(self, embeddings: AsyncEmbeddings) -> None:
-        self.create = async_to_streamed_response_wrapper(embeddings.create)
-
-
-class AsyncResponsesWithStreamingResponse:
-    """``client.responses.with_streaming_response``."""
-
-    def __init__(self, responses: AsyncResponses) -> None:
-        self.create = async_to_streamed_response_wrapper(responses.create)
-
-
-class AsyncChatWithRawResponse:
-    """``client.chat.with_raw_response``."""
-
-    def __init__(self, chat: AsyncChat) -> None:
-        self.completions = chat.completions.with_raw_response
-
-
 class AsyncClientWithRawResponse:
     """``client.with_raw_response``: each resource's ``with_raw_response``."""
 
@@ -568,13 +124,6 @@ class AsyncClientWithRawResponse:
         self.embeddings = client.embeddings.with_raw_response
         self.models = client.models.with_raw_response
         self.responses = client.responses.with_raw_response
-
-
-class AsyncChatWithStreamingResponse:
-    """``client.chat.with_streaming_response``."""
-
-    def __init__(self, chat: AsyncChat) -> None:
-        self.completions = chat.completions.with_streaming_response
 
 
 class AsyncClientWithStreamingResponse:
