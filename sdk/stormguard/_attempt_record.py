@@ -152,7 +152,7 @@ class AttemptRecords(EndpointChoice):
                 self._after_breaker_failure(self._endpoint)
         ejection, endpoint = self.core.ejection, self._endpoint
         if ejection is not None and endpoint is not None:
-            evidence = evidence_of(error, response_seen=self._pending is not None)
+            evidence = evidence_of(error, response_seen=self._pending is not None, verdict=verdict)
             if ejection.record(endpoint, evidence, sent_at=self._started):
                 self._after_ejection(endpoint)
         if self.core.throttle is not None:

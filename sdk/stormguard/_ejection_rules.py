@@ -41,9 +41,9 @@ import random
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ._breaker import is_breaker_failure
 from ._ejection_status import EndpointStatus
 from ._exceptions import APIConnectionError, APITimeoutError
+from ._verdict import Verdict, classify
 from .protocol import Priority
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ class Evidence(str, enum.Enum):
     """What one attempt says about its endpoint."""
 
     SUCCESS = "success"
-    #: A crash-like failure of a server that answered (``is_breaker_failure``).
+    #: A crash-like failure of a server that answered (``Verdict.breaker_failure``).
     FAILURE = "failure"
     #: Refused, or reset before any byte of the response.
     UNREACHABLE = "unreachable"
@@ -78,9 +78,14 @@ class Evidence(str, enum.Enum):
     NONE = "none"
 
 
-def evidence_of(error: BaseException | None, *, response_seen: bool) -> Evidence:
+def evidence_of(
+    error: BaseException | None, *, response_seen: bool, verdict: Verdict | None = None
+) -> Evidence:
     """The evidence of an attempt that ended in ``error`` (None: it succeeded);
-    ``response_seen``: whether any of the response (its status line) had arrived."""
+    ``response_seen``: whether any of the response (its status line) had arrived.
+    A failure counts as the breaker counts it (``verdict``, the attempt's one
+    classification, made here when not given); what ejection adds is whether the
+    server could be reached at all."""
     if error is None:
         return Evidence.SUCCESS
     if (
@@ -89,7 +94,7 @@ def evidence_of(error: BaseException | None, *, response_seen: bool) -> Evidence
         and not response_seen
     ):
         return Evidence.UNREACHABLE
-    if is_breaker_failure(error):
+    if (verdict if verdict is not None else classify(error)).breaker_failure:
         return Evidence.FAILURE
     return Evidence.NONE
 
