@@ -54,7 +54,7 @@ async def httpx_hook(request: Any) -> None:
 
 def litellm_logger() -> Any:
     """A LiteLLM ``CustomLogger`` that records each deployment attempt (LiteLLM is
-    imported by the caller first: ``clients.import_litellm``)."""
+    imported by the caller first: ``litellm_client.import_litellm``)."""
     from litellm.integrations.custom_logger import CustomLogger
 
     class _AttemptLogger(CustomLogger):

@@ -210,7 +210,10 @@ __all__ = [
     "openai_http_library",
 ]
 
-#: Public name -> the module that defines it, imported when the name is first used.
+#: Public name -> the module it is imported from when the name is first used: the
+#: module that defines it or, for a module split by job (the breaker's, limiter's,
+#: ejection's, discovery's, endpoints', base client's, streamed response's), the one
+#: that re-exports it.
 _MODULES: dict[str, str] = {
     "AsyncClient": "._async_client",
     "DEFAULT_CONNECTION_LIMITS": "._base_client",
