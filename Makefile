@@ -34,7 +34,8 @@ unit: $(STAMP)
 
 test: lint unit
 
-# _client.py is generated from _async_client.py (tests/sdk/test_unasync.py checks it).
+# _client.py, _resources.py and _resource_views.py are generated from their async twins
+# (scripts/unasync.py; tests/sdk/test_unasync.py checks them): edit the async files.
 unasync: $(STAMP)
 	$(PY) scripts/unasync.py
 

@@ -2,7 +2,7 @@
 
 Hand-written rather than pydantic models on purpose: results must keep every
 unknown field a server adds (vLLM, TGI and OpenAI all do), must cost next to
-nothing per call (the SDK's overhead target is 5% of a raw httpx call), and the
+nothing per call (the SDK's overhead target is 10% of a raw httpx call), and the
 SDK's runtime dependencies stay small. Access is lazy: nothing is converted
 until it is read, and what was converted is cached.
 """
