@@ -123,7 +123,8 @@ def is_omitted(value: object) -> bool:
 
 def drop_omitted(value: Any) -> Any:
     """``value`` without the omitted entries of its dicts, at any depth (lists are
-    walked too: ``messages`` holds dicts). Returned as is when nothing is omitted."""
+    walked too: ``messages`` holds dicts). Always a copy of its dicts and lists, so
+    nothing the call changes reaches the caller's own."""
     if isinstance(value, Mapping):
         return {k: drop_omitted(v) for k, v in value.items() if not is_omitted(v)}
     if isinstance(value, (list, tuple)):
