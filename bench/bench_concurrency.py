@@ -1,0 +1,350 @@
+"""Many concurrent calls on one event loop: stormguard's CPU and added latency at 1,000.
+
+    .venv/bin/python bench/bench_concurrency.py [--calls 1000] [--rounds 5] [--profile]
+
+A local server in its own process (``--serve``, below: raw asyncio, no framework,
+file limit raised, backlog 4096) answers every chat completion after ``--delay``
+seconds (1 s), sleeping on its event loop, so it holds all 1,000 calls at once.
+Two clients on one event loop, both allowed 1,000+ pooled connections: raw
+``httpx.AsyncClient`` posting and decoding the JSON (``json.loads``, the least any
+client does), and ``stormguard.AsyncClient`` with its default policy (adaptive
+concurrency limiter and retry budget on, telemetry with no provider).
+
+A round starts ``--calls`` calls at once (``asyncio.gather``) and waits for all.
+Measured per round: the client's CPU per call (this process's CPU time over the
+round / calls; the server is another process) and each call's added latency
+(its wall time, from its task's first step to its decoded result, minus the
+server's delay). Rounds interleave (httpx, stormguard, httpx, ...) after one
+warm-up round each, which opens the connections and lets the limiter grow from
+its slow-start limit; the figures are medians over rounds (CPU) and over every
+call of those rounds (latency). A "cold" round of a new client, its limiter
+starting at ``initial_limit`` (20), is reported on its own: the calls it queues
+while the limit doubles per round trip are the limiter working, not overhead.
+
+Targets (issue "Performance", 3): CPU per call <= 1.2x raw httpx's; the p99 of
+the added latency < 5 ms (no lock convoy). ``--profile`` runs cProfile over one
+warm stormguard round. Not a timed test: numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import json
+import pstats
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import httpx
+import httpx2
+
+import stormguard
+
+MESSAGES = [{"role": "user", "content": "Say hello"}]
+BODY = {"model": "slow", "messages": MESSAGES, "max_tokens": 16}
+KEY = "bench"
+
+_COMPLETION = json.dumps(
+    {
+        "id": "chatcmpl-slow",
+        "object": "chat.completion",
+        "created": 1700000000,
+        "model": "slow",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hello! How can I help you today?"},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 9, "total_tokens": 18},
+    }
+).encode()
+_OK = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+    + f"content-length: {len(_COMPLETION)}\r\n\r\n".encode()
+    + _COMPLETION
+)
+
+
+def _raise_file_limit() -> None:
+    """1,000 sockets need more than the usual soft limit of 1,024 descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+# -- the server ------------------------------------------------------------------------
+
+
+async def _serve_connection(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float
+) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            if length:
+                await reader.readexactly(length)
+            await asyncio.sleep(delay)
+            writer.write(_OK)
+            await writer.drain()
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _serve(port: int, delay: float) -> None:
+    _raise_file_limit()
+    server = await asyncio.start_server(
+        lambda r, w: _serve_connection(r, w, delay), "127.0.0.1", port, backlog=4096
+    )
+    print(f"ready on 127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+@contextlib.contextmanager
+def slow_server(delay: float) -> Iterator[str]:
+    """Start the server in its own process on a free loopback port; yield its /v1 URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__)), "--serve", str(port), "--delay", str(delay)],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # "ready on ..."
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+# -- the clients -----------------------------------------------------------------------
+
+
+Call = Callable[[], Awaitable[object]]
+HTTP_LIBRARIES = {"httpx": httpx, "httpx2": httpx2}
+
+
+def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
+    """An ``AsyncClient`` of ``library`` whose pool holds every call's connection;
+    ``library`` "mock" is httpx with an in-process transport that answers after
+    the delay (no sockets, no pool: what is left is the clients' own work)."""
+    if library == "mock":
+        delay = options.pop("delay")
+        transport = httpx.MockTransport(partial(_answer_later, float(delay)))  # type: ignore[arg-type]
+        client: httpx.AsyncClient = httpx.AsyncClient(transport=transport, **options)  # type: ignore[arg-type]
+        return client
+    options.pop("delay")
+    module = HTTP_LIBRARIES[library]
+    limits = module.Limits(max_connections=calls + 24, max_keepalive_connections=calls + 24)
+    client = module.AsyncClient(limits=limits, timeout=60, **options)
+    return client
+
+
+async def _answer_later(delay: float, request: httpx.Request) -> httpx.Response:
+    await request.aread()
+    await asyncio.sleep(delay)
+    return httpx.Response(200, headers={"content-type": "application/json"}, content=_COMPLETION)
+
+
+def raw_client(
+    base_url: str, calls: int, library: str, delay: float
+) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    client = _pool(library, calls, delay=delay, headers={"authorization": f"Bearer {KEY}"})
+    url = f"{base_url}/chat/completions"
+
+    async def call() -> object:
+        return json.loads((await client.post(url, json=BODY)).content)
+
+    return call, client.aclose
+
+
+def guard_client(
+    base_url: str, calls: int, library: str, delay: float
+) -> tuple[Call, Callable[[], Awaitable[None]], stormguard.AsyncClient]:
+    """stormguard's default policy over a pool of ``library`` (its own by default,
+    which is httpx's; the same limits either way)."""
+    http = _pool(library, calls, delay=delay)
+    client = stormguard.AsyncClient(
+        base_url=base_url, api_key=KEY, model="slow", timeout=60, http_client=http
+    )
+
+    async def close() -> None:
+        await client.close()
+        await http.aclose()
+
+    def call() -> Awaitable[object]:
+        return client.chat.completions.create(messages=MESSAGES, max_tokens=16)
+
+    return call, close, client
+
+
+# -- measuring -------------------------------------------------------------------------
+
+
+_BATCHES = 100
+
+
+@dataclass
+class Round:
+    cpu_per_call: float
+    wall: float
+    added: list[float]  # seconds per call beyond the server's delay
+
+
+async def one_round(call: Call, calls: int, delay: float, spread: float = 0.0) -> Round:
+    """``calls`` calls at once (``spread`` 0), or arriving evenly over ``spread``
+    seconds in 100 batches (each measured from its own start)."""
+    added: list[float] = []
+
+    async def timed() -> None:
+        start = time.perf_counter()
+        await call()
+        added.append(time.perf_counter() - start - delay)
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    if not spread:
+        await asyncio.gather(*(timed() for _ in range(calls)))
+    else:
+        step = -(-calls // _BATCHES)
+        tasks: list[asyncio.Task[None]] = []
+        while len(tasks) < calls:
+            due = min(calls, int((time.perf_counter() - wall) / spread * _BATCHES + 1) * step)
+            tasks += [asyncio.create_task(timed()) for _ in range(due - len(tasks))]
+            await asyncio.sleep(spread / _BATCHES)
+        await asyncio.gather(*tasks)
+    return Round((time.process_time() - cpu) / calls, time.perf_counter() - wall, sorted(added))
+
+
+def quantile(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(int(q * len(sorted_values)), len(sorted_values) - 1)]
+
+
+def line(name: str, rounds: list[Round]) -> str:
+    added = sorted(x for r in rounds for x in r.added)
+    cpu = statistics.median(r.cpu_per_call for r in rounds)
+    wall = statistics.median(r.wall for r in rounds)
+    return (
+        f"  {name:<22} cpu/call {cpu * 1e6:7.0f} us   round {wall:6.2f} s   added p50 "
+        f"{quantile(added, 0.5) * 1e3:7.1f} ms  p99 {quantile(added, 0.99) * 1e3:7.1f} ms"
+        f"  max {added[-1] * 1e3:7.1f} ms"
+    )
+
+
+async def run(args: argparse.Namespace, base_url: str, library: str) -> None:
+    calls, delay = args.calls, args.delay
+    print(f"== {library} (load average at start: {_loadavg()})")
+
+    # Cold: a new client of each kind, new connections, the limiter at its start.
+    raw_call, raw_close = raw_client(base_url, calls, library, delay)
+    cold_raw = await one_round(raw_call, calls, delay)
+    guard_call, guard_close, guard = guard_client(base_url, calls, library, delay)
+    cold_guard = await one_round(guard_call, calls, delay)
+    limiter = guard._core.limiter
+    print(f"cold round ({calls} calls at once, new clients and connections):")
+    print(line("raw", [cold_raw]))
+    print(line("stormguard", [cold_guard]))
+    if limiter is not None:
+        print(f"  stormguard's limiter after it: {limiter.state()}")
+
+    for spread in (0.0, delay):
+        await warm_rounds(args, raw_call, guard_call, spread)
+    if limiter is not None:
+        print(f"  stormguard's limiter after them: {limiter.state()}")
+    print(f"  load average at end: {_loadavg()}")
+
+    if args.profile:
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await one_round(guard_call, calls, delay)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
+        print(out.getvalue())
+    await raw_close()
+    await guard_close()
+
+
+async def warm_rounds(
+    args: argparse.Namespace, raw_call: Call, guard_call: Call, spread: float
+) -> None:
+    """Interleaved rounds of the same (warm) clients; the medians and the targets."""
+    calls, delay = args.calls, args.delay
+    per: dict[str, list[Round]] = {"raw": [], "stormguard": []}
+    for _ in range(args.rounds):
+        per["raw"].append(await one_round(raw_call, calls, delay, spread))
+        per["stormguard"].append(await one_round(guard_call, calls, delay, spread))
+    how = f"arriving over {spread:g} s" if spread else "at once"
+    print(f"warm rounds ({args.rounds} interleaved, {calls} calls {how} each):")
+    for name, rounds in per.items():
+        print(line(name, rounds))
+    pairs = zip(per["raw"], per["stormguard"], strict=True)
+    ratios = [g.cpu_per_call / r.cpu_per_call for r, g in pairs]
+    ratio = statistics.median(ratios)
+    p99 = quantile(sorted(x for r in per["stormguard"] for x in r.added), 0.99)
+    raw_p99 = quantile(sorted(x for r in per["raw"] for x in r.added), 0.99)
+    print(
+        f"  cpu stormguard / raw = {ratio:.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f};"
+        f" target <= 1.2): {'met' if ratio <= 1.2 else 'MISSED'}"
+    )
+    print(
+        f"  added p99 stormguard {p99 * 1e3:.1f} ms, raw {raw_p99 * 1e3:.1f} ms"
+        f" (target < 5 ms): {'met' if p99 < 0.005 else 'MISSED'}"
+    )
+
+
+def _loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=1000, help="concurrent calls per round")
+    parser.add_argument("--rounds", type=int, default=5, help="warm rounds per client")
+    parser.add_argument("--delay", type=float, default=1.0, help="the server's answer time")
+    parser.add_argument(
+        "--http",
+        default="httpx2,httpx",
+        help="HTTP libraries under both clients, comma-separated (httpx, httpx2, mock)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="cProfile one warm stormguard round; print the top N functions",
+    )
+    parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_serve(args.serve, args.delay))
+        return
+    _raise_file_limit()
+    with slow_server(args.delay) as base_url:
+        for library in args.http.split(","):
+            asyncio.run(run(args, base_url, library))
+
+
+if __name__ == "__main__":
+    main()
