@@ -1,0 +1,125 @@
+"""A zero-latency OpenAI-compatible stub that streams chat completion chunks over SSE.
+
+    python bench/zero_stream_server.py --port 8124
+
+Raw asyncio (no framework), HTTP/1.1 keep-alive, chunked transfer encoding with one
+HTTP chunk per SSE event, as vLLM's and FastAPI's streaming responses send them.
+Any POST gets ``max_tokens`` chunks (one token each; the first carries the role,
+the last the finish reason), then ``data: [DONE]``; the bytes of each length are
+built once, so the server's own cost stays small beside the client's. A POST for
+the model ``hold`` gets its first chunk and then nothing until the client closes
+the connection: an open stream, for measuring the client's memory per stream.
+Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+
+
+def _chunk(index: int, last: bool) -> dict[str, object]:
+    delta: dict[str, str] = {"content": f" tok{index}"}
+    if index == 0:
+        delta["role"] = "assistant"
+    return {
+        "id": "chatcmpl-zero",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "zero",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": "stop" if last else None}],
+    }
+
+
+def _http_chunk(event: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(event), event)
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+@cache
+def stream_bytes(chunks: int) -> bytes:
+    """The whole answer of a stream of ``chunks`` chunks, head to last empty HTTP chunk."""
+    events = [_event(_chunk(i, i == chunks - 1)) for i in range(chunks)]
+    events.append(b"data: [DONE]\n\n")
+    return _HEAD + b"".join(_http_chunk(e) for e in events) + b"0\r\n\r\n"
+
+
+def _first_only() -> bytes:
+    return _HEAD + _http_chunk(_event(_chunk(0, False)))
+
+
+async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = 0
+            for line in head.split(b"\r\n"):
+                if line[:15].lower() == b"content-length:":
+                    length = int(line[15:])
+            body = await reader.readexactly(length) if length else b""
+            if not head.startswith(b"POST"):
+                writer.write(_NOT_FOUND)
+                await writer.drain()
+                continue
+            request = json.loads(body or b"{}")
+            if request.get("model") == "hold":
+                writer.write(_first_only())
+                await writer.drain()
+                await reader.read()  # until the client closes the stream
+                return
+            writer.write(stream_bytes(int(request.get("max_tokens") or 16)))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+@contextlib.contextmanager
+def running() -> Iterator[str]:
+    """Start this stub in its own process on a free loopback port; yield its /v1
+    base URL; stop it."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, str(Path(__file__)), "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE)  # noqa: S603 (this file)
+    try:
+        assert process.stdout is not None
+        process.stdout.readline()  # "ready on ..."
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
+
+
+async def main(port: int) -> None:
+    server = await asyncio.start_server(serve, "127.0.0.1", port, backlog=1024)
+    print(f"ready on 127.0.0.1:{port}", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=8124)
+    args = parser.parse_args()
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main(args.port))
