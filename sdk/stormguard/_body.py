@@ -131,6 +131,11 @@ class BoundedDecoder:
         codings = [c.strip().lower() for c in content_encoding]
         self._stages = [_Inflater(c) for c in reversed(codings) if c in ("gzip", "deflate")]
 
+    @property
+    def is_identity(self) -> bool:
+        """Whether no coding is decoded: pieces are only cut to ``PIECE_BYTES``."""
+        return not self._stages
+
     @classmethod
     def for_response(cls, response: httpx.Response) -> BoundedDecoder:
         return cls(response.headers.get_list("content-encoding", split_commas=True))
@@ -157,6 +162,13 @@ def iter_body(response: httpx.Response) -> Iterator[bytes]:
         yield from _cut(response.content)
         return
     decoder = BoundedDecoder.for_response(response)
+    if decoder.is_identity:  # most streams: no generator per piece to decode nothing
+        for raw in response.iter_raw():
+            if len(raw) > PIECE_BYTES:
+                yield from _cut(raw)
+            elif raw:
+                yield raw
+        return
     for raw in response.iter_raw():
         yield from decoder.decode(raw)
     yield from decoder.flush()
@@ -169,6 +181,14 @@ async def aiter_body(response: httpx.Response) -> AsyncIterator[bytes]:
             yield piece
         return
     decoder = BoundedDecoder.for_response(response)
+    if decoder.is_identity:
+        async for raw in response.aiter_raw():
+            if len(raw) > PIECE_BYTES:
+                for piece in _cut(raw):
+                    yield piece
+            elif raw:
+                yield raw
+        return
     async for raw in response.aiter_raw():
         for piece in decoder.decode(raw):
             yield piece

@@ -92,16 +92,22 @@ class SSEDecoder:
             piece = piece[1:]
         self._skip_lf = False
         buffer = self._buffer
-        if b"\n" not in piece and b"\r" not in piece:
+        has_cr = b"\r" in piece
+        if not has_cr and b"\n" not in piece:
             buffer += piece  # still inside a line: only the new bytes were looked at
             if len(buffer) + self._pending_bytes > self._max_bytes:
                 raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
             return
-        self._skip_lf = piece.endswith(b"\r")  # an LF may follow in the next chunk
         # CR, LF and CRLF all end a line: make them one LF, and a run of blank lines
-        # one blank line (the second and later dispatch nothing), all in C.
-        text = (bytes(buffer) + piece).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = _BLANK_RUN.sub(b"\n\n", text).split(b"\n")
+        # one blank line (the second and later dispatch nothing), all in C; each
+        # step only when the bytes need it (most pieces are whole LF events).
+        text = bytes(buffer) + piece if buffer else piece
+        if has_cr:
+            self._skip_lf = piece.endswith(b"\r")  # an LF may follow in the next chunk
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n\n\n" in text:
+            text = _BLANK_RUN.sub(b"\n\n", text)
+        lines = text.split(b"\n")
         buffer[:] = lines.pop()  # what follows the last line end: a line still arriving
         for line in lines:
             if line:
@@ -118,6 +124,9 @@ class SSEDecoder:
         self._pending_bytes += len(raw)
         if self._pending_bytes > self._max_bytes:
             raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
+        if raw.startswith(b"data: "):  # nearly every line: the general path, shorter
+            self._data.append(raw[6:].decode("utf-8", errors="replace"))
+            return
         line = raw.decode("utf-8", errors="replace")
         if line.startswith(":"):
             return  # comment (keep-alive)
@@ -135,4 +144,6 @@ class SSEDecoder:
     def _dispatch(self) -> ServerSentEvent:
         data, event, id_ = self._data, self._event, self._id
         self._data, self._event, self._pending_bytes = [], None, 0
-        return ServerSentEvent(data="\n".join(data), event=event, id=id_)
+        return ServerSentEvent(
+            data=data[0] if len(data) == 1 else "\n".join(data), event=event, id=id_
+        )

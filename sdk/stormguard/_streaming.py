@@ -26,6 +26,7 @@ import anyio
 from ._body import aiter_body, iter_body
 from ._http import http_errors, httpx
 from ._models import CallInfo
+from ._read_within import anext_within
 from ._stream_core import T
 from ._stream_state import _StreamState
 
@@ -166,8 +167,7 @@ class AsyncStream(_StreamBase[T]):
         state = self._state
         state.check_deadline()
         try:
-            with anyio.fail_after(state.call.remaining_or_none()):
-                raw = await self._bytes.__anext__()
+            raw = await anext_within(self._bytes, state.call.remaining_or_none())
         except StopAsyncIteration:
             state.end_of_body()
             return
@@ -253,8 +253,7 @@ async def _abounded(pieces: AsyncIterator[bytes], state: _StreamState[Any]) -> A
         idle = bounds.before_read(clip=False)
         state.check_deadline()
         try:
-            with anyio.fail_after(idle):
-                piece = await pieces.__anext__()
+            piece = await anext_within(pieces, idle)
         except StopAsyncIteration:
             return
         except TimeoutError:

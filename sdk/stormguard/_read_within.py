@@ -1,0 +1,71 @@
+"""The next piece of an async body, its wait held to a bound, with a timer only
+when it waits.
+
+A fast stream hands over most pieces without waiting: httpx has them buffered
+(one network read brings many SSE events). An ``anyio.fail_after`` scope around
+each read costs a timer on the event loop and anyio's task bookkeeping, about a
+third of an async stream's CPU per chunk. So on asyncio the read is started
+outside any bound; a piece that comes at once is returned as it is (a read that
+never waits cannot be cut by a timer either), and only a read that must wait
+(its first step yielded to the event loop) goes on under ``asyncio.timeout``.
+
+Not an anyio scope there: the read may already be inside scopes of its own
+(httpcore bounds each socket read with one), and anyio scopes must be left in
+the order they were entered; ``asyncio.timeout`` keeps no such stack. Off
+asyncio (trio), and on Python 3.10 (no ``asyncio.timeout``), the whole read
+runs in ``anyio.fail_after``, as before.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import AsyncIterator, Generator
+from typing import Any, TypeVar
+
+import anyio
+
+__all__ = ["anext_within"]
+
+_T = TypeVar("_T")
+#: ``asyncio.timeout`` is new in Python 3.11.
+_ASYNCIO_TIMEOUT: bool = sys.version_info >= (3, 11)
+
+
+async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
+    """``await items.__anext__()``, ended by ``TimeoutError`` after ``seconds``
+    (None: unbounded) of waiting; ``StopAsyncIteration`` at the end."""
+    import asyncio  # here: a sync program never loads it (loaded already when async)
+
+    if not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+        with anyio.fail_after(seconds):
+            return await items.__anext__()
+    step: Any = items.__anext__()
+    try:
+        waiting = step.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    async with asyncio.timeout(seconds):  # type: ignore[attr-defined]  # 3.11+
+        return await _resume(step, waiting)  # type: ignore[no-any-return]
+
+
+@types.coroutine
+def _resume(step: Any, waiting: object) -> Generator[Any, Any, Any]:
+    """Go on with ``step``, a coroutine already started that now waits on
+    ``waiting``: what the event loop sends or throws (a cancellation) goes to it."""
+    while True:
+        try:
+            sent = yield waiting
+        except GeneratorExit:
+            step.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting = step.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting = step.send(sent)
+            except StopIteration as done:
+                return done.value
