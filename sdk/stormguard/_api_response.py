@@ -17,6 +17,7 @@ from ._handed_over_body import _Body
 from ._http import http_errors
 from ._pipeline import Delivery
 from ._raw_response import _ResponseBase
+from ._read_within import anext_within
 from ._streaming import AsyncStream, Stream
 
 __all__ = ["APIResponse", "AsyncAPIResponse"]
@@ -194,11 +195,10 @@ class AsyncAPIResponse(_ResponseBase[R]):
         body = aiter_body(response)
         try:
             while True:
-                with anyio.fail_after(call.remaining_or_none()):
-                    try:
-                        piece = await body.__anext__()
-                    except StopAsyncIteration:
-                        break
+                try:
+                    piece = await anext_within(body, call.remaining_or_none())
+                except StopAsyncIteration:
+                    break
                 reader.feed(piece)
                 yield piece
         except http_errors(TimeoutError) as exc:
@@ -231,11 +231,10 @@ async def _areplay(stream: AsyncStream[Any]) -> AsyncIterator[bytes]:
     pieces = stream._bytes
     try:
         while True:
-            with anyio.fail_after(state.call.remaining_or_none()):
-                try:
-                    chunk = await pieces.__anext__()
-                except StopAsyncIteration:
-                    break
+            try:
+                chunk = await anext_within(pieces, state.call.remaining_or_none())
+            except StopAsyncIteration:
+                break
             state.passing_through(chunk)
             yield chunk
     except http_errors(TimeoutError) as exc:
