@@ -313,6 +313,34 @@ async def warm_rounds(
     )
 
 
+async def handoff(tasks: int, slots: int, turns: int) -> tuple[list[float], float]:
+    """The limiter's hand-off alone, in process: ``tasks`` tasks, each ``turns`` times,
+    take a slot of a fixed limit of ``slots`` (or wait for one), hold it one turn
+    of the loop and give it back. Returns each grant's delay (from the release
+    that grants it to the waiting task running) and the CPU per slot taken."""
+    from stormguard import ConcurrencyLimiter
+    from stormguard._slot_waiter import SlotWaiter
+
+    limiter = ConcurrencyLimiter(initial_limit=slots, max_limit=slots)
+    limit = limiter.endpoint("bench:1")
+    delays: list[float] = []
+
+    async def worker() -> None:
+        for _ in range(turns):
+            got = limit.acquire(1, limiter.next_seq(), deadline_at=time.monotonic() + 600)
+            if isinstance(got, SlotWaiter):
+                lease = await got.wait_async(600)
+                delays.append(time.monotonic() - lease.granted_at)
+            else:
+                lease = got
+            await asyncio.sleep(0)
+            lease.release()  # outcome IGNORED: the limit stays where it is
+
+    cpu = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    return sorted(delays), (time.process_time() - cpu) / (tasks * turns)
+
+
 def _loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -334,6 +362,13 @@ def main() -> None:
         metavar="N",
         help="cProfile one warm stormguard round; print the top N functions",
     )
+    parser.add_argument(
+        "--handoff",
+        type=int,
+        default=0,
+        metavar="SLOTS",
+        help="only the limiter's hand-off in process: --calls tasks over SLOTS slots",
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -341,6 +376,14 @@ def main() -> None:
             asyncio.run(_serve(args.serve, args.delay))
         return
     _raise_file_limit()
+    if args.handoff:
+        delays, cpu = asyncio.run(handoff(args.calls, args.handoff, 5))
+        print(
+            f"limiter hand-off, {args.calls} tasks over {args.handoff} slots: cpu/slot"
+            f" {cpu * 1e6:.1f} us, delay p50 {quantile(delays, 0.5) * 1e6:.0f} us"
+            f" p99 {quantile(delays, 0.99) * 1e6:.0f} us"
+        )
+        return
     with slow_server(args.delay) as base_url:
         for library in args.http.split(","):
             asyncio.run(run(args, base_url, library))

@@ -8,7 +8,6 @@ grants and refuses is ``_endpoint_limit.py``.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -89,16 +88,27 @@ class SlotWaiter:
 
     async def wait_async(self, timeout: float | None) -> Lease:
         """Suspend the task until granted, refused, or ``timeout``; a cancelled task
-        leaves the queue (and gives back a slot granted meanwhile)."""
+        leaves the queue (and gives back a slot granted meanwhile).
+
+        One future per wait, awaited directly: a release on the loop's own thread
+        settles it at once, so the task runs on the loop's next pass, not after
+        the several hops (and a self-pipe write) of ``call_soon_threadsafe``,
+        ``shield`` and ``wait_for``, each of which waits behind every ready task
+        when hundreds are queued. Another thread goes through
+        ``call_soon_threadsafe``."""
         import asyncio  # here, not at module level: sync users never load asyncio
 
         loop = asyncio.get_running_loop()
+        loop_thread = threading.get_ident()
         current: list[asyncio.Future[None]] = [loop.create_future()]
         end = _End(timeout)
         limit = self._limit
 
         def wake() -> None:  # any thread
-            loop.call_soon_threadsafe(lambda: _set_result(current[0]))
+            if threading.get_ident() == loop_thread:
+                _set_result(current[0])
+            else:
+                loop.call_soon_threadsafe(lambda: _set_result(current[0]))
 
         try:
             if not limit._on_wake(self, wake):
@@ -107,9 +117,7 @@ class SlotWaiter:
                     if pause > 0:
                         await limit.clock.asleep(pause)
                     else:
-                        # asyncio.TimeoutError is TimeoutError only from Python 3.11.
-                        with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-                            await asyncio.wait_for(asyncio.shield(current[0]), end.left())
+                        await _until(loop, current[0], end.left())
                         current[0] = loop.create_future()
                     if self._settled_or_over(end):
                         break
@@ -150,3 +158,22 @@ def _nothing() -> None:
 def _set_result(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+async def _until(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[None], timeout: float | None
+) -> None:
+    """Wait for ``future`` to be set, at most ``timeout`` seconds (None: no limit);
+    a timeout is not an error here (the caller looks at the waiter next)."""
+    if future.done():
+        return
+    if timeout is None:
+        await future
+        return
+    if timeout <= 0:
+        return
+    timer = loop.call_later(timeout, _set_result, future)
+    try:
+        await future
+    finally:
+        timer.cancel()

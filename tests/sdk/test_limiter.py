@@ -550,6 +550,36 @@ async def test_a_task_is_woken_from_another_thread() -> None:
     lease.release()
 
 
+@pytest.mark.parametrize("timeout", [0.0, 0.01])
+async def test_a_task_whose_wait_reaches_its_timeout_leaves_the_queue(timeout: float) -> None:
+    limit = ConcurrencyLimiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    with pytest.raises(QueueTimeoutError, match="deadline passed while it waited"):
+        await waiter.wait_async(timeout)
+    assert limit.state().waiting == 0
+    holder.release()
+    assert limit.state().in_flight == 0  # nobody was granted the freed slot
+
+
+async def test_a_release_on_the_loop_runs_the_granted_task_on_the_next_pass() -> None:
+    """A release by another task of the same loop settles the waiter's future at once:
+    the granted task runs on the loop's next pass, not after several hops through a
+    ready queue that may hold hundreds of tasks."""
+    limit = ConcurrencyLimiter(initial_limit=1).endpoint(E)
+    holder = take(limit, seq=0)
+    waiter = limit.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    task = asyncio.create_task(waiter.wait_async(30))
+    await asyncio.sleep(0)  # the task now waits
+    holder.release()
+    await asyncio.sleep(0)  # one pass of the loop
+    assert task.done()
+    task.result().release()
+    assert limit.state().in_flight == 0
+
+
 # -- configuration ---------------------------------------------------------------------
 
 
