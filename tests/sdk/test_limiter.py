@@ -362,7 +362,9 @@ def test_waiters_go_by_priority_then_arrival_one_per_freed_slot() -> None:
     lease = holder
     for _ in range(4):
         lease.release()
-        granted = [name for name, w in waiters.items() if w.done and name not in order]
+        granted = [
+            n for n, w in waiters.items() if isinstance(w, SlotWaiter) and w.done and n not in order
+        ]
         assert len(granted) == 1  # exactly one woken per freed slot
         order += granted
         lease = waiters[granted[0]].wait(0)  # type: ignore[union-attr]
