@@ -109,11 +109,20 @@ class SSEDecoder:
             text = _BLANK_RUN.sub(b"\n\n", text)
         lines = text.split(b"\n")
         buffer[:] = lines.pop()  # what follows the last line end: a line still arriving
+        data = self._data
         for line in lines:
-            if line:
+            if line.startswith(b"data: "):  # nearly every line: ``_line``'s path, inline
+                self._pending_bytes += len(line)
+                if self._pending_bytes > self._max_bytes:
+                    raise EventTooLargeError(
+                        f"a server-sent event exceeded {self._max_bytes} bytes"
+                    )
+                data.append(line[6:].decode("utf-8", errors="replace"))
+            elif line:
                 self._line(line)
-            elif self._data:
+            elif data:
                 events.append(self._dispatch())
+                data = self._data  # a new list
             else:
                 self._event = None  # a blank line without data dispatches nothing
                 self._pending_bytes = 0
@@ -124,9 +133,6 @@ class SSEDecoder:
         self._pending_bytes += len(raw)
         if self._pending_bytes > self._max_bytes:
             raise EventTooLargeError(f"a server-sent event exceeded {self._max_bytes} bytes")
-        if raw.startswith(b"data: "):  # nearly every line: the general path, shorter
-            self._data.append(raw[6:].decode("utf-8", errors="replace"))
-            return
         line = raw.decode("utf-8", errors="replace")
         if line.startswith(":"):
             return  # comment (keep-alive)
