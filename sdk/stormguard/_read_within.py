@@ -35,9 +35,8 @@ _ASYNCIO_TIMEOUT: bool = sys.version_info >= (3, 11)
 async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
     """``await items.__anext__()``, ended by ``TimeoutError`` after ``seconds``
     (None: unbounded) of waiting; ``StopAsyncIteration`` at the end."""
-    import asyncio  # here: a sync program never loads it (loaded already when async)
-
-    if not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+    asyncio = sys.modules.get("asyncio")  # not imported here: a sync program never loads it
+    if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
         with anyio.fail_after(seconds):
             return await items.__anext__()
     step: Any = items.__anext__()
@@ -45,7 +44,7 @@ async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
         waiting = step.send(None)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
-    async with asyncio.timeout(seconds):  # type: ignore[attr-defined]  # 3.11+
+    async with asyncio.timeout(seconds):
         return await _resume(step, waiting)  # type: ignore[no-any-return]
 
 

@@ -11,10 +11,12 @@ each event means) and ``_stream_state.py`` (reading the stream).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._body import BodyLimit, BodyTooLargeError
+from ._deadline import MIN_ATTEMPT_TIME
 from ._events import ResponseSummary
 from ._exceptions import (
     APIError,
@@ -95,6 +97,14 @@ class StreamCore(Generic[T]):
     def check_deadline(self) -> None:
         if self.call.deadline.expired:
             raise self._raise(self._timed_out("The call's deadline passed during the stream"))
+
+    def read_bound(self) -> float | None:
+        """``check_deadline``, then the seconds left for the next read (None: no
+        deadline), from one look at the clock: an async read asks both per chunk."""
+        left = self.call.deadline.remaining()
+        if left < MIN_ATTEMPT_TIME:  # what ``Deadline.expired`` says
+            raise self._raise(self._timed_out("The call's deadline passed during the stream"))
+        return left if math.isfinite(left) else None
 
     def _timed_out(self, message: str) -> APITimeoutError:
         """The timeout of the stream: ``message`` when the call's deadline (or an httpx

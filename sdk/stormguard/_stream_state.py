@@ -39,7 +39,7 @@ class _StreamState(StreamEvents[T]):
         """Decode one piece (at most 64 KiB); past the cap or the deadline, fail."""
         self._count(raw)
         self.check_deadline()
-        if self.call.spec.replays_stream and not self.in_caller_hands:
+        if not self.in_caller_hands and self.call.spec.replays_stream:
             self.raw_prefix.append(raw)  # replayed to the transport's caller as it came
         try:
             events = self.decoder.feed(raw)

@@ -165,9 +165,9 @@ class AsyncStream(_StreamBase[T]):
 
     async def _read_more(self) -> None:
         state = self._state
-        state.check_deadline()
+        bound = state.read_bound()
         try:
-            raw = await anext_within(self._bytes, state.call.remaining_or_none())
+            raw = await anext_within(self._bytes, bound)
         except StopAsyncIteration:
             state.end_of_body()
             return
