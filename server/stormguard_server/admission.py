@@ -65,6 +65,10 @@ class AdmissionController:
         # When the requests in flight are expected to end; None once they or the
         # hold times have changed (rebuilt by the next estimate).
         self._schedule: ReleaseSchedule | None = None
+        # The queue's one timer (a task sleeping on the clock until the earliest
+        # expiry) and when it rings.
+        self._watcher: asyncio.Task[None] | None = None
+        self._watch_at = math.inf
 
     # -- state ------------------------------------------------------------
 
@@ -149,11 +153,19 @@ class AdmissionController:
         if ticket.deadline is not None and ticket.deadline <= now:
             return Shed(ShedReason.DEADLINE, None, False, "the request's deadline has passed")
 
-        ahead_tokens = self._waiting.tokens_ahead(ticket)
-        if ahead_tokens == 0 and self._fits(ticket.cost, load):
-            return self._admit(ticket, now)
+        # The tokens queued ahead are counted only when they decide something: when
+        # the ticket fits (it is admitted only if nothing waits ahead of it) and for
+        # a deadline's estimate. A ticket that does not fit queues whatever they are.
+        ahead_tokens: int | None = None
+        if self._fits(ticket.cost, load):
+            ahead_tokens = self._waiting.tokens_ahead(ticket)
+            if ahead_tokens == 0:
+                self._admit(ticket, now)
+                return Grant(ticket, waited_s=now - ticket.arrival)
 
         if ticket.deadline is not None:
+            if ahead_tokens is None:
+                ahead_tokens = self._waiting.tokens_ahead(ticket)
             wait = self._estimate_wait(ahead_tokens + ticket.cost, load)
             if wait is not None and now + wait > ticket.deadline:
                 return Shed(
@@ -200,14 +212,17 @@ class AdmissionController:
 
     def pump(self) -> list[Ticket]:
         """Admit queued tickets from the head while they fit (strict order: no overtaking)."""
-        load = self._engine_load()
         admitted: list[Ticket] = []
+        queue = self._waiting.tickets
+        if not queue:
+            return admitted
+        load = self._engine_load()
         if not load.ready:
             return admitted
         now = self._clock.now()
-        queue = self._waiting.tickets
-        while queue and self._fits(queue[0].cost, load):
-            ticket = queue[0]
+        budget = self.budget(load)
+        while queue and (not self._inflight or self._inflight_tokens + queue[0].cost <= budget):
+            ticket = queue[0]  # _fits, with the budget read once
             self._waiting.remove(ticket)
             self._admit(ticket, now)
             self._resolve(ticket, None)
@@ -246,11 +261,11 @@ class AdmissionController:
             raise ShedError(decision)
         assert ticket.future is not None
         try:
-            while not ticket.future.done():
-                timeout = max(0.0, self._waiting.expiry(ticket) - self._clock.now())
-                if not await self._clock.wait(ticket.future, timeout):
-                    self.expire()
-            ticket.future.result()
+            # Resolved by whatever settles the ticket: admission (pump), a shed, or
+            # its wait running out (the queue's one timer, ``_expire_when_due``). The
+            # task wakes once, when that happens: awaiting the future itself puts
+            # no callback or timer of its own between the release and the waiter.
+            await ticket.future
         except asyncio.CancelledError:
             if not self.cancel(ticket) and ticket.inflight:
                 self.release(Grant(ticket, 0.0), served=False)  # admitted as it left
@@ -264,13 +279,12 @@ class AdmissionController:
         # a small slow-start budget can never wedge a large request forever.
         return not self._inflight or self._inflight_tokens + cost <= self.budget(load)
 
-    def _admit(self, ticket: Ticket, now: float) -> Grant:
+    def _admit(self, ticket: Ticket, now: float) -> None:
         ticket.admitted_at = now
         ticket.inflight = True
         self._inflight[ticket] = None
         self._inflight_tokens += ticket.cost
         self._schedule = None
-        return Grant(ticket, waited_s=now - ticket.arrival)
 
     def _enqueue(self, ticket: Ticket, load: EngineLoad) -> Shed | None:
         reason = self._waiting.overflow(ticket.cost)
@@ -281,9 +295,31 @@ class AdmissionController:
             for victim in victims:
                 self._waiting.remove(victim)
                 self._resolve(victim, self._overload_shed(victim, reason, load))
-        ticket.future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        ticket.future = loop.create_future()
         ticket.queue_position = self._waiting.push(ticket)
+        self._watch_expiry(self._waiting.expiry(ticket), loop)
         return None
+
+    def _watch_expiry(self, at: float, loop: asyncio.AbstractEventLoop) -> None:
+        """Have the queue's timer ring by ``at``: a new timer only when none is set on
+        this loop or the one set rings later (a deadline sooner than every queued
+        ticket's expiry), so a queue of n waiters has one timer, not n."""
+        watcher = self._watcher
+        if watcher is not None and not watcher.done() and watcher.get_loop() is loop:
+            if self._watch_at <= at:
+                return
+            watcher.cancel()
+        self._watch_at = at
+        self._watcher = loop.create_task(self._expire_when_due(), name="admission-expiry")
+
+    async def _expire_when_due(self) -> None:
+        """Shed queued tickets as their wait runs out, sleeping on the clock until the
+        earliest expiry in the queue; ends when the queue is empty."""
+        while (at := self._waiting.next_expiry()) is not None:
+            self._watch_at = at
+            await self._clock.sleep(at - self._clock.now())
+            self.expire()
 
     def _overload_shed(self, ticket: Ticket, reason: ShedReason, load: EngineLoad) -> Shed:
         wait = self._estimate_wait(self._waiting.tokens + ticket.cost, load)

@@ -136,9 +136,10 @@ class AdmissionQueue:
         self.keys.insert(at, (rank, seq))
         self.tickets.insert(at, ticket)
         self.groups[rank, retry].insert(ticket)
-        heapq.heappush(self.expiries, (self.expiry(ticket), next(self._pushes), ticket))
-        if len(self.expiries) > 2 * len(self.tickets) + 64:  # without due() calls too
-            self.expiries = [e for e in self.expiries if e[2] in self.queued]
+        expiries = self.expiries
+        heapq.heappush(expiries, (self.expiry(ticket), next(self._pushes), ticket))
+        if len(expiries) > 2 * len(self.tickets) + 64:  # without due() calls too
+            self.expiries = [e for e in expiries if e[2] in self.queued]
             heapq.heapify(self.expiries)
         self.tokens += ticket.cost
         return at
@@ -168,6 +169,14 @@ class AdmissionQueue:
         self.expiries.clear()
         self.tokens = 0
         return gone
+
+    def next_expiry(self) -> float | None:
+        """The earliest expiry of a queued ticket (entries of tickets that left are
+        dropped on the way); None when the queue is empty."""
+        expiries = self.expiries
+        while expiries and expiries[0][2] not in self.queued:
+            heapq.heappop(expiries)
+        return expiries[0][0] if expiries else None
 
     def due(self, now: float) -> list[Ticket]:
         """Queued tickets whose expiry is ``now`` or earlier, in serving order. They

@@ -105,18 +105,15 @@ class HoldMeter:
 
     def _add(self, release: tuple[float, int, int, int, float], sign: int) -> None:
         _, tokens, prompt, output, held = release
-        terms = (
-            prompt * prompt,
-            output * output,
-            prompt * output,
-            prompt * held,
-            output * held,
-            tokens * held,
-            tokens,
-            held,
-        )
-        for i, term in enumerate(terms):
-            self._sums[i] += sign * term
+        sums = self._sums  # the terms in the order of the comment in __init__
+        sums[0] += sign * (prompt * prompt)
+        sums[1] += sign * (output * output)
+        sums[2] += sign * (prompt * output)
+        sums[3] += sign * (prompt * held)
+        sums[4] += sign * (output * held)
+        sums[5] += sign * (tokens * held)
+        sums[6] += sign * tokens
+        sums[7] += sign * held
 
     def _fit(self) -> HoldModel:
         """Least squares through the origin on (prompt, output); where that gives a
