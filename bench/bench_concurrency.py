@@ -210,16 +210,22 @@ class Round:
     cpu_per_call: float
     wall: float
     added: list[float]  # seconds per call beyond the server's delay
+    failed: int = 0  # calls that raised (counted, not timed)
 
 
 async def one_round(call: Call, calls: int, delay: float, spread: float = 0.0) -> Round:
     """``calls`` calls at once (``spread`` 0), or arriving evenly over ``spread``
     seconds in 100 batches (each measured from its own start)."""
     added: list[float] = []
+    failed: list[BaseException] = []
 
     async def timed() -> None:
         start = time.perf_counter()
-        await call()
+        try:
+            await call()
+        except Exception as exc:  # e.g. a connect timeout while the pool starves the loop
+            failed.append(exc)
+            return
         added.append(time.perf_counter() - start - delay)
 
     cpu, wall = time.process_time(), time.perf_counter()
@@ -233,7 +239,8 @@ async def one_round(call: Call, calls: int, delay: float, spread: float = 0.0) -
             tasks += [asyncio.create_task(timed()) for _ in range(due - len(tasks))]
             await asyncio.sleep(spread / _BATCHES)
         await asyncio.gather(*tasks)
-    return Round((time.process_time() - cpu) / calls, time.perf_counter() - wall, sorted(added))
+    cpu_per_call = (time.process_time() - cpu) / calls
+    return Round(cpu_per_call, time.perf_counter() - wall, sorted(added), len(failed))
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -248,6 +255,7 @@ def line(name: str, rounds: list[Round]) -> str:
         f"  {name:<22} cpu/call {cpu * 1e6:7.0f} us   round {wall:6.2f} s   added p50 "
         f"{quantile(added, 0.5) * 1e3:7.1f} ms  p99 {quantile(added, 0.99) * 1e3:7.1f} ms"
         f"  max {added[-1] * 1e3:7.1f} ms"
+        + (f"  FAILED {failed}" if (failed := sum(r.failed for r in rounds)) else "")
     )
 
 
