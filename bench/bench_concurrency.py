@@ -1,28 +1,35 @@
 """Many concurrent calls on one event loop: stormguard's CPU and added latency at 1,000.
 
-    .venv/bin/python bench/bench_concurrency.py [--calls 1000] [--rounds 5] [--profile]
+    .venv/bin/python bench/bench_concurrency.py [--calls 1000] [--rounds 5]
+        [--http httpx2,httpx,mock] [--profile N] [--handoff SLOTS]
 
 A local server in its own process (``--serve``, below: raw asyncio, no framework,
 file limit raised, backlog 4096) answers every chat completion after ``--delay``
 seconds (1 s), sleeping on its event loop, so it holds all 1,000 calls at once.
-Two clients on one event loop, both allowed 1,000+ pooled connections: raw
-``httpx.AsyncClient`` posting and decoding the JSON (``json.loads``, the least any
+Two clients on one event loop, both allowed 1,000+ pooled connections: a raw
+``AsyncClient`` posting and decoding the JSON (``json.loads``, the least any
 client does), and ``stormguard.AsyncClient`` with its default policy (adaptive
-concurrency limiter and retry budget on, telemetry with no provider).
+concurrency limiter and retry budget on, telemetry with no provider) over a pool
+of the same library. ``--http`` names the libraries, one run each: httpx, httpx2,
+or ``mock``, an in-process httpx transport that answers after the delay (no
+sockets, no pool): at 1,000 connections httpcore's pool scans every connection
+per request and costs far more than either client, so only the mock shows the
+clients' own work.
 
-A round starts ``--calls`` calls at once (``asyncio.gather``) and waits for all.
+A cold round of new clients comes first, the calls at once: its connections are
+new and stormguard's limiter starts at ``initial_limit`` (20), so calls queue
+while the limit doubles per round trip (the limiter working, not overhead). Then
+interleaved warm rounds of the same clients (raw, stormguard, raw, ...), the
+calls at once (``asyncio.gather``), then arriving evenly over one delay.
 Measured per round: the client's CPU per call (this process's CPU time over the
 round / calls; the server is another process) and each call's added latency
 (its wall time, from its task's first step to its decoded result, minus the
-server's delay). Rounds interleave (httpx, stormguard, httpx, ...) after one
-warm-up round each, which opens the connections and lets the limiter grow from
-its slow-start limit; the figures are medians over rounds (CPU) and over every
-call of those rounds (latency). A "cold" round of a new client, its limiter
-starting at ``initial_limit`` (20), is reported on its own: the calls it queues
-while the limit doubles per round trip are the limiter working, not overhead.
+server's delay); the figures are medians over rounds (CPU) and quantiles over
+every call of those rounds (latency). ``--handoff`` measures only the limiter's
+hand-off from a release to the waiting task, in process.
 
 Targets (issue "Performance", 3): CPU per call <= 1.2x raw httpx's; the p99 of
-the added latency < 5 ms (no lock convoy). ``--profile`` runs cProfile over one
+the added latency < 5 ms (no lock convoy). ``--profile N`` runs cProfile over one
 warm stormguard round. Not a timed test: numbers depend on the machine.
 """
 
