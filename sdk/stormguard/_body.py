@@ -29,6 +29,7 @@ __all__ = [
     "BodyTooLargeError",
     "BoundedDecoder",
     "aiter_body",
+    "decoded_headers",
     "iter_body",
     "read_response",
 ]
@@ -196,6 +197,16 @@ async def aiter_body(response: httpx.Response) -> AsyncIterator[bytes]:
         yield piece
 
 
+def decoded_headers(response: httpx.Response) -> list[tuple[str, str]]:
+    """``response``'s headers for a copy of it whose body is decoded: less those that
+    describe the encoded bytes (their encoding, their length, their framing)."""
+    return [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+
+
 def read_response(
     response: httpx.Response, body: bytes, request: httpx.Request | None = None
 ) -> httpx.Response:
@@ -206,11 +217,7 @@ def read_response(
     carried it."""
     if request is None:
         request = response.request
-    headers = [
-        (k, v)
-        for k, v in response.headers.multi_items()
-        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-    ]
+    headers = decoded_headers(response)
     response_type: type[httpx.Response] = library_of(request).Response
     return response_type(
         response.status_code,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-from ._body import read_response
+from ._body import decoded_headers, read_response
 from ._exceptions import (
     APIConnectionError,
     APIError,
@@ -130,11 +130,7 @@ def stream_response(
     (less those of the encoded bytes), ``byte_stream`` as its body, the call's
     ``CallInfo`` (its attempts, complete at the first chunk) in its extensions."""
     upstream = stream.response
-    headers = [
-        (k, v)
-        for k, v in upstream.headers.multi_items()
-        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
-    ]
+    headers = decoded_headers(upstream)
     response_type: type[httpx.Response] = library_of(request).Response
     return response_type(
         upstream.status_code,
