@@ -43,10 +43,7 @@ import io
 import json
 import pstats
 import resource
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -57,32 +54,11 @@ import httpx
 import httpx2
 
 import stormguard
+from zero_server import COMPLETION, OK, in_process, read_request
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 BODY = {"model": "slow", "messages": MESSAGES, "max_tokens": 16}
 KEY = "bench"
-
-_COMPLETION = json.dumps(
-    {
-        "id": "chatcmpl-slow",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": "slow",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Hello! How can I help you today?"},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 9, "completion_tokens": 9, "total_tokens": 18},
-    }
-).encode()
-_OK = (
-    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-    + f"content-length: {len(_COMPLETION)}\r\n\r\n".encode()
-    + _COMPLETION
-)
 
 
 def _raise_file_limit() -> None:
@@ -100,15 +76,9 @@ async def _serve_connection(
 ) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            if length:
-                await reader.readexactly(length)
+            await read_request(reader)
             await asyncio.sleep(delay)
-            writer.write(_OK)
+            writer.write(OK)
             await writer.drain()
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         pass
@@ -129,20 +99,10 @@ async def _serve(port: int, delay: float) -> None:
 @contextlib.contextmanager
 def slow_server(delay: float) -> Iterator[str]:
     """Start the server in its own process on a free loopback port; yield its /v1 URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__)), "--serve", str(port), "--delay", str(delay)],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert process.stdout is not None
-        process.stdout.readline()  # "ready on ..."
+    with in_process(
+        lambda port: [str(Path(__file__)), "--serve", str(port), "--delay", str(delay)]
+    ) as port:
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=5)
 
 
 # -- the clients -----------------------------------------------------------------------
@@ -171,7 +131,7 @@ def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
 async def _answer_later(delay: float, request: httpx.Request) -> httpx.Response:
     await request.aread()
     await asyncio.sleep(delay)
-    return httpx.Response(200, headers={"content-type": "application/json"}, content=_COMPLETION)
+    return httpx.Response(200, headers={"content-type": "application/json"}, content=COMPLETION)
 
 
 def raw_client(

@@ -23,10 +23,12 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-_COMPLETION = json.dumps(
+#: The chat completion every POST gets, and that answer whole (the other stubs of
+#: bench/ answer with it too).
+COMPLETION = json.dumps(
     {
         "id": "chatcmpl-zero",
         "object": "chat.completion",
@@ -42,12 +44,12 @@ _COMPLETION = json.dumps(
         "usage": {"prompt_tokens": 9, "completion_tokens": 9, "total_tokens": 18},
     }
 ).encode()
-_OK = (
+OK = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-    + f"content-length: {len(_COMPLETION)}\r\n\r\n".encode()
-    + _COMPLETION
+    + f"content-length: {len(COMPLETION)}\r\n\r\n".encode()
+    + COMPLETION
 )
-_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
 _REASONS = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
 
 
@@ -64,24 +66,29 @@ def _error(status: int) -> bytes:
     return _json(status, json.dumps({"error": {"message": message, "code": status}}).encode())
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The next request on a keep-alive connection: its head and its body (framed
+    by Content-Length; these stubs' clients send no other framing)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line[:15].lower() == b"content-length:":
+            length = int(line[15:])
+    return head, await reader.readexactly(length) if length else b""
+
+
 class Stub:
     """One answer for every POST (or a closed connection), and a count of them."""
 
     def __init__(self, status: int, close: bool) -> None:
-        self.answer = _OK if status == 200 else _error(status)
+        self.answer = OK if status == 200 else _error(status)
         self.close = close
         self.posts = 0
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line[:15].lower() == b"content-length:":
-                        length = int(line[15:])
-                if length:
-                    await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 if head.startswith(b"POST"):
                     self.posts += 1
                     if self.close:
@@ -90,7 +97,7 @@ class Stub:
                 elif head.startswith(b"GET /count "):
                     writer.write(_json(200, json.dumps({"posts": self.posts}).encode()))
                 else:
-                    writer.write(_NOT_FOUND)
+                    writer.write(NOT_FOUND)
                 await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
             pass
@@ -99,23 +106,28 @@ class Stub:
 
 
 @contextlib.contextmanager
-def running(*flags: str) -> Iterator[str]:
-    """Start this stub in its own process with ``flags`` on a free loopback port;
-    yield its root URL (``http://127.0.0.1:PORT``); stop it."""
+def in_process(command: Callable[[int], list[str]]) -> Iterator[int]:
+    """Run ``command(port)`` (a stub script and its flags) on a free loopback port
+    until it prints its ready line; yield the port; stop the process."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    process = subprocess.Popen(
-        [sys.executable, str(Path(__file__)), "--port", str(port), *flags],
-        stdout=subprocess.PIPE,
-    )
+    process = subprocess.Popen([sys.executable, *command(port)], stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None
         process.stdout.readline()  # "ready on ..."
-        yield f"http://127.0.0.1:{port}"
+        yield port
     finally:
         process.terminate()
         process.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def running(*flags: str) -> Iterator[str]:
+    """Start this stub in its own process with ``flags`` on a free loopback port;
+    yield its root URL (``http://127.0.0.1:PORT``); stop it."""
+    with in_process(lambda port: [str(Path(__file__)), "--port", str(port), *flags]) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 async def main(port: int, status: int, close: bool) -> None:

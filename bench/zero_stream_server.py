@@ -18,14 +18,12 @@ import argparse
 import asyncio
 import contextlib
 import json
-import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
-_NOT_FOUND = b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n"
+from zero_server import NOT_FOUND, in_process, read_request
+
 _HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -68,14 +66,9 @@ def _first_only() -> bytes:
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = 0
-            for line in head.split(b"\r\n"):
-                if line[:15].lower() == b"content-length:":
-                    length = int(line[15:])
-            body = await reader.readexactly(length) if length else b""
+            head, body = await read_request(reader)
             if not head.startswith(b"POST"):
-                writer.write(_NOT_FOUND)
+                writer.write(NOT_FOUND)
                 await writer.drain()
                 continue
             request = json.loads(body or b"{}")
@@ -96,18 +89,8 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 def running() -> Iterator[str]:
     """Start this stub in its own process on a free loopback port; yield its /v1
     base URL; stop it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    command = [sys.executable, str(Path(__file__)), "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE)  # noqa: S603 (this file)
-    try:
-        assert process.stdout is not None
-        process.stdout.readline()  # "ready on ..."
+    with in_process(lambda port: [str(Path(__file__)), "--port", str(port)]) as port:
         yield f"http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=5)
 
 
 async def main(port: int) -> None:
