@@ -78,8 +78,9 @@ def _request_of(exc: Exception) -> httpx.Request | None:
         return None
 
 
-def parse_json_object(body: bytes) -> Mapping[str, Any] | None:
-    """The JSON object in ``body``, or None when it is not one."""
+def parse_json_object(body: bytes | str) -> Mapping[str, Any] | None:
+    """The JSON object in ``body`` (bytes, or text already decoded: a stream
+    event's data), or None when it is not one."""
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):

@@ -95,14 +95,14 @@ class StreamCore(Generic[T]):
         return error
 
     def check_deadline(self) -> None:
-        if self.call.deadline.expired:
-            raise self._raise(self._timed_out("The call's deadline passed during the stream"))
+        """Fail the stream once the call's deadline has passed."""
+        self.read_bound()
 
     def read_bound(self) -> float | None:
         """``check_deadline``, then the seconds left for the next read (None: no
         deadline), from one look at the clock: an async read asks both per chunk."""
         left = self.call.deadline.remaining()
-        if left < MIN_ATTEMPT_TIME:  # what ``Deadline.expired`` says
+        if left < MIN_ATTEMPT_TIME:  # what ``Deadline.expired`` says, on the same look
             raise self._raise(self._timed_out("The call's deadline passed during the stream"))
         return left if math.isfinite(left) else None
 

@@ -12,12 +12,11 @@ like the others.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from ._exceptions import APIError, APIResponseValidationError
-from ._responses import error_from_payload
+from ._responses import error_from_payload, parse_json_object
 from ._sse import ServerSentEvent
 from ._stream_core import StreamCore, T
 
@@ -26,22 +25,11 @@ __all__ = [
     "RESPONSE_FAILURES",
     "StreamEvents",
     "is_done",
-    "json_object",
     "names_error",
     "response_event_type",
     "response_failure",
     "response_failure_status",
 ]
-
-
-def json_object(text: str) -> Mapping[str, Any] | None:
-    """The JSON object in an event's data, or None: ``parse_json_object`` on the
-    text itself (an event's data is decoded already; no bytes to detect)."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def is_done(event: ServerSentEvent) -> bool:
@@ -91,7 +79,7 @@ class StreamEvents(StreamCore[T]):
         if is_done(event):
             self.done = True
             return None
-        payload = json_object(event.data)
+        payload = parse_json_object(event.data)
         if payload is None:
             return APIResponseValidationError(
                 "A stream event is not a JSON object:"

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from ._exceptions import APIError, APIResponseValidationError, StreamInterruptedError
 from ._http import timeout_errors
+from ._responses import parse_json_object
 from ._sse import EventTooLargeError, ServerSentEvent
 from ._stream_core import T
 from ._stream_events import (
@@ -22,7 +23,6 @@ from ._stream_events import (
     RESPONSE_FAILURES,
     StreamEvents,
     is_done,
-    json_object,
     names_error,
 )
 
@@ -104,7 +104,7 @@ class _StreamState(StreamEvents[T]):
                 self.call.ended(response=self.summary())
                 return
             if event.event == "error" or '"error"' in event.data:  # others skip the parse
-                payload = json_object(event.data)
+                payload = parse_json_object(event.data)
                 if payload is not None and names_error(event, payload):
                     self.done = True
                     self.call.ended(self._error_event(payload), response=self.summary())
@@ -121,7 +121,7 @@ class _StreamState(StreamEvents[T]):
             f'"{kind}"' in event.data for kind in (*RESPONSE_ENDS, *RESPONSE_FAILURES)
         ):
             return False
-        payload = json_object(event.data)
+        payload = parse_json_object(event.data)
         if payload is None:
             return False
         error = self._response_event(event, payload)
