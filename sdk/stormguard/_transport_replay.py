@@ -8,10 +8,9 @@ import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import anyio
-
 from ._exceptions import StormguardError
 from ._http import httpx, library_of, transport_errors
+from ._read_within import anext_within
 from ._streaming import AsyncStream, Stream
 from ._transport_answers import httpx_error_for, in_library_of
 
@@ -39,7 +38,8 @@ def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
 
 
 async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
-    """The async twin of :func:`replay`; each read ends by the call's deadline."""
+    """The async twin of :func:`replay`; each read that waits ends by the call's
+    deadline (``anext_within``, as a stream's own reads)."""
     state = stream._state
     if state.done:  # the whole stream came while it was starting
         state.passed_through()
@@ -51,8 +51,7 @@ async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIter
         while True:
             left = deadline.remaining()
             try:
-                with anyio.fail_after(left if math.isfinite(left) else None):
-                    chunk = await pieces.__anext__()
+                chunk = await anext_within(pieces, left if math.isfinite(left) else None)
             except StopAsyncIteration:
                 break
             except TimeoutError:
