@@ -94,7 +94,7 @@ def hold_to_deadlines(client: object) -> None:
             hold_transport(transport)
 
 
-def _environment_proxies() -> dict[str, str | None]:
+def environment_proxies() -> dict[str, str | None]:
     """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx (httpx2) reads them (a
     client given a transport reads none of them itself)."""
     utils = sys.modules.get(f"{httpx.__name__}._utils")
@@ -103,12 +103,14 @@ def _environment_proxies() -> dict[str, str | None]:
 
 
 def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
-    """What ``Client()`` uses when given no ``http_client``: ``httpx.Client()``, with
-    its environment proxies, on :class:`DeadlineTransport` s (with ``limits``, or
-    httpx's own)."""
+    """What ``Client()`` uses when given no ``http_client``: an ``httpx.Client`` (the
+    ``OwnClient`` of ``_own_pool.py``) with its environment proxies, on
+    :class:`DeadlineTransport` s (with ``limits``, or httpx's own)."""
     pool = {} if limits is None else {"limits": limits}
     mounts: dict[str, httpx.BaseTransport | None] = {
         pattern: None if url is None else DeadlineTransport(proxy=url, **pool)
-        for pattern, url in _environment_proxies().items()
+        for pattern, url in environment_proxies().items()
     }
-    return httpx.Client(transport=DeadlineTransport(**pool), mounts=mounts)
+    from ._own_pool import OwnClient
+
+    return OwnClient(transport=DeadlineTransport(**pool), mounts=mounts)

@@ -35,8 +35,9 @@ from ._attempt_flow import (
 )
 from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
-from ._deadline_transport import default_http_client, hold_to_deadlines
+from ._deadline_transport import default_http_client, environment_proxies, hold_to_deadlines
 from ._http import httpx
+from ._own_pool import OwnAsyncClient
 from ._pipeline import LogicalCall
 from ._streaming import AsyncStream, Stream, _StreamState
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
@@ -60,10 +61,15 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
 
 
 def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
-    """The async client's pool: ``given``, else a default ``httpx.AsyncClient``."""
-    return (
-        cast("httpx.AsyncClient", given) if given is not None else httpx.AsyncClient(limits=limits)
-    )
+    """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
+    (``_own_pool.OwnAsyncClient``) with its environment proxies."""
+    if given is not None:
+        return cast("httpx.AsyncClient", given)
+    mounts: dict[str, httpx.AsyncBaseTransport | None] = {
+        pattern: None if url is None else httpx.AsyncHTTPTransport(proxy=url, limits=limits)
+        for pattern, url in environment_proxies().items()
+    }
+    return OwnAsyncClient(transport=httpx.AsyncHTTPTransport(limits=limits), mounts=mounts)
 
 
 def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:

@@ -49,6 +49,7 @@ from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from ._http import httpx
 from ._limiter import Lease, SlotWaiter
+from ._own_pool import OWN_POOLS
 from ._prompt_view import precheck_view
 from ._stop_reason import StopReason
 from ._verdict import classify
@@ -232,8 +233,7 @@ class LogicalCall(CallResults):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
-        headers = dict(self.core.headers)
-        headers.update(self.spec.headers)
+        headers = dict(self.spec.headers)
         headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues)
         if self._requeues:
             headers[HEADER_REQUEUE] = str(self._requeues)
@@ -260,13 +260,24 @@ class LogicalCall(CallResults):
         self._pending = None
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
-        self._request = http.build_request(
-            self.spec.method,
-            url,
-            content=self._content,
-            headers=headers,
-            extensions={**extensions, "timeout": timeout.as_dict()},
-        )
+        extensions["timeout"] = timeout.as_dict()
+        if isinstance(http, OWN_POOLS):
+            self._request = http.attempt_request(
+                self.spec.method,
+                url,
+                content=self._content,
+                base=self.core.headers,
+                headers=headers,
+                extensions=extensions,
+            )
+        else:
+            self._request = http.build_request(
+                self.spec.method,
+                url,
+                content=self._content,
+                headers={**self.core.headers, **headers},
+                extensions=extensions,
+            )
         return self._request
 
     def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:

@@ -1,0 +1,218 @@
+"""The pool a client builds for itself, and the short way its attempts take through it.
+
+``httpx.Client.send`` does for every request what an attempt on the pool a client
+built for itself never needs: the auth flow, the redirect loop, the event hooks,
+the choice of a transport for the URL among the mounts, cookie extraction into an
+empty jar, and a log line. On this project's benchmark machine that is about
+65 µs of a 390 µs call to a zero-latency server (docs/benchmarks.md, "Per-call
+overhead"). ``OwnClient`` and ``OwnAsyncClient`` are httpx's own clients (as
+openai-python subclasses them for its default client) whose ``send`` hands a
+request straight to the transport when none of that applies: the pool routes
+every URL to one transport (no environment proxy mounted), no auth or redirect
+setting is asked for, the jar is empty, and the caller reads the body as a stream.
+The response is what ``send`` gives: its ``request``, its ``elapsed`` once closed,
+an error that names its request, and the cookies it sets kept for the requests
+after it (which then take httpx's own way). Anything else goes to httpx's ``send``.
+
+A client given your own ``http_client`` never uses these: it is sent through as it is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from ._http import httpx
+
+__all__ = ["OWN_POOLS", "OwnAsyncClient", "OwnClient"]
+
+_DEFAULT = httpx.USE_CLIENT_DEFAULT
+
+
+class _Timed:
+    """Sets its response's ``elapsed`` when the body is closed, as httpx's client does."""
+
+    __slots__ = ("_response", "_start", "_stream")
+
+    def __init__(self, stream: Any, response: httpx.Response, start: float) -> None:
+        self._stream = stream
+        self._response = response
+        self._start = start
+
+    def _stop(self) -> None:
+        self._response.elapsed = datetime.timedelta(seconds=time.perf_counter() - self._start)
+
+
+class _TimedStream(_Timed, httpx.SyncByteStream):
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._stream
+
+    def close(self) -> None:
+        self._stop()
+        self._stream.close()
+
+
+class _TimedAsyncStream(_Timed, httpx.AsyncByteStream):
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            yield chunk
+
+    async def aclose(self) -> None:
+        self._stop()
+        await self._stream.aclose()
+
+
+def _direct(
+    client: httpx.Client | httpx.AsyncClient,
+    request: httpx.Request,
+    transport: Any,
+    stream: bool,
+    auth: object,
+    follow_redirects: object,
+) -> Any:
+    """The transport to hand this request to, or None: httpx's own ``send``."""
+    if transport is None or not stream or client.is_closed or client.cookies:
+        return None
+    if auth is not _DEFAULT or follow_redirects is not _DEFAULT:
+        return None
+    # Credentials in the URL become httpx's basic auth in its own send.
+    return None if request.url.userinfo else transport
+
+
+def _received(
+    client: httpx.Client | httpx.AsyncClient, request: httpx.Request, response: httpx.Response
+) -> None:
+    response.request = request
+    if "set-cookie" in response.headers:
+        client.cookies.extract_cookies(response)
+
+
+class _AttemptRequests:
+    """``attempt_request``: what ``build_request`` gives for an attempt, without
+    parsing the same URL and normalising the same headers again for every one."""
+
+    headers: httpx.Headers
+    cookies: httpx.Cookies
+    params: httpx.QueryParams
+
+    def _cache_init(self) -> None:
+        self._urls: dict[str, httpx.URL] = {}
+        self._merged: dict[int, tuple[Mapping[str, str], httpx.Headers]] = {}
+
+    def attempt_request(
+        self,
+        method: str,
+        url: str,
+        *,
+        content: bytes | None,
+        base: Mapping[str, str],
+        headers: Mapping[str, str],
+        extensions: dict[str, Any],
+    ) -> httpx.Request:
+        """The request ``build_request(method, url, content=..., headers={**base,
+        **headers}, extensions=...)`` builds, ``extensions`` holding its ``timeout``.
+        ``base``, the headers every request of a client sends, is normalised once
+        per client: it must not change once given."""
+        if self.cookies or self.params:  # what build_request would merge in
+            return self.build_request(  # type: ignore[attr-defined, no-any-return]
+                method, url, content=content, headers={**base, **headers}, extensions=extensions
+            )
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _CACHED:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        cached = self._merged.get(id(base))
+        if cached is None or cached[0] is not base:
+            if len(self._merged) >= _CACHED:
+                self._merged.clear()
+            merged = httpx.Headers(self.headers)
+            merged.update(base)
+            cached = self._merged[id(base)] = (base, merged)
+        merged = cached[1].copy()
+        for name, value in headers.items():
+            merged[name] = value
+        return httpx.Request(method, parsed, content=content, headers=merged, extensions=extensions)
+
+
+#: Entries each cache of ``_AttemptRequests`` holds before it starts over: a client
+#: has a few URLs (its endpoints' paths) and one header set per ``with_options``.
+_CACHED = 256
+
+
+class OwnClient(_AttemptRequests, httpx.Client):
+    """``httpx.Client`` on ``transport`` (and ``mounts``), whose streamed sends skip
+    what the pool does not need (module doc)."""
+
+    def __init__(
+        self, *, transport: httpx.BaseTransport, mounts: dict[str, httpx.BaseTransport | None]
+    ) -> None:
+        super().__init__(transport=transport, mounts=mounts)
+        self._straight = None if mounts else transport
+        self._cache_init()
+
+    def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: Any = _DEFAULT,
+        follow_redirects: Any = _DEFAULT,
+    ) -> httpx.Response:
+        transport = _direct(self, request, self._straight, stream, auth, follow_redirects)
+        if transport is None:
+            return super().send(
+                request, stream=stream, auth=auth, follow_redirects=follow_redirects
+            )
+        start = time.perf_counter()
+        try:
+            response: httpx.Response = transport.handle_request(request)
+        except httpx.RequestError as exc:
+            exc.request = request
+            raise
+        response.stream = _TimedStream(response.stream, response, start)
+        _received(self, request, response)
+        return response
+
+
+class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
+    """The async twin of :class:`OwnClient`."""
+
+    def __init__(
+        self,
+        *,
+        transport: httpx.AsyncBaseTransport,
+        mounts: dict[str, httpx.AsyncBaseTransport | None],
+    ) -> None:
+        super().__init__(transport=transport, mounts=mounts)
+        self._straight = None if mounts else transport
+        self._cache_init()
+
+    async def send(
+        self,
+        request: httpx.Request,
+        *,
+        stream: bool = False,
+        auth: Any = _DEFAULT,
+        follow_redirects: Any = _DEFAULT,
+    ) -> httpx.Response:
+        transport = _direct(self, request, self._straight, stream, auth, follow_redirects)
+        if transport is None:
+            return await super().send(
+                request, stream=stream, auth=auth, follow_redirects=follow_redirects
+            )
+        start = time.perf_counter()
+        try:
+            response: httpx.Response = await transport.handle_async_request(request)
+        except httpx.RequestError as exc:
+            exc.request = request
+            raise
+        response.stream = _TimedAsyncStream(response.stream, response, start)
+        _received(self, request, response)
+        return response
+
+
+#: The pools whose requests ``attempt_request`` builds.
+OWN_POOLS = (OwnClient, OwnAsyncClient)
