@@ -37,6 +37,12 @@ class RetryLoop(AttemptRecords):
             "reraise": True,
         }
 
+    def succeeded_first_time(self) -> None:
+        """What ``retry`` does with a first attempt that succeeded, for the call flow,
+        which does not build tenacity's loop until an attempt fails."""
+        if self.stream_bounds is not None:
+            self.stream_bounds.attempt_over()
+
     def _retry(self, state: tenacity.RetryCallState) -> bool:
         if self.stream_bounds is not None:
             self.stream_bounds.attempt_over()  # the retry is decided on the call's total
