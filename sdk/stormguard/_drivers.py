@@ -39,6 +39,7 @@ from ._deadline_transport import default_http_client, environment_proxies, hold_
 from ._http import httpx
 from ._own_pool import OwnAsyncClient
 from ._pipeline import LogicalCall
+from ._read_within import anext_within, await_within
 from ._streaming import AsyncStream, Stream, _StreamState
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
 
@@ -119,13 +120,19 @@ async def _perform_async(
 ) -> Any:
     if isinstance(action, Send):
         # The deadline bounds the whole send, not only each socket operation.
-        with call.sending(), anyio.fail_after(call.remaining_or_none()):
-            return await http.send(action.request, stream=True)
+        with call.sending():
+            return await await_within(
+                http.send(action.request, stream=True), call.remaining_or_none()
+            )
     if isinstance(action, ReadBody):
-        with anyio.fail_after(call.remaining_or_none()):
-            async for piece in aiter_body(action.response):
-                action.reader.feed(piece)
-        return None
+        # Each piece's wait is bounded; a piece already received needs no timer.
+        pieces = aiter_body(action.response)
+        while True:
+            try:
+                piece = await anext_within(pieces, call.remaining_or_none())
+            except StopAsyncIteration:
+                return None
+            action.reader.feed(piece)
     if isinstance(action, CloseResponse):
         if action.failed:
             with anyio.CancelScope(shield=True):

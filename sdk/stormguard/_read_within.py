@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator, Awaitable, Generator
 from typing import Any, TypeVar
 
 import anyio
 
-__all__ = ["anext_within"]
+__all__ = ["anext_within", "await_within"]
 
 _T = TypeVar("_T")
 #: ``asyncio.timeout`` is new in Python 3.11.
@@ -46,6 +46,18 @@ async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
         return done.value  # type: ignore[no-any-return]
     async with asyncio.timeout(seconds):
         return await _resume(step, waiting)  # type: ignore[no-any-return]
+
+
+async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
+    """``await awaitable``, ended by ``TimeoutError`` after ``seconds`` (None:
+    unbounded): under ``asyncio.timeout`` on asyncio (a timer, and none of anyio's
+    scope bookkeeping: a third of the cost), else in ``anyio.fail_after``."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+        with anyio.fail_after(seconds):
+            return await awaitable
+    async with asyncio.timeout(seconds):
+        return await awaitable
 
 
 @types.coroutine
