@@ -156,6 +156,8 @@ class EndpointPicker:
         # Outside the lock: ``usable`` may probe.
         usable_own = [s for s in own if usable(s)]
         usable_others = [s for s in others if usable(s)]
+        if not usable_others and len(usable_own) <= 1:
+            return usable_own  # one endpoint (the common client) or none: no order to find
         with self._lock:
             now = self._clock.now()
             return self._ordered(usable_own, avoided, now) + self._ordered(
