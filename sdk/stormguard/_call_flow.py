@@ -103,26 +103,33 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
     retrying = tenacity.Retrying(sleep=_unused_sleep, **call.retrying_kwargs())
     retrying.begin()
     state = tenacity.RetryCallState(retrying, fn=None, args=(), kwargs={})
-    do = retrying.iter(state)
-    assert isinstance(do, tenacity.DoAttempt)  # a loop's first step is an attempt
-    state.set_exception(first)  # type: ignore[arg-type]
-    del first  # no cycle through the traceback
-    while True:
+    try:
         do = retrying.iter(state)
-        if isinstance(do, tenacity.DoAttempt):
-            try:
-                result = yield from attempt_flow(call, http)
-            except GeneratorExit:
-                raise  # the driver dropped the flow: nothing more may be asked of it
-            except BaseException:  # judged by the retry strategy, as tenacity's own loop does
-                state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+        assert isinstance(do, tenacity.DoAttempt)  # a loop's first step is an attempt
+        state.set_exception(first)  # type: ignore[arg-type]
+        del first  # no cycle through the traceback
+        while True:
+            do = retrying.iter(state)
+            if isinstance(do, tenacity.DoAttempt):
+                try:
+                    result = yield from attempt_flow(call, http)
+                except GeneratorExit:
+                    raise  # the driver dropped the flow: nothing more may be asked of it
+                except BaseException:  # judged by the retry strategy, as tenacity's own loop does
+                    state.set_exception(sys.exc_info())  # type: ignore[arg-type]
+                else:
+                    state.set_result(result)
+            elif isinstance(do, tenacity.DoSleep):
+                state.prepare_for_next_attempt()
+                yield Sleep(float(do))
             else:
-                state.set_result(result)
-        elif isinstance(do, tenacity.DoSleep):
-            state.prepare_for_next_attempt()
-            yield Sleep(float(do))
-        else:
-            return do
+                return do
+    finally:
+        # tenacity keeps its last step's actions (bound methods of ``retrying``) in its
+        # thread-local state, a cycle that would hold the call until the cyclic GC ran;
+        # and an error's traceback holds this frame, so ``state`` must not hold the error.
+        retrying.iter_state.reset()
+        state.outcome = None
 
 
 def _unused_sleep(seconds: float) -> None:  # pragma: no cover - the flow yields Sleep instead

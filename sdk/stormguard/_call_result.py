@@ -183,6 +183,8 @@ class CallResults(RetryLoop):
         if self.machine.state in ATTEMPT_OPEN:
             self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
             self.machine.step("stop")
+        # The error leaves the call: its traceback holds frames that hold the call.
+        self._attempt_error = None
         error.attempts = self.total_attempts
         error.attempt_history = tuple(self.history)
         error.retry_stopped_by = self.retry_stopped_by

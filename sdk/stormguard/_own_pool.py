@@ -38,11 +38,15 @@ class _Timed:
 
     def __init__(self, stream: Any, response: httpx.Response, start: float) -> None:
         self._stream = stream
-        self._response = response
+        self._response: httpx.Response | None = response
         self._start = start
 
     def _stop(self) -> None:
-        self._response.elapsed = datetime.timedelta(seconds=time.perf_counter() - self._start)
+        # The response holds this stream: let go of it once closed, so the two are
+        # freed by their reference counts, not by the cyclic GC.
+        response, self._response = self._response, None
+        if response is not None:
+            response.elapsed = datetime.timedelta(seconds=time.perf_counter() - self._start)
 
 
 class _TimedStream(_Timed, httpx.SyncByteStream):

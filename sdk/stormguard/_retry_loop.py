@@ -5,7 +5,7 @@ where the retry goes, and when and why the loop stops.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import tenacity
 
@@ -35,6 +35,7 @@ class RetryLoop(AttemptRecords):
             "stop": self._stop,
             "before_sleep": self._before_sleep,
             "reraise": True,
+            "retry_error_callback": _raise_last_error,
         }
 
     def succeeded_first_time(self) -> None:
@@ -202,6 +203,13 @@ class RetryLoop(AttemptRecords):
             error=self._attempt_error,
             redactor=self.redactor,
         )
+
+
+def _raise_last_error(state: tenacity.RetryCallState) -> NoReturn:
+    """The stopped loop raises the last attempt's error, as ``reraise=True`` does, but
+    from a frame that holds only ``state`` (whose outcome ``call_flow`` then clears):
+    the frames of tenacity's own re-raise hold the error, and its traceback them."""
+    raise state.outcome.exception()  # type: ignore[union-attr,misc]
 
 
 def _outcome_error(state: tenacity.RetryCallState) -> BaseException | None:
