@@ -113,22 +113,28 @@ def _openai_sentinels() -> tuple[type, ...]:
     )
 
 
+def _omitted_types() -> tuple[type, ...]:
+    return (NotGiven, Omit, *_openai_sentinels())
+
+
 def is_omitted(value: object) -> bool:
     """Whether ``value`` is stormguard's or openai's ``NOT_GIVEN`` or ``omit``."""
-    if isinstance(value, (NotGiven, Omit)):
-        return True
-    foreign = _openai_sentinels()
-    return bool(foreign) and isinstance(value, foreign)
+    return isinstance(value, _omitted_types())
 
 
 def drop_omitted(value: Any) -> Any:
     """``value`` without the omitted entries of its dicts, at any depth (lists are
     walked too: ``messages`` holds dicts). Always a copy of its dicts and lists, so
     nothing the call changes reaches the caller's own."""
+    return _dropped(value, _omitted_types())
+
+
+def _dropped(value: Any, omitted: tuple[type, ...]) -> Any:
+    # The sentinel classes are looked up once per walk, not once per value.
     if isinstance(value, Mapping):
-        return {k: drop_omitted(v) for k, v in value.items() if not is_omitted(v)}
+        return {k: _dropped(v, omitted) for k, v in value.items() if not isinstance(v, omitted)}
     if isinstance(value, (list, tuple)):
-        return [drop_omitted(item) for item in value]
+        return [_dropped(item, omitted) for item in value]
     return value
 
 
