@@ -39,7 +39,7 @@ from ._deadline_transport import default_http_client, environment_proxies, hold_
 from ._http import httpx
 from ._own_pool import OwnAsyncClient
 from ._pipeline import LogicalCall
-from ._read_within import anext_within, await_within
+from ._read_within import await_within
 from ._streaming import AsyncStream, Stream, _StreamState
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
 
@@ -125,14 +125,7 @@ async def _perform_async(
                 http.send(action.request, stream=True), call.remaining_or_none()
             )
     if isinstance(action, ReadBody):
-        # Each piece's wait is bounded; a piece already received needs no timer.
-        pieces = aiter_body(action.response)
-        while True:
-            try:
-                piece = await anext_within(pieces, call.remaining_or_none())
-            except StopAsyncIteration:
-                return None
-            action.reader.feed(piece)
+        return await await_within(_read_body(action), call.remaining_or_none())
     if isinstance(action, CloseResponse):
         if action.failed:
             with anyio.CancelScope(shield=True):
@@ -156,3 +149,8 @@ async def _perform_async(
     assert isinstance(action, AwaitDiscovery) and core.discovery is not None
     await core.discovery.ready_async(action.deadline)
     return None
+
+
+async def _read_body(action: ReadBody) -> None:
+    async for piece in aiter_body(action.response):
+        action.reader.feed(piece)
