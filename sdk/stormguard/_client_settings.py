@@ -15,7 +15,6 @@ from ._body import ACCEPT_ENCODING
 from ._client_options import CallSettings, checked_stream_timeouts
 from ._compat import Self
 from ._endpoints import Endpoint, check_served
-from ._http import httpx
 from ._options import (
     NOT_GIVEN,
     AttemptTimeouts,
@@ -157,7 +156,8 @@ class ClientSettings:
 
     def attempt_timeout(
         self, remaining: float, limits: AttemptTimeouts | None = None
-    ) -> httpx.Timeout:
-        """httpx timeouts for one attempt: each operation may take what is left, and
-        no more than its bound (the call's own ``Timeout``, else the client's)."""
+    ) -> dict[str, float | None]:
+        """The timeouts of one attempt (the ``timeout`` request extension): each
+        operation may take what is left, and no more than its bound (the call's own
+        ``Timeout``, else the client's)."""
         return (limits or self.attempt_timeouts).for_attempt(remaining)

@@ -157,11 +157,13 @@ class CallInfo:
         model: str | None,
         rate_limit: RateLimit | None = None,
     ) -> None:
-        from ._rate_limit_headers import RateLimit
+        if rate_limit is None:
+            from ._rate_limit_headers import RateLimit
 
+            rate_limit = RateLimit()
         self.server_load = server_load
         #: The ``x-ratelimit-*`` headers of the response (all None when not sent).
-        self.rate_limit = rate_limit if rate_limit is not None else RateLimit()
+        self.rate_limit = rate_limit
         self.attempt_history = attempt_history
         self.request_id = request_id
         self.model = model

@@ -176,18 +176,20 @@ class AttemptTimeouts:
     write: float | None = None
     pool: float | None = None
 
-    def for_attempt(self, remaining: float) -> httpx.Timeout:
-        """httpx timeouts for one attempt: each operation may take what is left of
-        the call, and no more than its own bound."""
+    def for_attempt(self, remaining: float) -> dict[str, float | None]:
+        """The timeouts of one attempt, as the ``timeout`` request extension httpx and
+        httpx2 both read: each operation may take what is left of the call, and no
+        more than its own bound. A plain dict: an ``httpx.Timeout`` built and turned
+        into one for every attempt cost more than the rest of the choice."""
         if not math.isfinite(remaining):
-            return httpx.Timeout(None, connect=self.connect, write=self.write, pool=self.pool)
-
-        def cut(bound: float | None) -> float:
-            return remaining if bound is None else min(bound, remaining)
-
-        return httpx.Timeout(
-            remaining, connect=cut(self.connect), write=cut(self.write), pool=cut(self.pool)
-        )
+            return {"connect": self.connect, "read": None, "write": self.write, "pool": self.pool}
+        connect, write, pool = self.connect, self.write, self.pool
+        return {
+            "connect": remaining if connect is None or connect > remaining else connect,
+            "read": remaining,
+            "write": remaining if write is None or write > remaining else write,
+            "pool": remaining if pool is None or pool > remaining else pool,
+        }
 
 
 def _is_timeout_like(value: object) -> bool:

@@ -89,7 +89,7 @@ def _received(
     client: httpx.Client | httpx.AsyncClient, request: httpx.Request, response: httpx.Response
 ) -> None:
     response.request = request
-    if "set-cookie" in response.headers:
+    if response.headers.get_list("set-cookie"):  # no KeyError raised and caught per call
         client.cookies.extract_cookies(response)
 
 

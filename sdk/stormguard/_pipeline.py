@@ -260,7 +260,7 @@ class LogicalCall(CallResults):
         self._pending = None
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
-        extensions["timeout"] = timeout.as_dict()
+        extensions["timeout"] = timeout
         if isinstance(http, OWN_POOLS):
             self._request = http.attempt_request(
                 self.spec.method,

@@ -42,8 +42,8 @@ _MAX_QUOTED = 500
 
 def request_id_of(response: httpx.Response, *, redactor: Redactor) -> str | None:
     """The response's ``x-request-id``, scrubbed, at most 200 characters."""
-    value = response.headers.get(HEADER_REQUEST_ID)
-    return redactor.quote(value, 200) if value else None
+    values = response.headers.get_list(HEADER_REQUEST_ID)  # no KeyError when it is absent
+    return redactor.quote(", ".join(values), 200) if values else None
 
 
 def translate_transport_error(

@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 from ._clock import Clock
 from ._deadline import CALL_DEADLINE_PASSED, Deadline
-from ._http import httpx
 
 __all__ = ["StreamBounds", "StreamTimeouts"]
 
@@ -175,22 +174,18 @@ class StreamBounds:
             return remaining
         return max(self._cap - self._clock.now(), 0.0)
 
-    def attempt_timeout(self, timeout: httpx.Timeout) -> httpx.Timeout:
-        """An attempt's httpx timeouts: a stream that may outlive the call's timeout
-        reads for as long as an idle gap, or to its cap (connect, write and pool
-        keep their bounds)."""
+    def attempt_timeout(self, timeout: dict[str, float | None]) -> dict[str, float | None]:
+        """An attempt's timeouts (the ``timeout`` request extension): a stream that
+        may outlive the call's timeout reads for as long as an idle gap, or to its
+        cap (connect, write and pool keep their bounds)."""
         if not self.timeouts.outlives_timeout:
             return timeout
         idle, read = self.timeouts.idle, math.inf
-        if idle is not None and timeout.read is not None:
-            read = max(timeout.read, idle)
+        given = timeout["read"]
+        if idle is not None and given is not None:
+            read = max(given, idle)
         read = min(read, self._cap - self._clock.now())
-        return httpx.Timeout(
-            connect=timeout.connect,
-            read=read if math.isfinite(read) else None,
-            write=timeout.write,
-            pool=timeout.pool,
-        )
+        return {**timeout, "read": read if math.isfinite(read) else None}
 
     def attempt_started(self) -> None:
         """An attempt is being sent: its first chunk must come within ``first_chunk``."""
