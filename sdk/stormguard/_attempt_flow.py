@@ -124,7 +124,8 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
     except BaseException:
         yield CloseResponse(response, failed=True)
         raise
-    yield CloseResponse(response)
+    if not response.is_closed:  # httpx closes a response whose body was read to its end
+        yield CloseResponse(response)
     return call.complete(response, reader.body())
 
 

@@ -52,10 +52,12 @@ def server(
         seen.append(action)
         if type(action) in fail:
             raise fail[type(action)]
-        if isinstance(action, Send):
-            return httpx.Response(status, content=body, request=action.request)
+        if isinstance(action, Send):  # a body still to read: the response stays open
+            return httpx.Response(status, stream=httpx.ByteStream(body), request=action.request)
         if isinstance(action, ReadBody):
-            action.reader.feed(action.response.content)
+            action.reader.feed(body)
+        if isinstance(action, CloseResponse):
+            action.response.close()
         return None
 
     return perform, seen
@@ -73,6 +75,27 @@ def test_a_success_sends_reads_and_closes(client: stormguard.Client) -> None:
     assert kinds(seen) == [Send, ReadBody, CloseResponse]
     assert isinstance(seen[-1], CloseResponse) and not seen[-1].failed
     assert call.machine.state is CallState.RECEIVING  # the driver's finish() ends it
+
+
+def test_a_response_closed_by_reading_its_body_is_not_closed_again(
+    client: stormguard.Client,
+) -> None:
+    call = new_call(client)
+    seen: list[Action] = []
+
+    def perform(action: Action) -> Any:
+        seen.append(action)
+        if isinstance(action, Send):
+            body = httpx.Response(200, json=chat_json("hi")).content
+            return httpx.Response(200, stream=httpx.ByteStream(body), request=action.request)
+        if isinstance(action, ReadBody):  # read to its end: httpx closes the response
+            action.reader.feed(b"".join(action.response.iter_raw()))
+            assert action.response.is_closed
+        return None
+
+    result = run_sync(attempt_flow(call, client._http), perform)
+    assert result.choices[0].message.content == "hi"
+    assert kinds(seen) == [Send, ReadBody]
 
 
 def test_a_status_error_is_read_closed_then_raised(client: stormguard.Client) -> None:
