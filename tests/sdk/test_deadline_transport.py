@@ -19,6 +19,8 @@ from stormguard._deadline_transport import (
     DeadlineTransport,
     default_http_client,
 )
+from stormguard._drivers import http_pool_async
+from stormguard._own_pool import OwnAsyncClient
 from stormguard.testing import FakeClock
 
 
@@ -172,6 +174,22 @@ def test_environment_proxies_are_kept_on_deadline_transports(
         mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
     assert isinstance(mounted["https://"], DeadlineTransport)
     assert isinstance(pool_backend(mounted["https://"]), DeadlineBackend)
+    assert mounted["all://localhost"] is None  # the default transport: no proxy
+
+
+async def test_environment_proxies_are_kept_on_the_async_default_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost")
+    http = http_pool_async(None, httpx.Limits(max_connections=3))
+    async with http:
+        mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
+    assert isinstance(http, OwnAsyncClient)
+    proxy = mounted["https://"]
+    assert isinstance(proxy, httpx.AsyncHTTPTransport)
+    assert proxy._pool._proxy_url.host == b"proxy.test"  # type: ignore[attr-defined]
+    assert proxy._pool._max_connections == 3  # the pool's limits
     assert mounted["all://localhost"] is None  # the default transport: no proxy
 
 
