@@ -8,8 +8,10 @@ empty jar, and a log line. On this project's benchmark machine that is about
 overhead"). ``OwnClient`` and ``OwnAsyncClient`` are httpx's own clients (as
 openai-python subclasses them for its default client) whose ``send`` hands a
 request straight to the transport when none of that applies: the pool routes
-every URL to one transport (no environment proxy mounted), no auth or redirect
-setting is asked for, the jar is empty, and the caller reads the body as a stream.
+every URL to one transport (no environment proxy mounted; ``NO_PROXY`` alone
+mounts none), no auth or redirect setting is asked for (the pool's own are
+httpx's defaults, and nothing changes them), the jar is empty, and the caller
+reads the body as a stream.
 The response is what ``send`` gives: its ``request``, its ``elapsed`` once closed,
 an error that names its request, and the cookies it sets kept for the requests
 after it (which then take httpx's own way). Anything else goes to httpx's ``send``.
@@ -51,7 +53,7 @@ class _Timed:
 
 class _TimedStream(_Timed, httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
-        yield from self._stream
+        return iter(self._stream)  # the body's own iterator: no generator per chunk
 
     def close(self) -> None:
         self._stop()
@@ -59,9 +61,8 @@ class _TimedStream(_Timed, httpx.SyncByteStream):
 
 
 class _TimedAsyncStream(_Timed, httpx.AsyncByteStream):
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._stream:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._stream.__aiter__()  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
         self._stop()
@@ -83,6 +84,12 @@ def _direct(
         return None
     # Credentials in the URL become httpx's basic auth in its own send.
     return None if request.url.userinfo else transport
+
+
+def _straight(transport: Any, mounts: Mapping[str, Any]) -> Any:
+    """The transport every URL goes to, or None when a mount sends some elsewhere (a
+    ``None`` mount, the form ``NO_PROXY`` takes, means this very transport)."""
+    return transport if all(mount is None for mount in mounts.values()) else None
 
 
 def _received(
@@ -116,9 +123,11 @@ class _AttemptRequests:
         extensions: dict[str, Any],
     ) -> httpx.Request:
         """The request ``build_request(method, url, content=..., headers={**base,
-        **headers}, extensions=...)`` builds, ``extensions`` holding its ``timeout``.
-        ``base``, the headers every request of a client sends, is normalised once
-        per client: it must not change once given."""
+        **headers}, extensions=...)`` builds, ``extensions`` holding its ``timeout``:
+        the same headers, each of ``headers`` replacing one of the same name in any
+        case (one the pool's defaults have keeps its place among them). ``base``,
+        the headers every request of a client sends, is normalised once per client:
+        it must not change once given."""
         if self.cookies or self.params:  # what build_request would merge in
             return self.build_request(  # type: ignore[attr-defined, no-any-return]
                 method, url, content=content, headers={**base, **headers}, extensions=extensions
@@ -154,7 +163,7 @@ class OwnClient(_AttemptRequests, httpx.Client):
         self, *, transport: httpx.BaseTransport, mounts: dict[str, httpx.BaseTransport | None]
     ) -> None:
         super().__init__(transport=transport, mounts=mounts)
-        self._straight = None if mounts else transport
+        self._straight = _straight(transport, mounts)
         self._cache_init()
 
     def send(
@@ -191,7 +200,7 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
         mounts: dict[str, httpx.AsyncBaseTransport | None],
     ) -> None:
         super().__init__(transport=transport, mounts=mounts)
-        self._straight = None if mounts else transport
+        self._straight = _straight(transport, mounts)
         self._cache_init()
 
     async def send(

@@ -233,7 +233,9 @@ class LogicalCall(CallResults):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
-        headers = dict(self.spec.headers)
+        # Lower-case names, as the client's own: a call's "Authorization" replaces the
+        # client's "authorization" instead of going out beside it.
+        headers = {name.lower(): value for name, value in self.spec.headers.items()}
         headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues)
         if self._requeues:
             headers[HEADER_REQUEUE] = str(self._requeues)

@@ -17,8 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+import respx
 
+import stormguard
 from stormguard._own_pool import OwnAsyncClient, OwnClient
+from tests.sdk.helpers import BASE as API_BASE
+from tests.sdk.helpers import MESSAGES, chat_json
 
 URL = "http://llm.test/v1/chat/completions"
 TIMEOUT = {"extensions": {"timeout": httpx.Timeout(5.0).as_dict()}}
@@ -189,11 +193,11 @@ async def test_a_mounted_transport_gets_the_requests_its_pattern_matches(
     assert pool.mounted == pool.through_httpx == [response.request] and pool.sent == []
 
 
-async def test_a_mount_to_the_default_transport_still_takes_httpxs_way(pool: Pool) -> None:
+async def test_mounts_only_to_the_default_transport_keep_the_short_way(pool: Pool) -> None:
     client = pool.client(mounts={"all://localhost": None})  # what NO_PROXY=localhost mounts
     response = await pool.get(client)
     assert await pool.read(response) == b"hello"
-    assert pool.sent == pool.through_httpx == [response.request]
+    assert pool.sent == [response.request] and pool.through_httpx == []
 
 
 async def test_a_body_read_at_once_takes_httpxs_way(pool: Pool) -> None:
@@ -373,3 +377,28 @@ async def test_more_urls_than_the_cache_holds_still_give_their_own(pool: Pool) -
         assert built.url == httpx.URL(url)
         assert_same_request(built, expected)
     assert len(client._urls) <= 256
+
+
+@pytest.mark.parametrize("own_pool", [True, False], ids=["own pool", "given http_client"])
+def test_a_calls_header_replaces_the_clients_whatever_its_case(own_pool: bool) -> None:
+    sent: list[httpx.Request] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=chat_json())
+
+    options: dict[str, Any] = {"base_url": API_BASE, "api_key": "sk-client-key", "model": "m"}
+    if own_pool:
+        with respx.mock(base_url=API_BASE) as router:
+            router.post("/chat/completions").mock(side_effect=handle)
+            with stormguard.Client(**options) as client:
+                client.chat.completions.create(
+                    messages=MESSAGES, extra_headers={"Authorization": "Bearer sk-call-key"}
+                )
+    else:
+        http = httpx.Client(transport=httpx.MockTransport(handle))
+        with stormguard.Client(http_client=http, **options) as client:
+            client.chat.completions.create(
+                messages=MESSAGES, extra_headers={"Authorization": "Bearer sk-call-key"}
+            )
+    assert sent[-1].headers.get_list("authorization") == ["Bearer sk-call-key"]
