@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WaitForSlot:
     """Wait for the endpoint's concurrency slot (at most ``timeout``); send back the lease."""
 
@@ -51,7 +51,7 @@ class WaitForSlot:
     timeout: float | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Send:
     """Send the request (``stream=True``) in the call's ``sending()`` scope; send back
     the response, its body unread."""
@@ -59,7 +59,7 @@ class Send:
     request: httpx.Request
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OpenStream:
     """Wrap the response in the driver's stream class and read up to its first chunk;
     send back the stream."""
@@ -68,7 +68,7 @@ class OpenStream:
     chunk_type: type[Record]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ReadBody:
     """Feed the response's decoded body to ``reader``, piece by piece."""
 
@@ -76,7 +76,7 @@ class ReadBody:
     reader: BodyReader
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CloseResponse:
     """Close the response; ``failed``: the attempt is failing or cancelled, so close
     it whatever happens (the async driver shields the close from cancellation)."""

@@ -307,6 +307,8 @@ kv_cache_usage=None, retry_after=None, should_retry=None, load_shed=None)
     @classmethod
     def from_headers(cls, headers: Mapping[str, str], *, now: float | None = None) -> ServerLoad:
         """Parse the protocol's response headers; malformed values become None."""
+        if not any(name in headers for name in _LOAD_HEADERS):
+            return _NO_LOAD  # a server that reports nothing (most calls to a hosted API)
         shed = _get(headers, HEADER_LOAD_SHED)
         if shed is not None and (len(shed) > 64 or not shed.isascii()):
             shed = None
@@ -357,3 +359,20 @@ kv_cache_usage=None, retry_after=None, should_retry=None, load_shed=None)
     def is_empty(self) -> bool:
         """True when the response carried none of the protocol's headers."""
         return all(getattr(self, f.name) is None for f in fields(self))
+
+
+#: What a response that carries none of the load headers says (all None).
+_NO_LOAD = ServerLoad()
+#: The headers ``ServerLoad.from_headers`` reads.
+_LOAD_HEADERS = (
+    HEADER_LOAD_SHED,
+    HEADER_QUEUE_DEPTH,
+    HEADER_KV_CACHE_USAGE,
+    HEADER_ENDPOINT_LOAD_METRICS,
+    HEADER_QUEUE_TOKENS,
+    HEADER_INFLIGHT_TOKENS,
+    HEADER_TOKEN_CAPACITY,
+    HEADER_RETRY_AFTER_MS,
+    HEADER_RETRY_AFTER,
+    HEADER_SHOULD_RETRY,
+)
