@@ -84,9 +84,10 @@ class Stream(_StreamBase[T]):
             self._bytes = _bounded(self._bytes, state)
 
     def _read_more(self) -> None:
+        # The deadline is looked at after each read (``feed``), and a read on the
+        # client's connections waits no longer than it (``_bounded`` renews a
+        # stream's idle bound before each).
         state = self._state
-        if state.bounds is None:  # else ``_bounded`` checks, with the idle bound renewed
-            state.check_deadline()
         try:
             raw = next(self._bytes)
         except StopIteration:
