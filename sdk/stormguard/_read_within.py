@@ -7,7 +7,12 @@ each read costs a timer on the event loop and anyio's task bookkeeping, about a
 third of an async stream's CPU per chunk. So on asyncio the read is started
 outside any bound; a piece that comes at once is returned as it is (a read that
 never waits cannot be cut by a timer either), and only a read that must wait
-(its first step yielded to the event loop) goes on under ``asyncio.timeout``.
+goes on under ``asyncio.timeout``. A bare yield to the event loop is not a
+wait: anyio's checkpoints (httpcore takes an anyio lock as a body ends, which
+yields once even when the lock is free) go on without a timer, which is armed
+at the first step that waits on a future. ``await_within`` does the same for
+any awaitable: an attempt's send, and its body read, which then needs no timer
+when the body came with the headers.
 
 Not an anyio scope there: the read may already be inside scopes of its own
 (httpcore bounds each socket read with one), and anyio scopes must be left in
@@ -39,25 +44,59 @@ async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
     if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
         with anyio.fail_after(seconds):
             return await items.__anext__()
-    step: Any = items.__anext__()
-    try:
-        waiting = step.send(None)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    async with asyncio.timeout(seconds):
-        return await _resume(step, waiting)  # type: ignore[no-any-return]
+    return await _within(asyncio, items.__anext__(), seconds)  # type: ignore[no-any-return]
 
 
 async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
     """``await awaitable``, ended by ``TimeoutError`` after ``seconds`` (None:
-    unbounded): under ``asyncio.timeout`` on asyncio (a timer, and none of anyio's
-    scope bookkeeping: a third of the cost), else in ``anyio.fail_after``."""
+    unbounded) of waiting, with a timer only once it waits (module doc); off
+    asyncio in ``anyio.fail_after``."""
     asyncio = sys.modules.get("asyncio")
     if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
         with anyio.fail_after(seconds):
             return await awaitable
+    return await _within(asyncio, awaitable.__await__(), seconds)  # type: ignore[no-any-return]
+
+
+async def _within(asyncio: Any, step: Any, seconds: float | None) -> Any:
+    """Run ``step`` (an awaitable's iterator, not started) to its result: as it is
+    while it does not wait, under ``asyncio.timeout(seconds)`` from its first wait."""
+    try:
+        waiting = step.send(None)
+    except StopIteration as done:
+        return done.value
+    if waiting is None:  # a bare yield: a checkpoint (``sleep(0)``), not a wait
+        finished, waiting = await _until_waiting(step)
+        if finished:
+            return waiting
     async with asyncio.timeout(seconds):
-        return await awaitable
+        return await _resume(step, waiting)
+
+
+@types.coroutine
+def _until_waiting(step: Any) -> Generator[None, Any, tuple[bool, Any]]:
+    """Go on with ``step`` while it only yields to the event loop without waiting on
+    anything (anyio's checkpoints, a lock taken at once): no timer bounds that.
+    Returns ``(True, its result)`` when it finishes, ``(False, what it waits on)``
+    at its first real wait."""
+    while True:
+        try:
+            sent = yield None
+        except GeneratorExit:
+            step.close()
+            raise
+        except BaseException as exc:
+            try:
+                waiting = step.throw(exc)
+            except StopIteration as done:
+                return True, done.value
+        else:
+            try:
+                waiting = step.send(sent)
+            except StopIteration as done:
+                return True, done.value
+        if waiting is not None:
+            return False, waiting
 
 
 @types.coroutine

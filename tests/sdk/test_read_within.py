@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import anyio
 import pytest
 
-from stormguard._read_within import anext_within
+from stormguard._read_within import anext_within, await_within
 
 
 async def _ready(*items: bytes) -> AsyncIterator[bytes]:
@@ -94,3 +94,88 @@ async def test_the_iterators_own_cancel_scopes_are_left_in_order() -> None:
         await anext_within(scoped(60.0), 0.01)
     async with anyio.create_task_group():  # anyio's state of this task is intact
         pass
+
+
+class _CountedTimeouts:
+    """Counts the ``asyncio.timeout`` scopes entered (the timers armed)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.armed = 0
+        real = asyncio.timeout
+
+        def counted(delay: float | None) -> asyncio.Timeout:
+            self.armed += 1
+            return real(delay)
+
+        monkeypatch.setattr(asyncio, "timeout", counted)
+
+
+async def test_bare_yields_to_the_loop_arm_no_timer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """anyio's checkpoints (a lock taken at once, ``sleep(0)``) yield to the event loop
+    without waiting on anything: no timer, for an item or for any awaitable."""
+    timeouts = _CountedTimeouts(monkeypatch)
+
+    async def checkpointed() -> AsyncIterator[bytes]:
+        await asyncio.sleep(0)
+        yield b"a"
+        await asyncio.sleep(0)
+
+    async def answer() -> int:
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        return 42
+
+    items = checkpointed()
+    assert await anext_within(items, 5.0) == b"a"
+    with pytest.raises(StopAsyncIteration):
+        await anext_within(items, 5.0)
+    assert await await_within(answer(), 5.0) == 42
+    assert timeouts.armed == 0
+
+
+async def test_a_real_wait_after_bare_yields_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    timeouts = _CountedTimeouts(monkeypatch)
+
+    async def checkpoint_then_stall() -> int:
+        await asyncio.sleep(0)
+        await asyncio.Event().wait()
+        return 1
+
+    with pytest.raises(TimeoutError):
+        await await_within(checkpoint_then_stall(), 0.01)
+    assert timeouts.armed == 1
+
+
+async def test_await_within_returns_what_comes_in_time_and_raises_what_it_raises() -> None:
+    gate = asyncio.Event()
+
+    async def gated() -> str:
+        await gate.wait()
+        return "late"
+
+    async def failing() -> None:
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    read = asyncio.ensure_future(await_within(gated(), 60.0))
+    await asyncio.sleep(0)
+    assert not read.done()
+    gate.set()
+    assert await read == "late"
+    with pytest.raises(ValueError, match="boom"):
+        await await_within(failing(), 60.0)
+
+
+async def test_a_cancellation_during_bare_yields_stays_a_cancellation() -> None:
+    reached = asyncio.Event()
+
+    async def spinning() -> None:
+        while True:
+            reached.set()
+            await asyncio.sleep(0)
+
+    task = asyncio.ensure_future(await_within(spinning(), 60.0))
+    await reached.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
