@@ -44,7 +44,12 @@ async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
     if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
         with anyio.fail_after(seconds):
             return await items.__anext__()
-    return await _within(asyncio, items.__anext__(), seconds)  # type: ignore[no-any-return]
+    step: Any = items.__anext__()
+    try:
+        waiting = step.send(None)
+    except StopIteration as done:  # at hand: most pieces of a fast stream
+        return done.value  # type: ignore[no-any-return]
+    return await _waited(asyncio, step, waiting, seconds)  # type: ignore[no-any-return]
 
 
 async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
@@ -55,16 +60,17 @@ async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
     if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
         with anyio.fail_after(seconds):
             return await awaitable
-    return await _within(asyncio, awaitable.__await__(), seconds)  # type: ignore[no-any-return]
-
-
-async def _within(asyncio: Any, step: Any, seconds: float | None) -> Any:
-    """Run ``step`` (an awaitable's iterator, not started) to its result: as it is
-    while it does not wait, under ``asyncio.timeout(seconds)`` from its first wait."""
+    step: Any = awaitable.__await__()
     try:
         waiting = step.send(None)
     except StopIteration as done:
-        return done.value
+        return done.value  # type: ignore[no-any-return]
+    return await _waited(asyncio, step, waiting, seconds)  # type: ignore[no-any-return]
+
+
+async def _waited(asyncio: Any, step: Any, waiting: object, seconds: float | None) -> Any:
+    """Go on with ``step``, started, that yielded ``waiting``: as it is while it
+    does not wait, under ``asyncio.timeout(seconds)`` from its first wait."""
     if waiting is None:  # a bare yield: a checkpoint (``sleep(0)``), not a wait
         finished, waiting = await _until_waiting(step)
         if finished:
