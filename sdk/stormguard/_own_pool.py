@@ -93,11 +93,19 @@ def _straight(transport: Any, mounts: Mapping[str, Any]) -> Any:
 
 
 def _received(
-    client: httpx.Client | httpx.AsyncClient, request: httpx.Request, response: httpx.Response
-) -> None:
+    client: httpx.Client | httpx.AsyncClient,
+    request: httpx.Request,
+    response: httpx.Response,
+    timed: type[_TimedStream | _TimedAsyncStream],
+    start: float,
+) -> httpx.Response:
+    """``response`` as httpx's client hands it over: its request, its body timed,
+    the cookies it sets kept."""
+    response.stream = timed(response.stream, response, start)
     response.request = request
     if response.headers.get_list("set-cookie"):  # no KeyError raised and caught per call
         client.cookies.extract_cookies(response)
+    return response
 
 
 class _AttemptRequests:
@@ -185,9 +193,7 @@ class OwnClient(_AttemptRequests, httpx.Client):
         except httpx.RequestError as exc:
             exc.request = request
             raise
-        response.stream = _TimedStream(response.stream, response, start)
-        _received(self, request, response)
-        return response
+        return _received(self, request, response, _TimedStream, start)
 
 
 class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
@@ -222,9 +228,7 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
         except httpx.RequestError as exc:
             exc.request = request
             raise
-        response.stream = _TimedAsyncStream(response.stream, response, start)
-        _received(self, request, response)
-        return response
+        return _received(self, request, response, _TimedAsyncStream, start)
 
 
 #: The pools whose requests ``attempt_request`` builds.

@@ -72,43 +72,22 @@ async def _waited(asyncio: Any, step: Any, waiting: object, seconds: float | Non
     """Go on with ``step``, started, that yielded ``waiting``: as it is while it
     does not wait, under ``asyncio.timeout(seconds)`` from its first wait."""
     if waiting is None:  # a bare yield: a checkpoint (``sleep(0)``), not a wait
-        finished, waiting = await _until_waiting(step)
+        finished, waiting = await _drive(step, waiting, to_first_wait=True)
         if finished:
             return waiting
     async with asyncio.timeout(seconds):
-        return await _resume(step, waiting)
+        return (await _drive(step, waiting, to_first_wait=False))[1]
 
 
 @types.coroutine
-def _until_waiting(step: Any) -> Generator[None, Any, tuple[bool, Any]]:
-    """Go on with ``step`` while it only yields to the event loop without waiting on
-    anything (anyio's checkpoints, a lock taken at once): no timer bounds that.
-    Returns ``(True, its result)`` when it finishes, ``(False, what it waits on)``
-    at its first real wait."""
-    while True:
-        try:
-            sent = yield None
-        except GeneratorExit:
-            step.close()
-            raise
-        except BaseException as exc:
-            try:
-                waiting = step.throw(exc)
-            except StopIteration as done:
-                return True, done.value
-        else:
-            try:
-                waiting = step.send(sent)
-            except StopIteration as done:
-                return True, done.value
-        if waiting is not None:
-            return False, waiting
-
-
-@types.coroutine
-def _resume(step: Any, waiting: object) -> Generator[Any, Any, Any]:
-    """Go on with ``step``, a coroutine already started that now waits on
-    ``waiting``: what the event loop sends or throws (a cancellation) goes to it."""
+def _drive(
+    step: Any, waiting: object, *, to_first_wait: bool
+) -> Generator[Any, Any, tuple[bool, Any]]:
+    """Go on with ``step``, a coroutine already started that now yields ``waiting``:
+    what the event loop sends or throws (a cancellation) goes to it. Returns
+    ``(True, its result)`` when it finishes; with ``to_first_wait``, ``(False, what
+    it waits on)`` as soon as it waits on something (not a bare yield: anyio's
+    checkpoints, a lock taken at once, which no timer needs to bound)."""
     while True:
         try:
             sent = yield waiting
@@ -119,9 +98,11 @@ def _resume(step: Any, waiting: object) -> Generator[Any, Any, Any]:
             try:
                 waiting = step.throw(exc)
             except StopIteration as done:
-                return done.value
+                return True, done.value
         else:
             try:
                 waiting = step.send(sent)
             except StopIteration as done:
-                return done.value
+                return True, done.value
+        if to_first_wait and waiting is not None:
+            return False, waiting
