@@ -150,3 +150,39 @@ def test_events_around_a_flood_of_blank_lines_come_out_right() -> None:
     decoder = SSEDecoder()
     events = decoder.feed(b"data: a\n" + b"\n" * 1_000_000 + b"data: b\r\n\r\n")
     assert [e.data for e in events] == ["a", "b"] and not decoder.has_partial_event
+
+
+_EVENT_PARTS = st.one_of(
+    st.text(max_size=20)
+    .filter(lambda t: "\n" not in t and "\r" not in t)
+    .map(lambda t: f"data: {t}\n\n".encode()),
+    st.just(b": keep-alive\n\n"),
+    st.just(b"event: note\ndata: x\n\n"),
+    st.just(b"id: 9\n\n"),
+    st.just(b"data: a\ndata: b\n\n"),
+    st.just(b"data: cr\r\n\r\n"),
+    st.just(b"data: open"),  # a line cut in the middle: the next piece goes on with it
+)
+
+
+@given(st.lists(_EVENT_PARTS, max_size=12))
+def test_whole_events_as_pieces_decode_as_the_stream_cut_byte_by_byte(
+    pieces: list[bytes],
+) -> None:
+    """A piece that is one whole single-line event (nearly every chunk of a real
+    stream) takes a shorter way through the decoder; it must give what the general
+    way gives for the same bytes, whatever came before it."""
+
+    def decoded(chunks: list[bytes]) -> list[tuple[str, str | None, str | None]]:
+        decoder = SSEDecoder()
+        return [(e.data, e.event, e.id) for chunk in chunks for e in decoder.feed(chunk)]
+
+    stream = b"".join(pieces)
+    assert decoded(pieces) == decoded([stream[i : i + 1] for i in range(len(stream))])
+
+
+def test_a_whole_event_past_the_limit_is_refused_with_what_came_before_it() -> None:
+    decoder = SSEDecoder(max_event_bytes=64)
+    assert decoder.feed(b": " + b"c" * 30 + b"\n") == []  # a comment counts as well
+    with pytest.raises(EventTooLargeError):
+        decoder.feed(b"data: " + b"x" * 40 + b"\n\n")
