@@ -91,14 +91,9 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
     # and the loop's set-up and first steps cost a call about 15 us. A first attempt
     # that fails enters the loop as the loop's own first attempt (its outcome set on
     # it), so from there on tenacity decides exactly as it would have.
-    try:
-        result = yield from attempt_flow(call, http)
-    except GeneratorExit:
-        raise
-    except BaseException:
-        first = sys.exc_info()
-    else:
-        call.succeeded_first_time()
+    result, first = yield from _attempt(call, http)
+    if first is None:
+        call.attempt_judged()  # what the retry strategy does with a success
         return result
     retrying = tenacity.Retrying(sleep=_unused_sleep, **call.retrying_kwargs())
     retrying.begin()
@@ -106,19 +101,17 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
     try:
         do = retrying.iter(state)
         assert isinstance(do, tenacity.DoAttempt)  # a loop's first step is an attempt
-        state.set_exception(first)  # type: ignore[arg-type]
+        state.set_exception(first)
         del first  # no cycle through the traceback
         while True:
             do = retrying.iter(state)
             if isinstance(do, tenacity.DoAttempt):
-                try:
-                    result = yield from attempt_flow(call, http)
-                except GeneratorExit:
-                    raise  # the driver dropped the flow: nothing more may be asked of it
-                except BaseException:  # judged by the retry strategy, as tenacity's own loop does
-                    state.set_exception(sys.exc_info())  # type: ignore[arg-type]
-                else:
+                result, failure = yield from _attempt(call, http)
+                if failure is None:
                     state.set_result(result)
+                else:
+                    state.set_exception(failure)
+                del failure
             elif isinstance(do, tenacity.DoSleep):
                 state.prepare_for_next_attempt()
                 yield Sleep(float(do))
@@ -130,6 +123,17 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
         # and an error's traceback holds this frame, so ``state`` must not hold the error.
         retrying.iter_state.reset()
         state.outcome = None
+
+
+def _attempt(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    """One attempt: ``(its result, None)``, or ``(None, the exc_info of its failure)``
+    for the retry strategy to judge, as tenacity's own loop catches it."""
+    try:
+        return (yield from attempt_flow(call, http)), None
+    except GeneratorExit:
+        raise  # the driver dropped the flow: nothing more may be asked of it
+    except BaseException:
+        return None, sys.exc_info()
 
 
 def _unused_sleep(seconds: float) -> None:  # pragma: no cover - the flow yields Sleep instead

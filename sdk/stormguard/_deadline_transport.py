@@ -28,7 +28,8 @@ not needed before a connection pool is.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._http import httpx, library_of
 
@@ -36,7 +37,16 @@ if TYPE_CHECKING:
     from ._deadline_backend import DeadlineBackend as DeadlineBackend
     from ._deadline_backend import DeadlineStream as DeadlineStream
 
-__all__ = ["DeadlineBackend", "DeadlineTransport", "default_http_client", "hold_to_deadlines"]
+__all__ = [
+    "DeadlineBackend",
+    "DeadlineTransport",
+    "default_http_client",
+    "hold_to_deadlines",
+    "proxy_mounts",
+]
+
+
+T = TypeVar("T")
 
 
 def __getattr__(name: str) -> Any:
@@ -94,7 +104,7 @@ def hold_to_deadlines(client: object) -> None:
             hold_transport(transport)
 
 
-def environment_proxies() -> dict[str, str | None]:
+def _environment_proxies() -> dict[str, str | None]:
     """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx (httpx2) reads them (a
     client given a transport reads none of them itself)."""
     utils = sys.modules.get(f"{httpx.__name__}._utils")
@@ -107,10 +117,16 @@ def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
     ``OwnClient`` of ``_own_pool.py``) with its environment proxies, on
     :class:`DeadlineTransport` s (with ``limits``, or httpx's own)."""
     pool = {} if limits is None else {"limits": limits}
-    mounts: dict[str, httpx.BaseTransport | None] = {
-        pattern: None if url is None else DeadlineTransport(proxy=url, **pool)
-        for pattern, url in environment_proxies().items()
-    }
+    mounts = proxy_mounts(lambda url: DeadlineTransport(proxy=url, **pool))
     from ._own_pool import OwnClient
 
     return OwnClient(transport=DeadlineTransport(**pool), mounts=mounts)
+
+
+def proxy_mounts(transport_for: Callable[[str], T]) -> dict[str, T | None]:
+    """The environment's proxies as a client's ``mounts``: ``transport_for(proxy
+    URL)`` for each pattern a proxy serves, None for those ``NO_PROXY`` exempts."""
+    return {
+        pattern: None if url is None else transport_for(url)
+        for pattern, url in _environment_proxies().items()
+    }

@@ -35,7 +35,7 @@ from ._attempt_flow import (
 )
 from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
-from ._deadline_transport import default_http_client, environment_proxies, hold_to_deadlines
+from ._deadline_transport import default_http_client, hold_to_deadlines, proxy_mounts
 from ._http import httpx
 from ._own_pool import OwnAsyncClient
 from ._pipeline import LogicalCall
@@ -66,10 +66,7 @@ def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> http
     (``_own_pool.OwnAsyncClient``) with its environment proxies."""
     if given is not None:
         return cast("httpx.AsyncClient", given)
-    mounts: dict[str, httpx.AsyncBaseTransport | None] = {
-        pattern: None if url is None else httpx.AsyncHTTPTransport(proxy=url, limits=limits)
-        for pattern, url in environment_proxies().items()
-    }
+    mounts = proxy_mounts(lambda url: httpx.AsyncHTTPTransport(proxy=url, limits=limits))
     return OwnAsyncClient(transport=httpx.AsyncHTTPTransport(limits=limits), mounts=mounts)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from ._http import httpx
 
-__all__ = ["OWN_POOLS", "OwnAsyncClient", "OwnClient"]
+__all__ = ["OwnAsyncClient", "OwnClient", "attempt_request"]
 
 _DEFAULT = httpx.USE_CLIENT_DEFAULT
 
@@ -109,44 +109,32 @@ def _received(
 
 
 class _AttemptRequests:
-    """``attempt_request``: what ``build_request`` gives for an attempt, without
-    parsing the same URL and normalising the same headers again for every one."""
+    """``attempt_request`` without parsing the same URL and normalising the same
+    headers again for every attempt."""
 
     headers: httpx.Headers
-    cookies: httpx.Cookies
-    params: httpx.QueryParams
 
     def _cache_init(self) -> None:
         self._urls: dict[str, httpx.URL] = {}
+        # Keyed by the id of a ``base`` the entry holds: that id names no other object.
         self._merged: dict[int, tuple[Mapping[str, str], httpx.Headers]] = {}
 
-    def attempt_request(
+    def _cached_request(
         self,
         method: str,
         url: str,
-        *,
         content: bytes | None,
         base: Mapping[str, str],
         headers: Mapping[str, str],
         extensions: dict[str, Any],
     ) -> httpx.Request:
-        """The request ``build_request(method, url, content=..., headers={**base,
-        **headers}, extensions=...)`` builds, ``extensions`` holding its ``timeout``:
-        the same headers, each of ``headers`` replacing one of the same name in any
-        case (one the pool's defaults have keeps its place among them). ``base``,
-        the headers every request of a client sends, is normalised once per client:
-        it must not change once given."""
-        if self.cookies or self.params:  # what build_request would merge in
-            return self.build_request(  # type: ignore[attr-defined, no-any-return]
-                method, url, content=content, headers={**base, **headers}, extensions=extensions
-            )
         parsed = self._urls.get(url)
         if parsed is None:
             if len(self._urls) >= _CACHED:
                 self._urls.clear()
             parsed = self._urls[url] = httpx.URL(url)
         cached = self._merged.get(id(base))
-        if cached is None or cached[0] is not base:
+        if cached is None:
             if len(self._merged) >= _CACHED:
                 self._merged.clear()
             merged = httpx.Headers(self.headers)
@@ -156,6 +144,30 @@ class _AttemptRequests:
         for name, value in headers.items():
             merged[name] = value
         return httpx.Request(method, parsed, content=content, headers=merged, extensions=extensions)
+
+
+def attempt_request(
+    http: httpx.Client | httpx.AsyncClient,
+    method: str,
+    url: str,
+    *,
+    content: bytes | None,
+    base: Mapping[str, str],
+    headers: Mapping[str, str],
+    extensions: dict[str, Any],
+) -> httpx.Request:
+    """The request ``http.build_request(method, url, content=..., headers={**base,
+    **headers}, extensions=...)`` builds, ``extensions`` holding its ``timeout``. On
+    the client's own pool, with no cookie or query parameter of its own to merge,
+    it is built from a cached URL and ``base`` normalised once per client (so
+    ``base`` must not change once given): the same headers, each of ``headers``
+    replacing one of the same name in any case (one the pool's defaults have keeps
+    its place among them)."""
+    if isinstance(http, _AttemptRequests) and not http.cookies and not http.params:
+        return http._cached_request(method, url, content, base, headers, extensions)
+    return http.build_request(
+        method, url, content=content, headers={**base, **headers}, extensions=extensions
+    )
 
 
 #: Entries each cache of ``_AttemptRequests`` holds before it starts over: a client
@@ -168,7 +180,7 @@ class OwnClient(_AttemptRequests, httpx.Client):
     what the pool does not need (module doc)."""
 
     def __init__(
-        self, *, transport: httpx.BaseTransport, mounts: dict[str, httpx.BaseTransport | None]
+        self, *, transport: httpx.BaseTransport, mounts: Mapping[str, httpx.BaseTransport | None]
     ) -> None:
         super().__init__(transport=transport, mounts=mounts)
         self._straight = _straight(transport, mounts)
@@ -203,7 +215,7 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
         self,
         *,
         transport: httpx.AsyncBaseTransport,
-        mounts: dict[str, httpx.AsyncBaseTransport | None],
+        mounts: Mapping[str, httpx.AsyncBaseTransport | None],
     ) -> None:
         super().__init__(transport=transport, mounts=mounts)
         self._straight = _straight(transport, mounts)
@@ -229,7 +241,3 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
             exc.request = request
             raise
         return _received(self, request, response, _TimedAsyncStream, start)
-
-
-#: The pools whose requests ``attempt_request`` builds.
-OWN_POOLS = (OwnClient, OwnAsyncClient)

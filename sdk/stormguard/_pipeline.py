@@ -49,7 +49,7 @@ from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from ._http import httpx
 from ._limiter import Lease, SlotWaiter
-from ._own_pool import OWN_POOLS
+from ._own_pool import attempt_request
 from ._prompt_view import precheck_view
 from ._stop_reason import StopReason
 from ._verdict import classify
@@ -263,23 +263,15 @@ class LogicalCall(CallResults):
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
         extensions["timeout"] = timeout
-        if isinstance(http, OWN_POOLS):
-            self._request = http.attempt_request(
-                self.spec.method,
-                url,
-                content=self._content,
-                base=self.core.headers,
-                headers=headers,
-                extensions=extensions,
-            )
-        else:
-            self._request = http.build_request(
-                self.spec.method,
-                url,
-                content=self._content,
-                headers={**self.core.headers, **headers},
-                extensions=extensions,
-            )
+        self._request = attempt_request(
+            http,
+            self.spec.method,
+            url,
+            content=self._content,
+            base=self.core.headers,
+            headers=headers,
+            extensions=extensions,
+        )
         return self._request
 
     def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:

@@ -40,8 +40,8 @@ _ASYNCIO_TIMEOUT: bool = sys.version_info >= (3, 11)
 async def anext_within(items: AsyncIterator[_T], seconds: float | None) -> _T:
     """``await items.__anext__()``, ended by ``TimeoutError`` after ``seconds``
     (None: unbounded) of waiting; ``StopAsyncIteration`` at the end."""
-    asyncio = sys.modules.get("asyncio")  # not imported here: a sync program never loads it
-    if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+    asyncio = _running_asyncio()
+    if asyncio is None:
         with anyio.fail_after(seconds):
             return await items.__anext__()
     step: Any = items.__anext__()
@@ -56,8 +56,8 @@ async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
     """``await awaitable``, ended by ``TimeoutError`` after ``seconds`` (None:
     unbounded) of waiting, with a timer only once it waits (module doc); off
     asyncio in ``anyio.fail_after``."""
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+    asyncio = _running_asyncio()
+    if asyncio is None:
         with anyio.fail_after(seconds):
             return await awaitable
     step: Any = awaitable.__await__()
@@ -66,6 +66,15 @@ async def await_within(awaitable: Awaitable[_T], seconds: float | None) -> _T:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     return await _waited(asyncio, step, waiting, seconds)  # type: ignore[no-any-return]
+
+
+def _running_asyncio() -> Any:
+    """The asyncio module when it runs this task and has ``asyncio.timeout``, else
+    None (trio; Python 3.10). Not imported here: a sync program never loads it."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None or not _ASYNCIO_TIMEOUT or asyncio._get_running_loop() is None:
+        return None
+    return asyncio
 
 
 async def _waited(asyncio: Any, step: Any, waiting: object, seconds: float | None) -> Any:

@@ -38,15 +38,15 @@ class RetryLoop(AttemptRecords):
             "retry_error_callback": _raise_last_error,
         }
 
-    def succeeded_first_time(self) -> None:
-        """What ``retry`` does with a first attempt that succeeded, for the call flow,
-        which does not build tenacity's loop until an attempt fails."""
+    def attempt_judged(self) -> None:
+        """An attempt's outcome is being judged: a stream's first-chunk bound is over,
+        the retry is decided on the call's total. ``retry`` starts with it; the call
+        flow calls it for a first attempt that succeeded (no loop was built)."""
         if self.stream_bounds is not None:
             self.stream_bounds.attempt_over()
 
     def _retry(self, state: tenacity.RetryCallState) -> bool:
-        if self.stream_bounds is not None:
-            self.stream_bounds.attempt_over()  # the retry is decided on the call's total
+        self.attempt_judged()
         error = _outcome_error(state)
         if error is None:
             return False

@@ -20,7 +20,7 @@ import pytest
 import respx
 
 import stormguard
-from stormguard._own_pool import OwnAsyncClient, OwnClient
+from stormguard._own_pool import OwnAsyncClient, OwnClient, attempt_request
 from tests.sdk.helpers import BASE as API_BASE
 from tests.sdk.helpers import MESSAGES, chat_json
 
@@ -164,8 +164,14 @@ async def test_a_cookie_set_is_kept_and_sent_by_httpx_with_the_next_request(
     assert pool.through_httpx == []  # the jar was empty: straight to the transport
     assert client.cookies.get("session") == "abc"
     if build == "attempt_request":
-        request = client.attempt_request(
-            "POST", URL, content=b"{}", base={}, headers={}, extensions=TIMEOUT["extensions"]
+        request = attempt_request(
+            client,
+            "POST",
+            URL,
+            content=b"{}",
+            base={},
+            headers={},
+            extensions=TIMEOUT["extensions"],
         )
     else:
         request = client.build_request("POST", URL, content=b"{}", **TIMEOUT)
@@ -296,8 +302,14 @@ def both_ways(
     content: bytes | None = b'{"model": "m"}',
 ) -> tuple[httpx.Request, httpx.Request]:
     headers = headers or {}
-    built = client.attempt_request(
-        "POST", url, content=content, base=base, headers=headers, extensions=dict(EXTENSIONS)
+    built = attempt_request(
+        client,
+        "POST",
+        url,
+        content=content,
+        base=base,
+        headers=headers,
+        extensions=dict(EXTENSIONS),
     )
     expected = client.build_request(
         "POST", url, content=content, headers={**base, **headers}, extensions=dict(EXTENSIONS)
@@ -334,7 +346,8 @@ async def test_a_request_from_the_cache_shares_no_headers_with_the_next(pool: Po
 
 async def test_an_attempt_header_overrides_a_base_one_in_any_case(pool: Pool) -> None:
     client = pool.client()
-    request = client.attempt_request(
+    request = attempt_request(
+        client,
         "GET",
         URL,
         content=None,
