@@ -115,12 +115,17 @@ def _environment_proxies() -> dict[str, str | None]:
 def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
     """What ``Client()`` uses when given no ``http_client``: an ``httpx.Client`` (the
     ``OwnClient`` of ``_own_pool.py``) with its environment proxies, on
-    :class:`DeadlineTransport` s (with ``limits``, or httpx's own)."""
-    pool = {} if limits is None else {"limits": limits}
-    mounts = proxy_mounts(lambda url: DeadlineTransport(proxy=url, **pool))
+    :class:`DeadlineTransport` s (with ``limits``, split among shards of at most 64
+    connections by ``_pool_shards``; or httpx's own limits, in one pool)."""
     from ._own_pool import OwnClient
+    from ._pool_shards import pool_transport
 
-    return OwnClient(transport=DeadlineTransport(**pool), mounts=mounts)
+    def transport(proxy: str | None = None) -> httpx.BaseTransport:
+        if limits is None:
+            return DeadlineTransport(proxy=proxy)
+        return pool_transport(lambda each: DeadlineTransport(proxy=proxy, limits=each), limits)
+
+    return OwnClient(transport=transport(), mounts=proxy_mounts(transport))
 
 
 def proxy_mounts(transport_for: Callable[[str], T]) -> dict[str, T | None]:

@@ -39,6 +39,7 @@ from ._deadline_transport import default_http_client, hold_to_deadlines, proxy_m
 from ._http import httpx
 from ._own_pool import OwnAsyncClient
 from ._pipeline import LogicalCall
+from ._pool_shards import pool_transport
 from ._read_within import await_within
 from ._streaming import AsyncStream, Stream, _StreamState
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
@@ -63,11 +64,17 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
 
 def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
     """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
-    (``_own_pool.OwnAsyncClient``) with its environment proxies."""
+    (``_own_pool.OwnAsyncClient``) with its environment proxies, its ``limits``
+    split among shards of at most 64 connections (``_pool_shards``)."""
     if given is not None:
         return cast("httpx.AsyncClient", given)
-    mounts = proxy_mounts(lambda url: httpx.AsyncHTTPTransport(proxy=url, limits=limits))
-    return OwnAsyncClient(transport=httpx.AsyncHTTPTransport(limits=limits), mounts=mounts)
+
+    def transport(proxy: str | None = None) -> httpx.AsyncBaseTransport:
+        return pool_transport(
+            lambda each: httpx.AsyncHTTPTransport(proxy=proxy, limits=each), limits
+        )
+
+    return OwnAsyncClient(transport=transport(), mounts=proxy_mounts(transport))
 
 
 def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:

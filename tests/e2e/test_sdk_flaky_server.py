@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -30,8 +31,12 @@ def _fresh(server: FlakyServer) -> None:
 
 
 def pool_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
-    """Requests httpcore still holds (in flight or waiting): 0 once nothing leaked."""
-    return len(client._http._transport._pool._requests)  # type: ignore[attr-defined]
+    """Requests httpcore still holds (in flight or waiting), and those the pool's
+    shards still count as in flight: 0 once nothing leaked."""
+    transport: Any = client._http._transport
+    shards = transport.shards if hasattr(transport, "shards") else ()
+    pools = [s.transport for s in shards] or [transport]
+    return sum(len(t._pool._requests) for t in pools) + sum(s.in_flight for s in shards)
 
 
 def run_calls(client: stormguard.Client, n: int, workers: int = 4) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from stormguard._deadline_transport import (
 )
 from stormguard._drivers import http_pool_async
 from stormguard._own_pool import OwnAsyncClient
+from stormguard._pool_shards import ShardedTransport
 from stormguard.testing import FakeClock
 
 
@@ -160,8 +161,15 @@ def pool_backend(transport: httpx.BaseTransport) -> object:
 
 def test_the_default_sync_client_connects_through_the_deadline_backend() -> None:
     with stormguard.Client(base_url="http://127.0.0.1:9/v1") as client:
+        sharded = client._http._transport
+        assert isinstance(sharded, ShardedTransport)  # 1,000 connections: 32 pools
+        for shard in sharded.shards:
+            assert isinstance(shard.transport, DeadlineTransport)
+            assert isinstance(pool_backend(shard.transport), DeadlineBackend)
+    small = httpx.Limits(max_connections=5)
+    with stormguard.Client(base_url="http://127.0.0.1:9/v1", connection_limits=small) as client:
         transport = client._http._transport
-        assert isinstance(transport, DeadlineTransport)
+        assert isinstance(transport, DeadlineTransport)  # one pool: nothing to split
         assert isinstance(pool_backend(transport), DeadlineBackend)
 
 

@@ -233,11 +233,17 @@ async def test_organization_and_project_from_arguments_or_environment(
 
 
 def _pool_limits(client: stormguard.Client | stormguard.AsyncClient) -> tuple[int, int]:
-    transport = client._http._transport
-    if isinstance(client, stormguard.Client):
-        assert isinstance(transport, stormguard.DeadlineTransport)  # kept underneath
-    pool: Any = getattr(transport, "_pool")  # noqa: B009 (private, on purpose)
-    return pool._max_connections, pool._max_keepalive_connections
+    """The limits of the client's own pool, summed over its shards (``_pool_shards``)."""
+    transport: Any = client._http._transport
+    shards = [s.transport for s in getattr(transport, "shards", ())] or [transport]
+    connections = idle = 0
+    for shard in shards:
+        if isinstance(client, stormguard.Client):
+            assert isinstance(shard, stormguard.DeadlineTransport)  # kept underneath
+        pool: Any = getattr(shard, "_pool")  # noqa: B009 (private, on purpose)
+        connections += pool._max_connections
+        idle += pool._max_keepalive_connections
+    return connections, idle
 
 
 async def test_connection_limits_default_and_configurable() -> None:
