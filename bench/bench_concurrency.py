@@ -1,7 +1,7 @@
 """Many concurrent calls on one event loop: stormguard's CPU and added latency at 1,000.
 
     .venv/bin/python bench/bench_concurrency.py [--calls 1000] [--rounds 5]
-        [--http httpx2,httpx,mock] [--profile N] [--handoff SLOTS]
+        [--http httpx2,httpx,mock,mock-given] [--profile N] [--handoff SLOTS]
 
 A local server in its own process (``--serve``, below: raw asyncio, no framework,
 file limit raised, backlog 4096) answers every chat completion after ``--delay``
@@ -9,12 +9,16 @@ seconds (1 s), sleeping on its event loop, so it holds all 1,000 calls at once.
 Two clients on one event loop, both allowed 1,000+ pooled connections: a raw
 ``AsyncClient`` posting and decoding the JSON (``json.loads``, the least any
 client does), and ``stormguard.AsyncClient`` with its default policy (adaptive
-concurrency limiter and retry budget on, telemetry with no provider) over a pool
-of the same library. ``--http`` names the libraries, one run each: httpx, httpx2,
-or ``mock``, an in-process httpx transport that answers after the delay (no
-sockets, no pool): at 1,000 connections httpcore's pool scans every connection
-per request and costs far more than either client, so only the mock shows the
-clients' own work.
+concurrency limiter and retry budget on, telemetry with no provider) over the
+pool its user would have: its own default pool (httpx's client, sized with
+``connection_limits``) for httpx, the ``httpx2.AsyncClient`` passed as
+``http_client`` for httpx2. ``--http`` names the pools, one run each: httpx,
+httpx2, ``mock``, an in-process httpx transport that answers after the delay (no
+sockets, no pool) under stormguard's default pool, or ``mock-given``, the same
+transport in a plain ``httpx.AsyncClient`` passed as ``http_client`` (which takes
+httpx's whole ``Client.send``, as raw httpx does). At 1,000 connections
+httpcore's pool scans every connection per request and costs far more than
+either client, so only the mock shows the clients' own work.
 
 A cold round of new clients comes first, the calls at once: its connections are
 new and stormguard's limiter starts at ``initial_limit`` (20), so calls queue
@@ -28,7 +32,7 @@ server's delay); the figures are medians over rounds (CPU) and quantiles over
 every call of those rounds (latency). ``--handoff`` measures only the limiter's
 hand-off from a release to the waiting task, in process.
 
-Targets (issue "Performance", 3): CPU per call <= 1.2x raw httpx's; the p99 of
+Targets: CPU per call <= 1.2x raw httpx's; the p99 of
 the added latency < 5 ms (no lock convoy). ``--profile N`` runs cProfile over one
 warm stormguard round. Not a timed test: numbers depend on the machine.
 """
@@ -54,6 +58,7 @@ import httpx
 import httpx2
 
 import stormguard
+from stormguard._own_pool import OwnAsyncClient
 from zero_server import COMPLETION, OK, in_process, read_request
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
@@ -117,8 +122,7 @@ def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
     ``library`` "mock" is httpx with an in-process transport that answers after
     the delay (no sockets, no pool: what is left is the clients' own work)."""
     if library == "mock":
-        delay = options.pop("delay")
-        transport = httpx.MockTransport(partial(_answer_later, float(delay)))  # type: ignore[arg-type]
+        transport = _mock_transport(float(options.pop("delay")))  # type: ignore[arg-type]
         client: httpx.AsyncClient = httpx.AsyncClient(transport=transport, **options)  # type: ignore[arg-type]
         return client
     options.pop("delay")
@@ -126,6 +130,10 @@ def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
     limits = module.Limits(max_connections=calls + 24, max_keepalive_connections=calls + 24)
     client = module.AsyncClient(limits=limits, timeout=60, **options)
     return client
+
+
+def _mock_transport(delay: float) -> httpx.MockTransport:
+    return httpx.MockTransport(partial(_answer_later, delay))
 
 
 async def _answer_later(delay: float, request: httpx.Request) -> httpx.Response:
@@ -137,6 +145,7 @@ async def _answer_later(delay: float, request: httpx.Request) -> httpx.Response:
 def raw_client(
     base_url: str, calls: int, library: str, delay: float
 ) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    library = library.removesuffix("-given")  # raw httpx has no pool but the one it is given
     client = _pool(library, calls, delay=delay, headers={"authorization": f"Bearer {KEY}"})
     url = f"{base_url}/chat/completions"
 
@@ -149,16 +158,35 @@ def raw_client(
 def guard_client(
     base_url: str, calls: int, library: str, delay: float
 ) -> tuple[Call, Callable[[], Awaitable[None]], stormguard.AsyncClient]:
-    """stormguard's default policy over a pool of ``library`` (its own by default,
-    which is httpx's; the same limits either way)."""
-    http = _pool(library, calls, delay=delay)
+    """stormguard's default policy over the pool a user of ``library`` gets: its own
+    (httpx's ``AsyncClient`` subclassed, as by default) sized by ``connection_limits``
+    for httpx, over the mock's transport for "mock"; the pool passed as
+    ``http_client`` for httpx2 (how openai-python 3.x users bring theirs) and for
+    "mock-given" (the mock as a pool of your own, which takes httpx's whole
+    ``Client.send``). The same limits either way."""
+    http: httpx.AsyncClient | None = None
+    limits = None
+    if library == "httpx":
+        limits = httpx.Limits(max_connections=calls + 24, max_keepalive_connections=calls + 24)
+    elif library == "mock":
+        # The default pool's class over the mock's transport: stormguard builds this
+        # pool itself, and no public option hands it a transport.
+        http = OwnAsyncClient(transport=_mock_transport(delay), mounts={})
+    else:
+        http = _pool(library.removesuffix("-given"), calls, delay=delay)
     client = stormguard.AsyncClient(
-        base_url=base_url, api_key=KEY, model="slow", timeout=60, http_client=http
+        base_url=base_url,
+        api_key=KEY,
+        model="slow",
+        timeout=60,
+        http_client=http,
+        connection_limits=limits,
     )
 
     async def close() -> None:
         await client.close()
-        await http.aclose()
+        if http is not None:
+            await http.aclose()
 
     def call() -> Awaitable[object]:
         return client.chat.completions.create(messages=MESSAGES, max_tokens=16)
@@ -328,7 +356,7 @@ def main() -> None:
     parser.add_argument(
         "--http",
         default="httpx2,httpx",
-        help="HTTP libraries under both clients, comma-separated (httpx, httpx2, mock)",
+        help="pools under both clients, comma-separated (httpx, httpx2, mock, mock-given)",
     )
     parser.add_argument(
         "--profile",
