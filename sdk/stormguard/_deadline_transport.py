@@ -120,10 +120,14 @@ def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
     from ._own_pool import OwnClient
     from ._pool_shards import pool_transport
 
+    tls = httpx.create_ssl_context()  # one for every shard: each takes ~20 ms to load
+
     def transport(proxy: str | None = None) -> httpx.BaseTransport:
         if limits is None:
-            return DeadlineTransport(proxy=proxy)
-        return pool_transport(lambda each: DeadlineTransport(proxy=proxy, limits=each), limits)
+            return DeadlineTransport(proxy=proxy, verify=tls)
+        return pool_transport(
+            lambda each: DeadlineTransport(proxy=proxy, limits=each, verify=tls), limits
+        )
 
     return OwnClient(transport=transport(), mounts=proxy_mounts(transport))
 

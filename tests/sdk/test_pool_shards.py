@@ -306,3 +306,16 @@ async def test_the_async_client_reuses_one_connection_and_spreads_a_burst(
         assert all(c.choices[0].message.content == "hi" for c in done)
         assert _idle_per_shard(transport) == [2, 2, 2, 2]
         assert [s.in_flight for s in transport.shards] == [0, 0, 0, 0]
+
+
+async def test_the_shards_of_a_default_pool_share_one_tls_context() -> None:
+    """Each TLS context loads the CA bundle (about 20 ms): 32 of them made a client
+    take 0.7 s to build."""
+    for client in (
+        stormguard.Client(base_url="https://llm.test/v1"),
+        stormguard.AsyncClient(base_url="https://llm.test/v1"),
+    ):
+        transport: Any = client._http._transport
+        contexts = {id(shard.transport._pool._ssl_context) for shard in transport.shards}
+        assert len(transport.shards) == 32 and len(contexts) == 1
+        await client.close() if isinstance(client, stormguard.AsyncClient) else client.close()
