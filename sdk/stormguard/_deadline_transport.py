@@ -112,24 +112,13 @@ def _environment_proxies() -> dict[str, str | None]:
     return dict(read()) if callable(read) else {}
 
 
-def default_http_client(limits: httpx.Limits | None = None) -> httpx.Client:
+def default_http_client(limits: httpx.Limits) -> httpx.Client:
     """What ``Client()`` uses when given no ``http_client``: an ``httpx.Client`` (the
     ``OwnClient`` of ``_own_pool.py``) with its environment proxies, on
-    :class:`DeadlineTransport` s (with ``limits``, split among shards of at most 64
-    connections by ``_pool_shards``; or httpx's own limits, in one pool)."""
-    from ._own_pool import OwnClient
-    from ._pool_shards import pool_transport
+    :class:`DeadlineTransport` s holding ``limits`` among them (``own_pool``)."""
+    from ._own_pool import OwnClient, own_pool
 
-    tls = httpx.create_ssl_context()  # one for every shard: each takes ~20 ms to load
-
-    def transport(proxy: str | None = None) -> httpx.BaseTransport:
-        if limits is None:
-            return DeadlineTransport(proxy=proxy, verify=tls)
-        return pool_transport(
-            lambda each: DeadlineTransport(proxy=proxy, limits=each, verify=tls), limits
-        )
-
-    return OwnClient(transport=transport(), mounts=proxy_mounts(transport))
+    return own_pool(OwnClient, DeadlineTransport, limits)
 
 
 def proxy_mounts(transport_for: Callable[[str], T]) -> dict[str, T | None]:

@@ -35,11 +35,10 @@ from ._attempt_flow import (
 )
 from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
-from ._deadline_transport import default_http_client, hold_to_deadlines, proxy_mounts
+from ._deadline_transport import default_http_client, hold_to_deadlines
 from ._http import httpx
-from ._own_pool import OwnAsyncClient
+from ._own_pool import OwnAsyncClient, own_pool
 from ._pipeline import LogicalCall
-from ._pool_shards import pool_transport
 from ._read_within import await_within
 from ._streaming import AsyncStream, Stream, _StreamState
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
@@ -64,19 +63,11 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
 
 def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
     """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
-    (``_own_pool.OwnAsyncClient``) with its environment proxies, its ``limits``
-    split among shards of at most 64 connections (``_pool_shards``)."""
+    (``_own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
+    among its transports (``own_pool``)."""
     if given is not None:
         return cast("httpx.AsyncClient", given)
-
-    tls = httpx.create_ssl_context()  # one for every shard: each takes ~20 ms to load
-
-    def transport(proxy: str | None = None) -> httpx.AsyncBaseTransport:
-        return pool_transport(
-            lambda each: httpx.AsyncHTTPTransport(proxy=proxy, limits=each, verify=tls), limits
-        )
-
-    return OwnAsyncClient(transport=transport(), mounts=proxy_mounts(transport))
+    return own_pool(OwnAsyncClient, httpx.AsyncHTTPTransport, limits)
 
 
 def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:

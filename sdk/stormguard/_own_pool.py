@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
+from ._deadline_transport import proxy_mounts
 from ._http import httpx
+from ._pool_shards import pool_transport
 
-__all__ = ["OwnAsyncClient", "OwnClient", "attempt_request"]
+__all__ = ["OwnAsyncClient", "OwnClient", "attempt_request", "own_pool"]
 
 _DEFAULT = httpx.USE_CLIENT_DEFAULT
 
@@ -241,3 +243,20 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
             exc.request = request
             raise
         return _received(self, request, response, _TimedAsyncStream, start)
+
+
+_Own = TypeVar("_Own", OwnClient, OwnAsyncClient)
+
+
+def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits) -> _Own:
+    """``client`` on the transports ``make(proxy=, limits=, verify=)`` builds (an httpx
+    ``HTTPTransport`` class or a subclass): one for direct requests and one for each
+    proxy of the environment, each split into shards of ``limits`` (``_pool_shards``),
+    all on one TLS context (each transport would load the CA bundle for its own,
+    about 20 ms)."""
+    tls = httpx.create_ssl_context()
+
+    def transport(proxy: str | None = None) -> Any:
+        return pool_transport(lambda each: make(proxy=proxy, limits=each, verify=tls), limits)
+
+    return client(transport=transport(), mounts=proxy_mounts(transport))

@@ -154,16 +154,17 @@ class _HeldAsyncStream(_Held, httpx.AsyncByteStream):
             self._done()
 
 
-class ShardedTransport(httpx.BaseTransport):
-    """httpx transports (``shards``, each a pool of its own) used as one (module
-    doc). Thread-safe: a sync client is shared by threads, so the counts are
-    kept under a lock."""
+class _Shards(Generic[_T]):
+    """The shards and their counts: which one a request takes, and its release."""
 
-    def __init__(self, shards: Sequence[httpx.BaseTransport]) -> None:
-        self.shards: tuple[_Shard[httpx.BaseTransport], ...] = tuple(map(_Shard, shards))
+    def __init__(self, shards: Sequence[_T]) -> None:
+        self.shards: tuple[_Shard[_T], ...] = tuple(map(_Shard, shards))
+        # A sync client is shared by threads; uncontended on an event loop.
         self._lock = threading.Lock()
 
-    def handle_request(self, request: httpx.Request) -> httpx.Response:
+    def _take(self) -> tuple[_Shard[_T], Callable[[], None]]:
+        """The least busy shard, counted with one more request; the call that
+        counts it out again."""
         with self._lock:
             shard = _least_busy(self.shards)
             shard.in_flight += 1
@@ -172,6 +173,15 @@ class ShardedTransport(httpx.BaseTransport):
             with self._lock:
                 shard.in_flight -= 1
 
+        return shard, release
+
+
+class ShardedTransport(_Shards[httpx.BaseTransport], httpx.BaseTransport):
+    """httpx transports (``shards``, each a pool of its own) used as one (module
+    doc). Thread-safe."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        shard, release = self._take()
         try:
             response = shard.transport.handle_request(request)
         except BaseException:
@@ -185,19 +195,11 @@ class ShardedTransport(httpx.BaseTransport):
             shard.transport.close()
 
 
-class AsyncShardedTransport(httpx.AsyncBaseTransport):
-    """The async twin of :class:`ShardedTransport`, on one event loop (no lock)."""
-
-    def __init__(self, shards: Sequence[httpx.AsyncBaseTransport]) -> None:
-        self.shards: tuple[_Shard[httpx.AsyncBaseTransport], ...] = tuple(map(_Shard, shards))
+class AsyncShardedTransport(_Shards[httpx.AsyncBaseTransport], httpx.AsyncBaseTransport):
+    """The async twin of :class:`ShardedTransport`."""
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        shard = _least_busy(self.shards)
-        shard.in_flight += 1
-
-        def release() -> None:
-            shard.in_flight -= 1
-
+        shard, release = self._take()
         try:
             response = await shard.transport.handle_async_request(request)
         except BaseException:

@@ -6,7 +6,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -14,6 +13,7 @@ import stormguard
 from stormguard import RetryBudget
 from stormguard.testing import FakeClock
 from tests.e2e.flaky_server import FlakyServer, running, wait_for
+from tests.sdk.helpers import own_pools
 
 pytestmark = pytest.mark.e2e
 
@@ -33,10 +33,9 @@ def _fresh(server: FlakyServer) -> None:
 def pool_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
     """Requests httpcore still holds (in flight or waiting), and those the pool's
     shards still count as in flight: 0 once nothing leaked."""
-    transport: Any = client._http._transport
-    shards = transport.shards if hasattr(transport, "shards") else ()
-    pools = [s.transport for s in shards] or [transport]
-    return sum(len(t._pool._requests) for t in pools) + sum(s.in_flight for s in shards)
+    shards = getattr(client._http._transport, "shards", ())
+    held = sum(len(pool._pool._requests) for pool in own_pools(client))
+    return int(held + sum(shard.in_flight for shard in shards))
 
 
 def run_calls(client: stormguard.Client, n: int, workers: int = 4) -> tuple[int, int]:

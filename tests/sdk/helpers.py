@@ -102,3 +102,10 @@ def event_stream(body: bytes, status: int = 200, **headers: str) -> httpx.Respon
 
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def own_pools(client: stormguard.Client | stormguard.AsyncClient) -> list[Any]:
+    """The httpx transports of a client's own pool: each of its shards'
+    (``_pool_shards``), or its one when its limits fit one."""
+    transport: Any = client._http._transport
+    return [shard.transport for shard in getattr(transport, "shards", ())] or [transport]

@@ -178,7 +178,7 @@ def test_environment_proxies_are_kept_on_deadline_transports(
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
     monkeypatch.setenv("NO_PROXY", "localhost")
-    with default_http_client() as http:
+    with default_http_client(httpx.Limits(max_connections=3)) as http:
         mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
     assert isinstance(mounted["https://"], DeadlineTransport)
     assert isinstance(pool_backend(mounted["https://"]), DeadlineBackend)

@@ -18,7 +18,7 @@ import respx
 
 import stormguard
 from stormguard import RetryPolicy
-from tests.sdk.helpers import MESSAGES, Api, chat_json
+from tests.sdk.helpers import MESSAGES, Api, chat_json, own_pools
 
 
 def sent_timeout(route: respx.Route) -> dict[str, float | None]:
@@ -234,10 +234,8 @@ async def test_organization_and_project_from_arguments_or_environment(
 
 def _pool_limits(client: stormguard.Client | stormguard.AsyncClient) -> tuple[int, int]:
     """The limits of the client's own pool, summed over its shards (``_pool_shards``)."""
-    transport: Any = client._http._transport
-    shards = [s.transport for s in getattr(transport, "shards", ())] or [transport]
     connections = idle = 0
-    for shard in shards:
+    for shard in own_pools(client):
         if isinstance(client, stormguard.Client):
             assert isinstance(shard, stormguard.DeadlineTransport)  # kept underneath
         pool: Any = getattr(shard, "_pool")  # noqa: B009 (private, on purpose)

@@ -23,6 +23,7 @@ from stormguard._pool_shards import (
     pool_transport,
     shard_limits,
 )
+from tests.sdk.helpers import own_pools
 
 # -- the limits ------------------------------------------------------------------------
 
@@ -261,8 +262,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 LIMITS = httpx.Limits(max_connections=4 * SHARD_CONNECTIONS, max_keepalive_connections=8)
 
 
-def _idle_per_shard(transport: Any) -> list[int]:
-    return [len(shard.transport._pool.connections) for shard in transport.shards]
+def _idle_per_shard(client: stormguard.Client | stormguard.AsyncClient) -> list[int]:
+    return [len(pool._pool.connections) for pool in own_pools(client)]
 
 
 def test_the_sync_client_reuses_one_connection_and_spreads_a_burst(server: _Server) -> None:
@@ -274,7 +275,7 @@ def test_the_sync_client_reuses_one_connection_and_spreads_a_burst(server: _Serv
         for _ in range(3):
             client.chat.completions.create(messages=MESSAGES)
         assert len(server.connections) == 1  # one call at a time: one connection
-        assert _idle_per_shard(transport) == [1, 0, 0, 0]
+        assert _idle_per_shard(client) == [1, 0, 0, 0]
 
         server.together = threading.Barrier(8)  # 8 calls in the server at once
         with ThreadPoolExecutor(8) as pool:
@@ -282,7 +283,7 @@ def test_the_sync_client_reuses_one_connection_and_spreads_a_burst(server: _Serv
                 pool.map(lambda _: client.chat.completions.create(messages=MESSAGES), range(8))
             )
         assert all(c.choices[0].message.content == "hi" for c in done)
-        assert _idle_per_shard(transport) == [2, 2, 2, 2]
+        assert _idle_per_shard(client) == [2, 2, 2, 2]
         assert [s.in_flight for s in transport.shards] == [0, 0, 0, 0]
 
 
@@ -297,25 +298,23 @@ async def test_the_async_client_reuses_one_connection_and_spreads_a_burst(
         for _ in range(3):
             await client.chat.completions.create(messages=MESSAGES)
         assert len(server.connections) == 1
-        assert _idle_per_shard(transport) == [1, 0, 0, 0]
+        assert _idle_per_shard(client) == [1, 0, 0, 0]
 
         server.together = threading.Barrier(8)
         done = await asyncio.gather(
             *(client.chat.completions.create(messages=MESSAGES) for _ in range(8))
         )
         assert all(c.choices[0].message.content == "hi" for c in done)
-        assert _idle_per_shard(transport) == [2, 2, 2, 2]
+        assert _idle_per_shard(client) == [2, 2, 2, 2]
         assert [s.in_flight for s in transport.shards] == [0, 0, 0, 0]
 
 
 async def test_the_shards_of_a_default_pool_share_one_tls_context() -> None:
     """Each TLS context loads the CA bundle (about 20 ms): 32 of them made a client
     take 0.7 s to build."""
-    for client in (
-        stormguard.Client(base_url="https://llm.test/v1"),
-        stormguard.AsyncClient(base_url="https://llm.test/v1"),
-    ):
-        transport: Any = client._http._transport
-        contexts = {id(shard.transport._pool._ssl_context) for shard in transport.shards}
-        assert len(transport.shards) == 32 and len(contexts) == 1
-        await client.close() if isinstance(client, stormguard.AsyncClient) else client.close()
+    with stormguard.Client(base_url="https://llm.test/v1") as client:
+        pools = own_pools(client)
+        assert len(pools) == 32 and len({id(pool._pool._ssl_context) for pool in pools}) == 1
+    async with stormguard.AsyncClient(base_url="https://llm.test/v1") as aclient:
+        pools = own_pools(aclient)
+        assert len(pools) == 32 and len({id(pool._pool._ssl_context) for pool in pools}) == 1
