@@ -204,6 +204,76 @@ def test_a_client_far_ahead_of_its_request_is_closed_before_the_answer(
     assert closes(timeouts_server, "bytes_ahead") == 1
 
 
+def many_headers_head(count: int, value_size: int, *, declared_body: int = 0) -> bytes:
+    """A chat request's head with ``count`` extra headers of ``value_size`` bytes each."""
+    lines = [b"POST /v1/chat/completions HTTP/1.1", b"Host: 127.0.0.1"]
+    lines += [b"X-H%d: %s" % (i, b"v" * value_size) for i in range(count)]
+    lines += [b"Content-Type: application/json", b"Content-Length: %d" % declared_body]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def test_a_whole_head_past_the_limits_in_one_write_gets_431_and_is_closed(
+    timeouts_server: RunningServer, held: list[Held]
+) -> None:
+    before = closes(timeouts_server, "headers_too_large")
+    # 3,000 headers in 94.5 KiB, in one write: h11's limit bounds only an incomplete head.
+    too_many = many_headers_head(3_000, 20)
+    too_long = many_headers_head(1, 20_000)
+    held += [open_held(timeouts_server.port, head) for head in (too_many, too_long)]
+    hold(held, timeout=SLACK_S)
+    for conn in held:
+        assert conn.closed is not None
+        assert conn.status() == 431, bytes(conn.received[:200])
+        assert json.loads(conn.body())["error"]["code"] == "request_headers_too_large"
+    assert closes(timeouts_server, "headers_too_large") - before == 2
+    assert chat(timeouts_server).status_code == 200
+
+
+def test_heads_past_the_limits_hold_no_memory(
+    timeouts_server: RunningServer, held: list[Held]
+) -> None:
+    # 200 connections, each a 58 KiB head and a body that never comes: they held
+    # 68 MB that never came back. Now each is refused before it is parsed.
+    rss_before = timeouts_server.rss_bytes()
+    head = many_headers_head(2_000, 20, declared_body=10_000)
+    assert len(head) > 58 * 1024
+    for _ in range(200):
+        held.append(open_held(timeouts_server.port, head + b" " * 100))
+    hold(held, timeout=SLACK_S)
+    assert all(conn.status() == 431 for conn in held), [c.status() for c in held]
+    grown = timeout_safe_growth(timeouts_server, rss_before)
+    assert grown < 10 * 1024 * 1024, f"RSS grew by {grown / 2**20:.1f} MiB"
+
+
+def timeout_safe_growth(server: RunningServer, before: int) -> int:
+    """RSS growth since ``before`` (the server frees the connections' memory on later
+    turns of its loop: the smallest of a few looks)."""
+    looks = []
+    for _ in range(5):
+        looks.append(server.rss_bytes() - before)
+        time.sleep(0.1)
+    return min(looks)
+
+
+def test_content_length_and_transfer_encoding_together_get_400_and_close(
+    timeouts_server: RunningServer, held: list[Held]
+) -> None:
+    body = chat_body()
+    chunked = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
+    request = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 4\r\n"
+        b"Transfer-Encoding: chunked\r\n\r\n" + chunked
+    )
+    conn = open_held(timeouts_server.port, request)
+    held.append(conn)
+    hold([conn], timeout=SLACK_S)
+    assert conn.closed is not None  # not kept for another request
+    assert conn.status() == 400, bytes(conn.received[:200])
+    assert json.loads(conn.body())["error"]["code"] == "ambiguous_body_length"
+    assert closes(timeouts_server, "ambiguous_length") >= 1
+
+
 def test_idle_connections_past_the_limit_make_room_for_real_ones(
     stormguard_server_factory: Start, held: list[Held]
 ) -> None:
