@@ -42,11 +42,11 @@ _TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: fits a header, no spaces 
 _READS = frozenset({"GET", "HEAD"})
 
 
-def check_token(token: str) -> str:
+def check_token(token: str, *, what: str = "an admin token") -> str:
     """``token`` if it can guard the endpoint; ValueError (which never quotes it) if not."""
     if len(token) < MIN_TOKEN_CHARS or not _TOKEN.fullmatch(token):
         raise ValueError(
-            f"an admin token is at least {MIN_TOKEN_CHARS} visible ASCII characters, no spaces"
+            f"{what} is at least {MIN_TOKEN_CHARS} visible ASCII characters, no spaces"
             " (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
     return token

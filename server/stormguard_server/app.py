@@ -38,6 +38,7 @@ from stormguard_server.middleware import (
     ResponseCountMiddleware,
 )
 from stormguard_server.openai_format import ChoicesAnswer
+from stormguard_server.priority_trust import PriorityGate, PriorityTrust
 from stormguard_server.refusals import refusal_headers
 from stormguard_server.request_id import RequestIdMiddleware
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
@@ -139,6 +140,13 @@ def create_app(
     app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
     if state.tracing is not None:  # the request span covers everything but the count
         app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
+    # A raised x-priority only from trusted callers, and never the token past here
+    # (priority_trust.py): before anything that reads them, the span included.
+    app.add_middleware(
+        PriorityGate,
+        trust=PriorityTrust.from_config(state.config.priority_trust),
+        on_ignored=state.metrics.priority_claims_ignored.inc,
+    )
     # Requests served at once and the body bytes they hold (request_limits.py): before
     # any other work, and inside the count, so its 503s are counted like any answer.
     app.add_middleware(

@@ -19,6 +19,7 @@ from stormguard_server.cli_config import (
     admin_token_from_env,
     check_http_limits,
     config_from_args,
+    priority_token_from_env,
     shared_engine_flags,
 )
 from stormguard_server.cli_flags import build_parser
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args, rest = parser.parse_known_args(argv)
     check_http_limits(parser, args)
     admin_token_from_env(parser, args)
+    priority_token_from_env(parser, args)
     if args.engine == "vllm":
         from stormguard_server.vllm.launch import launch
 
@@ -42,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             host=config.host,
             port=config.port,
             admission=config.admission,
+            priority_trust=config.priority_trust,
             extra_args=[*shared_engine_flags(args, argv), *rest],
         )
         return

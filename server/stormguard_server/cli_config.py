@@ -10,7 +10,14 @@ import sys
 from collections.abc import Sequence
 
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
-from stormguard_server.config import AdmissionConfig, FaultConfig, ServerConfig, SimEngineConfig
+from stormguard_server.config import (
+    AdmissionConfig,
+    FaultConfig,
+    PriorityTrustConfig,
+    ServerConfig,
+    SimEngineConfig,
+)
+from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV
 
 #: The HTTP flags' defaults (cli_flags.py reads the same dataclass): a limit left
 #: at its default was not given.
@@ -66,6 +73,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_connections=args.max_connections,
         max_concurrent_requests=args.max_concurrent_requests,
         max_buffered_body_bytes=args.max_buffered_body_bytes,
+        max_header_bytes=args.max_header_bytes,
+        max_header_count=args.max_header_count,
+        priority_trust=PriorityTrustConfig(
+            networks=tuple(args.trust_priority_from),
+            token=args.priority_token,
+            forwarded_from=tuple(args.trust_forwarded_from),
+        ),
         access_log=args.access_log,
         log_level=args.log_level,
         otlp_endpoint=args.otlp_endpoint,
@@ -92,6 +106,17 @@ def admin_token_from_env(parser: argparse.ArgumentParser, args: argparse.Namespa
             parser.error(f"${ADMIN_TOKEN_ENV}: {exc}")
 
 
+def priority_token_from_env(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``$STORMGUARD_PRIORITY_TOKEN`` when ``--priority-token`` is not given (checked the
+    same way)."""
+    text = os.environ.get(PRIORITY_TOKEN_ENV)
+    if args.priority_token is None and text:
+        try:
+            args.priority_token = check_token(text, what="a priority token")
+        except ValueError as exc:
+            parser.error(f"${PRIORITY_TOKEN_ENV}: {exc}")
+
+
 # Engine flags that mean the same to the simulator and to vLLM: given explicitly
 # with --engine vllm, they are passed on (their sim defaults are not).
 _SHARED_ENGINE_FLAGS = ("--max-model-len", "--max-num-seqs", "--max-num-batched-tokens", "--seed")
@@ -115,6 +140,8 @@ _SIM_HTTP_LIMITS = (
     "max_connections",
     "max_concurrent_requests",
     "max_buffered_body_bytes",
+    "max_header_bytes",
+    "max_header_count",
 )
 
 

@@ -8,10 +8,13 @@ each. ``cli_config.py`` turns the parsed flags into a ``ServerConfig``.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
+from typing import Any
 
 from stormguard import __version__
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.config import AdmissionConfig, ServerConfig, SimEngineConfig
+from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, split_networks
 
 _ENGINE = SimEngineConfig()
 _ADMISSION = AdmissionConfig()
@@ -58,6 +61,36 @@ def _admin_token(text: str) -> str:
         return check_token(text)
     except ValueError as exc:  # its message never quotes the token
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _priority_token(text: str) -> str:
+    try:
+        return check_token(text, what="a priority token")
+    except ValueError as exc:  # its message never quotes the token
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _networks(text: str) -> list[str]:
+    try:
+        return split_networks(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class _Networks(argparse.Action):
+    """Comma-separated networks; the flag may be repeated, and its first use replaces
+    the default (so ``--trust-priority-from 10.0.0.0/8`` trusts no loopback)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest)
+        kept = [] if current is self.default else list(current)
+        setattr(namespace, self.dest, [*kept, *(values or [])])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,6 +147,47 @@ def build_parser() -> argparse.ArgumentParser:
         help="most request-body bytes held by the requests being served (Content-Length, "
         "or --max-body-bytes when chunked); past it: 503 with Retry-After. At least "
         "--max-body-bytes",
+    )
+    http.add_argument(
+        "--max-header-bytes",
+        type=_positive_int,
+        default=_SERVER.max_header_bytes,
+        help="most bytes of a request's head (request line, headers, blank line); past it: "
+        "431 and the connection closed",
+    )
+    http.add_argument(
+        "--max-header-count",
+        type=_positive_int,
+        default=_SERVER.max_header_count,
+        help="most header lines in a request; past it: 431 and the connection closed",
+    )
+    http.add_argument(
+        "--trust-priority-from",
+        type=_networks,
+        action=_Networks,
+        default=",".join(_SERVER.priority_trust.networks),
+        metavar="CIDRS",
+        help="networks (comma-separated CIDRs or addresses; repeatable; 'none' for none) "
+        "whose callers may send x-priority: critical. From others it is served as standard "
+        "(unless they send --priority-token); standard and sheddable are always kept",
+    )
+    http.add_argument(
+        "--priority-token",
+        type=_priority_token,
+        default=None,
+        metavar="TOKEN",
+        help="a caller sending this in x-priority-token may send x-priority: critical from "
+        f"any address; 16+ visible ASCII characters; ${PRIORITY_TOKEN_ENV} is better (argv "
+        "shows in ps)",
+    )
+    http.add_argument(
+        "--trust-forwarded-from",
+        type=_networks,
+        action=_Networks,
+        default="none",
+        metavar="CIDRS",
+        help="proxies (comma-separated CIDRs or addresses; repeatable) whose X-Forwarded-For "
+        "names the client; from any other peer the client is the peer's address",
     )
     http.add_argument(
         "--admin-port",

@@ -86,6 +86,23 @@ class AdmissionConfig:
     drain_period_s: float = 5.0
 
 
+# The networks trusted by default to raise a request's priority: this host's own.
+LOOPBACK_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityTrustConfig:
+    """Whose ``x-priority: critical`` is believed (priority_trust.py): callers in
+    ``networks`` (CIDRs), or sending ``token`` in ``x-priority-token``. The client's
+    address is the peer's, or what ``X-Forwarded-For`` says when the peer is one of
+    the proxies in ``forwarded_from``."""
+
+    networks: tuple[str, ...] = LOOPBACK_NETWORKS
+    # Out of repr, so that printing a config does not print it.
+    token: str | None = field(default=None, repr=False)
+    forwarded_from: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
     """The whole server: HTTP side plus the engine, faults and admission."""
@@ -108,6 +125,11 @@ class ServerConfig:
     max_connections: int = 4096
     max_concurrent_requests: int = 2048
     max_buffered_body_bytes: int = 64 * 1_048_576
+    # A request's head (request line to blank line) and its header lines; past
+    # either, 431 and the connection closed (connections.py).
+    max_header_bytes: int = 16 * 1024
+    max_header_count: int = 100
+    priority_trust: PriorityTrustConfig = field(default_factory=PriorityTrustConfig)
     # Further model names served by the same engine (listed in /v1/models).
     model_aliases: tuple[str, ...] = ()
     # Length of the vectors /v1/embeddings returns (openai's text-embedding-3-small's);

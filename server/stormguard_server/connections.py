@@ -73,6 +73,7 @@ import uvicorn
 from prometheus_client import CollectorRegistry, Counter
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from stormguard_server.config import ServerConfig
 from stormguard_server.errors import error_body
 
 __all__ = [
@@ -133,6 +134,17 @@ class ConnectionLimits:
     # A request head: its bytes (request line to blank line) and its header lines.
     max_header_bytes: int = 16 * 1024
     max_header_count: int = 100
+
+    @classmethod
+    def for_server(cls, config: ServerConfig, max_connections: int) -> ConnectionLimits:
+        """The limits ``config`` sets, with ``max_connections`` connections."""
+        return cls(
+            header_timeout_s=config.header_timeout_s,
+            body_timeout_s=config.body_timeout_s,
+            max_connections=max_connections,
+            max_header_bytes=config.max_header_bytes,
+            max_header_count=config.max_header_count,
+        )
 
     def __post_init__(self) -> None:
         if not (self.header_timeout_s > 0 and self.body_timeout_s > 0):

@@ -175,6 +175,11 @@ class ServerMetrics:
         self.output_tokens = Counter(
             f"{PREFIX}_output_tokens", "Output tokens delivered to clients.", registry=reg
         )
+        self.priority_claims_ignored = Counter(
+            f"{PREFIX}_priority_claims_ignored",
+            "x-priority above standard from callers not trusted to send it (served as standard).",
+            registry=reg,
+        )
         self.ttft = Histogram(
             f"{PREFIX}_time_to_first_token_seconds",
             "Arrival to first token.",

@@ -72,6 +72,7 @@ def _tracing(config: ServerConfig) -> Generator[TracerProvider | None, None, Non
 
 async def _serve(state: ServerState) -> None:
     config = state.config
+    forwarded_from = config.priority_trust.forwarded_from
     return_freed_buffers_to_os()
     summarize_accept_failures(asyncio.get_running_loop())
     main = uvicorn.Server(
@@ -79,12 +80,12 @@ async def _serve(state: ServerState) -> None:
             create_app(state=state),
             host=config.host,
             port=config.port,
-            limits=ConnectionLimits(
-                header_timeout_s=config.header_timeout_s,
-                body_timeout_s=config.body_timeout_s,
-                max_connections=fit_to_fd_limit(config.max_connections),
-            ),
+            limits=ConnectionLimits.for_server(config, fit_to_fd_limit(config.max_connections)),
             registry=state.metrics.registry,
+            # The client is the peer, unless the peer is a proxy the operator named
+            # (uvicorn's own default believes any proxy on this host).
+            proxy_headers=bool(forwarded_from),
+            forwarded_allow_ips=",".join(forwarded_from),
             log_config=None,
             access_log=config.access_log,
             timeout_graceful_shutdown=2,
@@ -101,6 +102,8 @@ async def _serve(state: ServerState) -> None:
             "kv_capacity_tokens": config.engine.kv_capacity_tokens,
             "oom_crash": config.engine.oom_crash,
             "admin_port": config.admin_port,
+            "trust_priority_from": list(config.priority_trust.networks),
+            "priority_token": config.priority_trust.token is not None,
         },
     )
     if config.admin_port is None:
@@ -111,12 +114,8 @@ async def _serve(state: ServerState) -> None:
             create_admin_app(state, token=config.admin_token or _new_admin_token()),
             host="127.0.0.1",  # never configurable: faults are not for the network
             port=config.admin_port,
-            # The same slow-client bounds; a handful of connections is all it needs.
-            limits=ConnectionLimits(
-                header_timeout_s=config.header_timeout_s,
-                body_timeout_s=config.body_timeout_s,
-                max_connections=_ADMIN_MAX_CONNECTIONS,
-            ),
+            # The same bounds on slow clients and heads; a handful of connections is all it needs.
+            limits=ConnectionLimits.for_server(config, _ADMIN_MAX_CONNECTIONS),
             log_config=None,
             access_log=config.access_log,
             lifespan="off",

@@ -124,6 +124,10 @@ def test_nonsense_slow_client_flags_are_refused(
             ["--engine", "vllm", "--header-timeout-s", "5"],
             "--header-timeout-s needs --engine sim",
         ),
+        (
+            ["--engine", "vllm", "--max-header-count", "50"],
+            "--max-header-count needs --engine sim",
+        ),
     ],
 )
 def test_slow_client_flags_that_cannot_hold_are_refused(
@@ -135,3 +139,77 @@ def test_slow_client_flags_that_cannot_hold_are_refused(
         main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_head_and_priority_trust_flags_map_to_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STORMGUARD_PRIORITY_TOKEN", raising=False)
+    args = build_parser().parse_args(
+        [
+            "--max-header-bytes", "32768", "--max-header-count", "50",
+            "--trust-priority-from", "10.0.0.0/8, 192.168.1.7",
+            "--trust-priority-from", "fd00::/8",
+            "--priority-token", "a-token-of-16-chars",
+            "--trust-forwarded-from", "10.9.0.1",
+        ]
+    )  # fmt: skip
+    config = config_from_args(args)
+    assert (config.max_header_bytes, config.max_header_count) == (32768, 50)
+    trust = config.priority_trust
+    assert trust.networks == ("10.0.0.0/8", "192.168.1.7/32", "fd00::/8")  # loopback replaced
+    assert trust.token == "a-token-of-16-chars"
+    assert trust.forwarded_from == ("10.9.0.1/32",)
+    assert "a-token-of-16-chars" not in repr(config)
+
+
+def test_by_default_loopback_is_trusted_and_no_proxy() -> None:
+    trust = config_from_args(build_parser().parse_args([])).priority_trust
+    assert trust.networks == ("127.0.0.0/8", "::1/128")
+    assert (trust.token, trust.forwarded_from) == (None, ())
+    none = config_from_args(build_parser().parse_args(["--trust-priority-from", "none"]))
+    assert none.priority_trust.networks == ()
+
+
+def test_help_explains_the_trust_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--trust-priority-from CIDRS" in out
+    assert "(default: 127.0.0.0/8,::1/128)" in out
+    assert "--priority-token TOKEN" in out and "--trust-forwarded-from CIDRS" in out
+    assert "--max-header-bytes" in out and "(default: 16384)" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trust-priority-from", "10.0.0.1/8"], "not a network: '10.0.0.1/8'"),
+        (["--trust-priority-from", "10.0.0.0/8,example.com"], "not a network: 'example.com'"),
+        (["--trust-forwarded-from", "300.1.1.1"], "not a network: '300.1.1.1'"),
+        (["--priority-token", "s3cr3t"], "a priority token is at least 16"),
+        (["--max-header-count", "0"], "--max-header-count"),
+    ],
+)
+def test_a_bad_trust_flag_is_a_clear_startup_error(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from stormguard_server.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "s3cr3t" not in err  # a token is never quoted
+
+
+def test_the_priority_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stormguard_server.cli_config import priority_token_from_env
+
+    parser = build_parser()
+    monkeypatch.setenv("STORMGUARD_PRIORITY_TOKEN", "from-the-environment")
+    args = parser.parse_args([])
+    priority_token_from_env(parser, args)
+    assert config_from_args(args).priority_trust.token == "from-the-environment"
+    args = parser.parse_args(["--priority-token", "from-the-command-line"])
+    priority_token_from_env(parser, args)
+    assert args.priority_token == "from-the-command-line"

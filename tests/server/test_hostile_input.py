@@ -179,6 +179,7 @@ BODIES = {route: st.one_of(_CLEAN[route], _HOSTILE[route]) for route in _CLEAN}
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 PLAUSIBLE_HEADERS = {
     "x-priority": ["critical", "standard", "sheddable", "CRITICAL", ""],
+    "x-priority-token": ["a-token-of-16-chars", "x"],
     "x-request-deadline-ms": ["0", "1", "60000", "-1", "1e309", "nan", "inf", "1_0", "٣"],
     "x-stormguard-attempt": ["1", "2", "0", "-3", "99999999999999999999", "1.5"],
     "x-stormguard-requeue": ["1", "x"],

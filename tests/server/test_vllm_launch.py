@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from stormguard_server.config import AdmissionConfig
+from stormguard_server.config import AdmissionConfig, PriorityTrustConfig
+from stormguard_server.priority_trust import PriorityTrust
 from stormguard_server.vllm.launch import vllm_command, vllm_environment
 from stormguard_server.vllm.middleware import ENV_ADMISSION, admission_config_from_env
 
@@ -35,3 +36,20 @@ def test_command_puts_the_middleware_in_front_only_with_admission() -> None:
 def test_a_setting_written_under_its_earlier_name_is_read() -> None:
     env = {ENV_ADMISSION: json.dumps({"drain_window_s": 7.5})}
     assert admission_config_from_env(env).drain_period_s == 7.5
+
+
+def test_whose_priority_to_believe_reaches_the_middleware() -> None:
+    default = vllm_environment(AdmissionConfig(), {})
+    assert default["STORMGUARD_TRUST_PRIORITY_FROM"] == "127.0.0.0/8,::1/128"
+    assert "STORMGUARD_PRIORITY_TOKEN" not in default
+    assert default["FORWARDED_ALLOW_IPS"] == ""  # uvicorn then believes no proxy
+    trust = PriorityTrustConfig(
+        networks=(), token="a-token-of-16-chars", forwarded_from=("10.9.0.1/32",)
+    )
+    env = vllm_environment(AdmissionConfig(), {}, priority_trust=trust)
+    assert env["STORMGUARD_TRUST_PRIORITY_FROM"] == "none"
+    assert env["STORMGUARD_PRIORITY_TOKEN"] == "a-token-of-16-chars"
+    assert env["FORWARDED_ALLOW_IPS"] == "10.9.0.1/32"
+    read = PriorityTrust.from_env(env)
+    assert read.networks == () and read.trusts_address("127.0.0.1") is False
+    assert PriorityTrust.from_env({}).trusts_address("127.0.0.1")

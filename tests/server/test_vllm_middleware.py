@@ -38,6 +38,7 @@ class FakeVllm:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.headers: list[dict[str, str]] = []
         self.holding = asyncio.Event()
         self.release = asyncio.Event()
         self.engine_client = SimpleNamespace(
@@ -59,6 +60,7 @@ class FakeVllm:
     async def answer(self, request: Request) -> Response:
         body = await request.json()
         self.seen.append((request.url.path, body))
+        self.headers.append(dict(request.headers))
         if body.get("hold"):
             self.holding.set()
             await self.release.wait()
@@ -243,3 +245,52 @@ async def test_refusals_are_the_reference_servers(
         ]
         for header in ("x-load-shed", "x-should-retry"):
             assert ours.headers[header] == theirs.headers[header]
+
+
+@pytest.mark.parametrize(
+    ("client", "token", "believed"),
+    [
+        ("127.0.0.1", None, True),  # loopback: trusted unless told otherwise
+        ("203.0.113.7", None, False),
+        ("203.0.113.7", "a-token-of-16-chars", True),
+        ("203.0.113.7", "not-the-right-token", False),
+    ],
+)
+async def test_critical_is_believed_only_from_trusted_callers(
+    monkeypatch: pytest.MonkeyPatch, client: str, token: str | None, believed: bool
+) -> None:
+    monkeypatch.setenv("STORMGUARD_PRIORITY_TOKEN", "a-token-of-16-chars")
+    monkeypatch.delenv("STORMGUARD_TRUST_PRIORITY_FROM", raising=False)
+    monkeypatch.setattr(
+        middleware, "VllmLoadReader", functools.partial(VllmLoadReader, snapshot=list)
+    )
+    fake = FakeVllm()
+    admission = middleware.StormguardAdmission(fake.app)
+    tickets: list[Any] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        scope["app"] = fake.app
+        await admission(scope, receive, send)
+
+    headers = {"x-priority": "critical"}
+    if token is not None:
+        headers["x-priority-token"] = token
+    transport = httpx.ASGITransport(app=app, client=(client, 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://vllm") as http:
+        body = {"model": "m", "prompt": "hi", "max_tokens": 2}
+        first = await http.post("/v1/completions", json=body)  # sets the controller up
+        assert admission._controller is not None
+        make_ticket = admission._controller.make_ticket
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            tickets.append(make_ticket(*args, **kwargs))
+            return tickets[-1]
+
+        monkeypatch.setattr(admission._controller, "make_ticket", recorded)
+        answer = await http.post("/v1/completions", json=body, headers=headers)
+    if admission._ticker is not None:
+        admission._ticker.cancel()
+    assert (first.status_code, answer.status_code) == (200, 200)
+    assert tickets[0].priority.value == ("critical" if believed else "standard")
+    assert admission.priority_claims_ignored == (0 if believed else 1)
+    assert "x-priority-token" not in fake.headers[-1]  # vLLM never sees the token

