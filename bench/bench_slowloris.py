@@ -2,9 +2,10 @@
 long, and what they cost the normal requests beside them.
 
     .venv/bin/python bench/bench_slowloris.py [--slow 200] [--duration 15] [--rounds 2]
-        [--threads 4] [--idle 1100] [--bodies 400] [--server-path DIR] [--json FILE]
+        [--threads 4] [--idle 1100] [--bodies 400] [--heads 200] [--server-path DIR]
+        [--json FILE]
 
-Three cases, each on a fresh ``python -m stormguard_server`` with its default
+Four cases, each on a fresh ``python -m stormguard_server`` with its default
 flags (sim engine, 127.0.0.1, a free port):
 
 - ``slowloris``: normal chat calls (``max_tokens`` 8) from ``--threads`` threads
@@ -27,6 +28,14 @@ flags (sim engine, 127.0.0.1, a free port):
   and send 999,000 bytes of it: the server's RSS before, at its peak while they
   are held, and after the body timeout (30 s by default) has answered them 408
   (or, for a server without one, once the clients have given up and closed).
+
+- ``heads``: hostile request heads. ``--heads`` connections that each send a
+  58 KiB head of 2,000 headers declaring a 10,000-byte body, and 100 bytes of
+  it: the answers, and the server's RSS before, while they are held, and 2 s
+  after the clients have closed; the same with the largest head the server
+  takes (16 KiB, 100 header lines): what each such connection holds. Then
+  1,000 heads of 3,000 headers (94.5 KiB) one after another: the server's CPU
+  time per head (``/proc/PID/stat``), and per normal head for comparison.
 
 ``--server-path DIR`` runs the server from another source tree (its ``server/``
 directory is put first on the server's PYTHONPATH), for a before/after against
@@ -64,6 +73,7 @@ from tests.e2e.hostile_client import (
     PARTIAL_HEADERS,
     Held,
     hold,
+    many_headers_head,
     open_held,
     partial_body_request,
 )
@@ -405,7 +415,91 @@ def case_bodies(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-CASES = {"slowloris": case_slowloris, "idle-flood": case_idle_flood, "bodies": case_bodies}
+def _cpu_s(server: Server) -> float:
+    """CPU seconds the server process has used (user + system)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hold_heads(server: Server, head: bytes, n: int) -> dict[str, Any]:
+    """``n`` connections each sending ``head`` and 100 bytes of its body: the answers,
+    and RSS before, while held, and after the clients close."""
+    rss_before, _ = server.memory_mb()
+    conns: list[Held] = []
+    for _ in range(n):
+        with contextlib.suppress(OSError):
+            conns.append(open_held(server.port, head + b" " * 100, timeout=10))
+    hold(conns, timeout=2.0)
+    rss_held, _ = server.memory_mb()
+    statuses: dict[str, int] = {}
+    for held in conns:
+        key = str(held.status())
+        statuses[key] = statuses.get(key, 0) + 1
+    still_open = sum(held.closed is None for held in conns)
+    for held in conns:
+        held.close()
+    time.sleep(2.0)  # the server notices the closes and frees the requests
+    rss_after, peak = server.memory_mb()
+    return {
+        "connections": len(conns),
+        "head_bytes": len(head),
+        "statuses": statuses,
+        "still_open_after_2_s": still_open,
+        "rss_before_mb": round(rss_before, 1),
+        "rss_held_mb": round(rss_held, 1),
+        "rss_peak_mb": round(peak, 1),
+        "rss_after_close_mb": round(rss_after, 1),
+        "kb_per_connection": round(1e3 * (rss_held - rss_before) / max(1, len(conns)), 1),
+    }
+
+
+def _cpu_per_head(server: Server, head: bytes, n: int) -> dict[str, Any]:
+    """Server CPU per head, ``n`` heads one after another on fresh connections (each
+    says Connection: close, so the server ends every one)."""
+    cpu_before = _cpu_s(server)
+    started = time.monotonic()
+    statuses: dict[str, int] = {}
+    for _ in range(n):
+        held = open_held(server.port, head, timeout=10)
+        hold([held], timeout=10)
+        key = str(held.status())
+        statuses[key] = statuses.get(key, 0) + 1
+        held.close()
+    cpu = _cpu_s(server) - cpu_before
+    return {
+        "heads": n,
+        "head_bytes": len(head),
+        "statuses": statuses,
+        "server_cpu_ms_per_head": round(1e3 * cpu / n, 3),
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+
+
+def case_heads(args: argparse.Namespace) -> dict[str, Any]:
+    big = many_headers_head(2_000, 20, declared_body=10_000)  # 58 KiB
+    # The largest head the server takes: 100 header lines, 16,384 bytes.
+    largest = many_headers_head(96, 0, declared_body=10_000)
+    largest = many_headers_head(96, (16_384 - len(largest)) // 96, declared_body=10_000)
+    many = many_headers_head(3_000, 20, path=b"/v1/models")  # 94.5 KiB
+    normal = many_headers_head(5, 20, path=b"/v1/models")
+    with running_server(server_path=args.server_path) as server:
+        httpx.post(server.url("/v1/chat/completions"), json=CHAT, timeout=30)
+        return {
+            "big_heads_held": _hold_heads(server, big, args.heads),
+            # Twice: the second wave shows whether the first one's memory is reused.
+            "largest_heads_taken_held": _hold_heads(server, largest, args.heads),
+            "largest_heads_again": _hold_heads(server, largest, args.heads),
+            "cpu_3000_headers": _cpu_per_head(server, many, 1_000),
+            "cpu_normal_head": _cpu_per_head(server, normal, 1_000),
+        }
+
+
+CASES = {
+    "slowloris": case_slowloris,
+    "idle-flood": case_idle_flood,
+    "bodies": case_bodies,
+    "heads": case_heads,
+}
 
 
 def main() -> None:
@@ -417,11 +511,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4, help="normal callers")
     parser.add_argument("--idle", type=int, default=1100, help="idle connections")
     parser.add_argument("--bodies", type=int, default=400, help="partial 1 MB bodies")
+    parser.add_argument("--heads", type=int, default=200, help="connections with big heads")
     parser.add_argument("--server-path", type=Path, default=None, help="another source tree")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max(args.idle, args.bodies, args.slow) + 256
+    wanted = max(args.idle, args.bodies, args.slow, args.heads) + 256
     if soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard), hard))
     results: dict[str, Any] = {"load_average_start": os.getloadavg()}

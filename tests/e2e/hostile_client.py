@@ -1,7 +1,8 @@
 """Hostile HTTP/1.1 clients on raw sockets: the ones no HTTP library will be.
 
 A client that opens a connection and says nothing, sends its headers a byte at
-a time (slowloris), or declares a body and never finishes it. Each connection is
+a time (slowloris), sends a head with thousands of headers, or declares a body
+and never finishes it. Each connection is
 a :class:`Held`: when it was opened, when the server closed it (``recv`` gave
 ``b""`` or the connection was reset) and what the server said before that.
 
@@ -41,6 +42,17 @@ def body_head(declared: int, *, expect_continue: bool = False) -> bytes:
         + str(declared).encode()
         + b"\r\n\r\n"
     )
+
+
+def many_headers_head(
+    count: int, value_size: int, *, declared_body: int = 0, path: bytes = b"/v1/chat/completions"
+) -> bytes:
+    """A POST's head with ``count`` extra headers of ``value_size`` bytes each, declaring
+    ``declared_body`` body bytes (none of them sent)."""
+    lines = [b"POST " + path + b" HTTP/1.1", b"Host: 127.0.0.1", b"Connection: close"]
+    lines += [b"X-H%d: %s" % (i, b"v" * value_size) for i in range(count)]
+    lines += [b"Content-Type: application/json", b"Content-Length: %d" % declared_body]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 @dataclass

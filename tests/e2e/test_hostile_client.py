@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -22,11 +23,12 @@ from tests.e2e.hostile_client import (
     Held,
     hold,
     is_closed_now,
+    many_headers_head,
     open_held,
     open_in_flight,
     partial_body_request,
 )
-from tests.e2e.server_process import RunningServer, run_server
+from tests.e2e.server_process import RunningServer, run_server, spec
 
 pytestmark = pytest.mark.e2e
 
@@ -204,14 +206,6 @@ def test_a_client_far_ahead_of_its_request_is_closed_before_the_answer(
     assert closes(timeouts_server, "bytes_ahead") == 1
 
 
-def many_headers_head(count: int, value_size: int, *, declared_body: int = 0) -> bytes:
-    """A chat request's head with ``count`` extra headers of ``value_size`` bytes each."""
-    lines = [b"POST /v1/chat/completions HTTP/1.1", b"Host: 127.0.0.1"]
-    lines += [b"X-H%d: %s" % (i, b"v" * value_size) for i in range(count)]
-    lines += [b"Content-Type: application/json", b"Content-Length: %d" % declared_body]
-    return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
 def test_a_whole_head_past_the_limits_in_one_write_gets_431_and_is_closed(
     timeouts_server: RunningServer, held: list[Held]
 ) -> None:
@@ -272,6 +266,34 @@ def test_content_length_and_transfer_encoding_together_get_400_and_close(
     assert conn.status() == 400, bytes(conn.received[:200])
     assert json.loads(conn.body())["error"]["code"] == "ambiguous_body_length"
     assert closes(timeouts_server, "ambiguous_length") >= 1
+
+
+def test_only_trusted_callers_raise_their_priority(stormguard_server_factory: Any) -> None:
+    # The peer's address decides, not an X-Forwarded-For it sends, unless the peer is
+    # a proxy the operator named.
+    peer_only, behind_proxy = stormguard_server_factory.together(
+        spec("--trust-priority-from", "10.0.0.0/8"),
+        spec("--trust-priority-from", "10.0.0.0/8", "--trust-forwarded-from", "127.0.0.1"),
+    )
+    ignored = "stormguard_priority_claims_ignored_total"
+
+    def claim(server: RunningServer, forwarded_for: str) -> None:
+        headers = {
+            "content-type": "application/json",
+            "x-priority": "critical",
+            "x-forwarded-for": forwarded_for,
+        }
+        answer = httpx.post(
+            server.url("/v1/chat/completions"), content=chat_body(), headers=headers, timeout=30
+        )
+        assert answer.status_code == 200, answer.text
+
+    claim(peer_only, "10.1.2.3")  # from 127.0.0.1, which is not in 10.0.0.0/8
+    assert peer_only.metric(ignored) == 1
+    claim(behind_proxy, "10.1.2.3")  # the named proxy says the client is 10.1.2.3
+    assert behind_proxy.metric(ignored) == 0
+    claim(behind_proxy, "203.0.113.9")
+    assert behind_proxy.metric(ignored) == 1
 
 
 def test_idle_connections_past_the_limit_make_room_for_real_ones(

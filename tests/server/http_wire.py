@@ -35,6 +35,7 @@ class FakeTransport(asyncio.Transport):
         self.write_closed = False
         self.reading = True
         self.protocol: asyncio.Protocol | None = None
+        self.on_resume: Any = None
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"sockname": ("127.0.0.1", 8000), "peername": self.peer}.get(name, default)
@@ -61,7 +62,10 @@ class FakeTransport(asyncio.Transport):
         self.reading = False
 
     def resume_reading(self) -> None:
-        self.reading = True
+        if not self.reading:
+            self.reading = True
+            if self.on_resume is not None:
+                self.loop.call_soon(self.on_resume)
 
     def is_reading(self) -> bool:
         return self.reading
@@ -76,6 +80,9 @@ class Wire:
         self.peer = peer
         self.requests = 0
         self.heads: list[Headers] = []
+        self.pending = bytearray()
+        # Called after each read the protocol is handed (a test's invariant check).
+        self.after_read: Any = lambda wire: None
 
     async def __aenter__(self) -> Wire:
         loop = asyncio.get_running_loop()
@@ -93,6 +100,7 @@ class Wire:
         )
         self.transport = FakeTransport(loop, (self.peer, 50000))
         self.transport.protocol = self.protocol
+        self.transport.on_resume = self._pump
         self.protocol.connection_made(self.transport)
         return self
 
@@ -111,9 +119,16 @@ class Wire:
         await send({"type": "http.response.body", "body": b"ok"})
 
     def receive(self, data: bytes) -> None:
-        """``data`` arrives from the client (ignored once the connection is closed)."""
-        if not self.transport.closed and self.transport.reading:
+        """``data`` arrives from the client: read at once, or once the protocol reads
+        again (as the kernel would keep it); dropped once the connection is closed."""
+        self.pending += data
+        self._pump()
+
+    def _pump(self) -> None:
+        if self.pending and not self.transport.closed and self.transport.reading:
+            data, self.pending = bytes(self.pending), bytearray()
             self.protocol.data_received(data)
+            self.after_read(self)
 
     async def settle(self, turns: int = 20) -> None:
         """Let the app's tasks and the loop's callbacks run."""

@@ -9,13 +9,16 @@ bounds over real sockets: tests/e2e/test_hostile_client.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server.connections import ConnectionLimits
-from tests.server.http_wire import Wire, many_headers, request_head
+from stormguard_server import connections
+from stormguard_server.connections import MAX_BYTES_AHEAD, ConnectionLimits
+from tests.server.http_wire import Headers, Wire, many_headers, request_head
 
 DEFAULTS = ConnectionLimits()
 
@@ -109,21 +112,22 @@ async def test_content_length_and_transfer_encoding_together_get_400_and_close()
         assert wire.transport.written.count(b"HTTP/1.1 ") == 1
 
 
-async def test_lingering_ends_when_the_client_closes_or_after_its_time() -> None:
+async def test_lingering_ends_when_the_client_closes_or_after_its_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async with Wire(DEFAULTS) as wire:
         wire.receive(request_head(many_headers(200)))
         await wire.settle()
         assert wire.transport.write_closed and not wire.transport.closed
         wire.receive(b"x" * 100_000)  # still sending: read and dropped
+        assert not wire.pending and wire.transport.written.count(b"HTTP/1.1") == 1
         assert wire.protocol.eof_received() is None  # asyncio then closes the transport
-        assert wire.status() == 431
+    monkeypatch.setattr(connections, "LINGER_S", 0.01)
     async with Wire(DEFAULTS) as wire:
         wire.receive(request_head(many_headers(200)))
         await wire.settle()
-        deadline = wire.protocol._deadline
-        assert deadline is not None
-        assert 0 < deadline.when() - wire.protocol.loop.time() <= 2.0
-        deadline._run()
+        assert not wire.transport.closed
+        await asyncio.sleep(0.05)  # past the lingering time: closed without the client
         assert wire.transport.closed
 
 
@@ -152,3 +156,79 @@ async def test_whatever_the_head_the_app_sees_it_only_within_both_limits(
         else:
             assert (wire.requests, wire.status()) == (0, 431)
             assert wire.transport.write_closed or wire.transport.closed
+
+
+# Whatever a client sends on one connection: requests with any number and size of
+# headers, bodies framed by length, by chunks or by both, in any cuts.
+
+FRAMINGS = ("none", "length", "chunked", "none", "length", "chunked", "both")
+
+
+@st.composite
+def client_request(draw: st.DrawFn) -> tuple[bytes, Headers, str]:
+    # Mostly within the bounds (so that several requests reach the app), now and then not.
+    count = draw(st.one_of(st.integers(0, 10), st.integers(0, 90)))
+    headers = many_headers(count, draw(st.one_of(st.integers(0, 20), st.integers(0, 150))))
+    framing = draw(st.sampled_from(FRAMINGS))
+    body = draw(st.binary(max_size=2_000))
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (body[:7], body[7:]) if c)
+    if framing in ("length", "both"):
+        headers.append(
+            (b"Content-Length", str(len(chunked if framing == "both" else body)).encode())
+        )
+    if framing in ("chunked", "both"):
+        headers.append((b"Transfer-Encoding", b"chunked"))
+    payload = {"none": b"", "length": body}.get(framing, chunked + b"0\r\n\r\n")
+    method = b"GET" if framing == "none" else b"POST"
+    return request_head(headers, method=method) + payload, headers, framing
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    requests=st.lists(client_request(), min_size=1, max_size=4),
+    cuts=st.lists(st.integers(min_value=1, max_value=30_000), max_size=8),
+    settle_between=st.booleans(),
+)
+async def test_whatever_a_client_sends_the_bounds_hold(
+    requests: list[tuple[bytes, Headers, str]], cuts: list[int], settle_between: bool
+) -> None:
+    limits = ConnectionLimits(max_header_bytes=4_096, max_header_count=60)
+    stream = b"".join(raw for raw, _, _ in requests)
+
+    def acceptable(raw: bytes, headers: Headers, framing: str) -> bool:
+        head = raw[: raw.index(b"\r\n\r\n") + 4]
+        return (
+            len(head) <= limits.max_header_bytes
+            and len(headers) + 1 <= limits.max_header_count
+            and framing != "both"
+        )
+
+    def bounded(wire: Wire) -> None:  # after every read the protocol is handed
+        if not (wire.transport.closed or wire.transport.write_closed):
+            unparsed = len(wire.protocol.conn.trailing_data[0])
+            assert unparsed <= max(limits.max_header_bytes, MAX_BYTES_AHEAD), unparsed
+
+    async with Wire(limits) as wire:
+        wire.after_read = bounded
+        at = 0
+        for size in [*cuts, len(stream)]:
+            wire.receive(stream[at : at + size])
+            at += size
+            if settle_between:
+                await wire.settle()
+            if at >= len(stream):
+                break
+        await wire.settle(60)
+        # The app saw a prefix of the requests, every one of them within the bounds.
+        seen = wire.requests
+        assert all(acceptable(*request) for request in requests[:seen])
+        first_refused = next((i for i, r in enumerate(requests) if not acceptable(*r)), None)
+        if first_refused is not None:
+            assert seen <= first_refused
+        for head in wire.heads:
+            assert len(head) <= limits.max_header_count
+        # Each request was answered, or the connection is closed (or closing).
+        answers = wire.transport.written.count(b"HTTP/1.1 ")
+        done = wire.transport.closed or wire.transport.write_closed
+        event(f"served {seen} of {len(requests)}, closed: {done}")
+        assert done or answers == len(requests), (answers, len(requests))
