@@ -105,11 +105,16 @@ class PriorityTrust:
         """The settings the launcher left for the middleware inside vLLM: the networks
         in ``STORMGUARD_TRUST_PRIORITY_FROM`` (loopback when unset), the token in
         ``STORMGUARD_PRIORITY_TOKEN``."""
-        networks = environ.get(TRUST_PRIORITY_ENV)
-        return cls(
-            LOOPBACK_NETWORKS if networks is None else networks.split(","),
-            environ.get(PRIORITY_TOKEN_ENV) or None,
-        )
+        text = environ.get(TRUST_PRIORITY_ENV)
+        token = environ.get(PRIORITY_TOKEN_ENV) or None
+        try:
+            networks = LOOPBACK_NETWORKS if text is None else split_networks(text)
+        except ValueError as exc:
+            raise ValueError(f"{TRUST_PRIORITY_ENV}: {exc}") from None
+        try:
+            return cls(networks, token)
+        except ValueError as exc:  # its message never quotes the token
+            raise ValueError(f"{PRIORITY_TOKEN_ENV}: {exc}") from None
 
     def trusts_address(self, host: str | None) -> bool:
         """Whether ``host`` (an address) is in a trusted network."""

@@ -53,3 +53,14 @@ def test_whose_priority_to_believe_reaches_the_middleware() -> None:
     read = PriorityTrust.from_env(env)
     assert read.networks == () and read.trusts_address("127.0.0.1") is False
     assert PriorityTrust.from_env({}).trusts_address("127.0.0.1")
+
+
+def test_a_bad_setting_stops_the_middleware_naming_its_variable() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="STORMGUARD_TRUST_PRIORITY_FROM: not a network: 'x'"):
+        PriorityTrust.from_env({"STORMGUARD_TRUST_PRIORITY_FROM": "10.0.0.0/8,x"})
+    with pytest.raises(ValueError, match="STORMGUARD_PRIORITY_TOKEN: a priority token") as caught:
+        PriorityTrust.from_env({"STORMGUARD_PRIORITY_TOKEN": "s3cr3t"})
+    assert "s3cr3t" not in str(caught.value)
+    assert PriorityTrust.from_env({"STORMGUARD_TRUST_PRIORITY_FROM": "none"}).networks == ()
