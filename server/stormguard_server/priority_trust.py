@@ -51,6 +51,7 @@ __all__ = [
     "PriorityGate",
     "PriorityTrust",
     "parse_networks",
+    "split_networks",
 ]
 
 logger = logging.getLogger("stormguard_server.priority")
