@@ -85,8 +85,12 @@ _MIN_TTFT_SAMPLES = 8
 DEFAULT_RESTART_PAUSE_S = 1.0
 #: The first pause after a shed at the floor without a Retry-After (it doubles).
 FLOOR_BACKOFF_S = 0.25
-#: No pause is longer (a server's Retry-After is advice, not a sentence).
-MAX_RESTART_PAUSE_S = 60.0
+#: No pause of an endpoint is longer, whatever the server said (a restart's or a
+#: shed's Retry-After, a spent quota's reset): a server's word is advice, not a
+#: sentence. The same 60 s as ``RetryPolicy.max_retry_after`` (openai-python's).
+MAX_PAUSE_S = 60.0
+#: The former name of ``MAX_PAUSE_S``.
+MAX_RESTART_PAUSE_S = MAX_PAUSE_S
 
 
 class AimdLimit:
