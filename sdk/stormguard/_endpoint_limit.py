@@ -168,12 +168,24 @@ class EndpointLimit:
             elif outcome is LimitOutcome.RESTARTING:
                 self._aimd.restarted(now, lease.load)
             wakes = self._grant_waiters()
-            paused = self._aimd.paused_until > paused_until
-            # A pause that begins is news to every waiter: who cannot outlast it fails
-            # now, the others sleep through it.
-            wakes += self._sweep(now, force=paused)
-            if paused:
-                wakes += [w._wake for _, w in self._queue if not w.done and w._wake]
+            if self._aimd.paused_until > paused_until:
+                wakes += self._pause_began(now)
+            else:
+                wakes += self._sweep(now)
+        _call_all(wakes)
+
+    def pause(self, seconds: float) -> None:
+        """The server said this endpoint takes no call for ``seconds`` (its quota is
+        spent until a reset): no slot is granted until then, at most
+        ``MAX_PAUSE_S`` (``AimdLimit.pause``). The limit does not move: a quota is
+        the caller's, not the server's load."""
+        wakes: list[Callable[[], None]] = []
+        with self._lock:
+            now = self.clock.now()
+            paused_until = self._aimd.paused_until
+            self._aimd.pause(now, seconds)
+            if self._aimd.paused_until > paused_until:
+                wakes = self._pause_began(now)
         _call_all(wakes)
 
     def state(self) -> LimitSnapshot:
@@ -190,6 +202,12 @@ class EndpointLimit:
             )
 
     # -- internals, all under the lock ------------------------------------------------
+
+    def _pause_began(self, now: float) -> list[Callable[[], None]]:
+        """A pause that begins is news to every waiter: who cannot outlast it fails
+        now, the others sleep through it."""
+        wakes = self._sweep(now, force=True)
+        return wakes + [w._wake for _, w in self._queue if not w.done and w._wake]
 
     def _grant(self, queued_s: float) -> Lease:
         self._in_flight += 1

@@ -36,6 +36,7 @@ from ._aimd_limit import CRASH_PLATEAU as CRASH_PLATEAU
 from ._aimd_limit import DEFAULT_RESTART_PAUSE_S as DEFAULT_RESTART_PAUSE_S
 from ._aimd_limit import FLOOR_BACKOFF_S as FLOOR_BACKOFF_S
 from ._aimd_limit import HOT_KV_CACHE as HOT_KV_CACHE
+from ._aimd_limit import MAX_PAUSE_S as MAX_PAUSE_S
 from ._aimd_limit import MAX_RESTART_PAUSE_S as MAX_RESTART_PAUSE_S
 from ._aimd_limit import PLATEAU_SLOWDOWN as PLATEAU_SLOWDOWN
 from ._aimd_limit import SLOW_TTFT_FACTOR as SLOW_TTFT_FACTOR

@@ -10,7 +10,14 @@ import pytest
 
 from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
 from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
-from stormguard._limiter import EndpointLimit, Lease, LimitOutcome, SlotWaiter, limit_outcome
+from stormguard._limiter import (
+    MAX_PAUSE_S,
+    EndpointLimit,
+    Lease,
+    LimitOutcome,
+    SlotWaiter,
+    limit_outcome,
+)
 from stormguard.testing import FakeClock
 
 E = "gpu-1:8000"
@@ -476,6 +483,27 @@ def test_a_waiter_that_cannot_outlast_a_pause_that_begins_fails_at_once() -> Non
     with pytest.raises(QueueTimeoutError) as info:
         waiter.wait(0)
     assert info.value.estimated_wait_s == pytest.approx(5.0)
+
+
+def test_a_spent_quota_pauses_the_endpoint_at_most_a_minute_and_keeps_its_limit() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=2).endpoint(E)
+    holders = [take(limit, seq=0), take(limit, seq=3)]
+    staying = limit.acquire(1, 1, deadline_at=clock.now() + 120.0)
+    leaving = limit.acquire(1, 2, deadline_at=clock.now() + 30.0)
+    assert isinstance(staying, SlotWaiter) and isinstance(leaving, SlotWaiter)
+    limit.pause(86_000.0)  # "reset in 86000s": a minute at most
+    assert limit.state().paused_for == MAX_PAUSE_S == 60.0
+    assert leaving.done and not staying.done  # 30 s left cannot outlast it: told now
+    limit.pause(float("nan"))
+    limit.pause(-5.0)
+    assert limit.state().paused_for == 60.0
+    for holder in holders:
+        finish(holder, LimitOutcome.SUCCESS)
+    assert not staying.done  # nothing is granted during the pause
+    clock.advance(60.0)
+    limit.poll()
+    assert staying.done and limit.state().limit == 4  # slow start, 2 -> 4: no drop
 
 
 def test_a_wait_that_reaches_its_timeout_leaves_the_queue() -> None:

@@ -1,0 +1,138 @@
+"""No single answer poisons shared state: whatever one response says (its status,
+Retry-After, ``x-ratelimit-*`` and load headers, its usage), later calls are
+slowed at most by the documented bounds, and calls to another endpoint are never
+stopped. A fake transport (respx) and a fake clock: nothing here waits."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from typing import Any
+
+import httpx
+import respx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import stormguard
+from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard.testing import FakeClock
+from stormguard.tokens import TokenPolicy, TokenRateLimiter
+from tests.sdk.helpers import MESSAGES, chat_json, chunk, event_stream, sse, unreachable
+
+A = "http://a.test:8000/v1"
+B = "http://b.test:8000/v1"
+ANY = r"http://[ab]\.test:8000/v1/chat/completions"
+TOKENS_PER_S = 10_000
+#: The wall clock the fake clock's HTTP-dates are written against.
+WALL = 1_800_000_000.0
+
+_durations = st.sampled_from(
+    ["86000s", "24h", "23h59m", "6m0s", "60", "86400", "1s", "20ms", "0s", "0", "-1", "soon"]
+)
+_counts = st.sampled_from(["0", "1", "999999999999999999", "-3", "x"])
+
+
+@st.composite
+def _retry_after(draw: st.DrawFn) -> str:
+    kind = draw(st.sampled_from(["seconds", "date", "text"]))
+    if kind == "seconds":
+        return str(draw(st.integers(min_value=-10, max_value=10**7)))
+    if kind == "date":
+        skew = draw(st.floats(min_value=-2 * 86_400, max_value=2 * 86_400))
+        return email.utils.formatdate(WALL + skew, usegmt=True)
+    return draw(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=12))
+
+
+_headers = st.fixed_dictionaries(
+    {},
+    optional={
+        "retry-after": _retry_after(),
+        "retry-after-ms": st.integers(min_value=-10, max_value=10**11).map(str),
+        "x-ratelimit-remaining-tokens": _counts,
+        "x-ratelimit-reset-tokens": _durations,
+        "x-ratelimit-remaining-requests": _counts,
+        "x-ratelimit-reset-requests": _durations,
+        "x-queue-depth": st.sampled_from(["0", "5", "999999999999999999"]),
+        "x-kv-cache-usage": st.sampled_from(["0.1", "0.99", "1.0"]),
+        "x-load-shed": st.sampled_from(["queue_full", "engine_restart", "warming", "draining"]),
+        "x-should-retry": st.sampled_from(["true", "false"]),
+    },
+)
+
+
+@st.composite
+def answers(draw: st.DrawFn) -> tuple[int, dict[str, str], int | None, bool]:
+    """One answer: its status, headers, the usage it reports, and whether the call
+    that receives it is a stream."""
+    status = draw(st.sampled_from([200, 200, 429, 500, 503]))
+    usage = draw(st.none() | st.integers(min_value=-(10**18), max_value=10**18))
+    return status, draw(_headers), usage, draw(st.booleans())
+
+
+def _poisoned(status: int, headers: dict[str, str], usage: int | None, stream: bool) -> Any:
+    totals = {} if usage is None else {"prompt_tokens": 1, "completion_tokens": 1}
+    report = {**totals, "total_tokens": usage} if usage is not None else None
+    if status != 200:
+        return httpx.Response(status, json={"error": {"message": "no"}}, headers=headers)
+    if stream:
+        last = chunk("", choices=[], usage=report) if report else chunk("!")
+        return event_stream(sse(chunk("hi"), last), **headers)
+    body = chat_json(usage=report) if report else chat_json()
+    return httpx.Response(200, content=json.dumps(body).encode(), headers=headers)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(answer=answers())
+def test_no_single_answer_stops_calls_to_another_endpoint(
+    answer: tuple[int, dict[str, str], int | None, bool],
+) -> None:
+    status, headers, usage, stream = answer
+    clock = FakeClock()
+    bucket = TokenRateLimiter(tokens_per_minute=TOKENS_PER_S * 60)
+    policy = TokenPolicy(server_context_windows=False, server_tokenize=False, rate_limiter=bucket)
+    poisoned: list[str] = []
+
+    def respond(request: httpx.Request) -> httpx.Response:
+        if not poisoned:
+            poisoned.append(f"{request.url.host}:{request.url.port}")
+            return _poisoned(status, headers, usage, stream)  # type: ignore[no-any-return]
+        return httpx.Response(200, json=chat_json())
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url__regex=ANY).mock(side_effect=respond)
+        client = stormguard.Client(
+            base_url=[A, B],
+            model="gpt-4o",
+            api_key="sk-test",
+            clock=clock,
+            token_policy=policy,
+            retry_budget=stormguard.RetryBudget(ratio=1.0, min_retries_per_second=10, clock=clock),
+            ejection=stormguard.EjectionConfig(probe=unreachable),
+            telemetry=None,
+        )
+        try:
+            if stream:
+                for _ in client.chat.completions.create(
+                    messages=MESSAGES, max_tokens=5, stream=True
+                ):
+                    pass
+            else:
+                client.chat.completions.create(messages=MESSAGES, max_tokens=5)
+        except stormguard.StormguardError:
+            pass  # the call that met the answer may fail: the calls after it may not
+        limiter = client.concurrency
+        assert limiter is not None
+        # The endpoint that answered is paused at most MAX_PAUSE_S, whatever it said.
+        assert limiter.endpoint(poisoned[0]).state().paused_for <= MAX_PAUSE_S
+        for _ in range(5):
+            start = clock.now()
+            result = client.chat.completions.create(messages=MESSAGES, max_tokens=5, timeout=5.0)
+            # The bucket's share: at most twice one reservation (a few dozen tokens)
+            # plus this call's own, at 10,000 tokens/s; the other endpoint takes it.
+            assert clock.now() - start <= 0.05, result.attempt_history
+        clock.advance(MAX_PAUSE_S + 0.01)
+        assert limiter.endpoint(poisoned[0]).has_room()
+        client.close()
