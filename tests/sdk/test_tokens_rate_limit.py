@@ -102,8 +102,10 @@ def test_one_absurd_usage_takes_at_most_the_reservation_again() -> None:
     used=st.integers(min_value=-(10**20), max_value=10**20),
     level=st.integers(min_value=0, max_value=10_000),
 )
-def test_no_usage_costs_more_than_twice_the_reservation(reserved: int, used: int, level: int) -> None:
-    limiter, clock = _limiter(tpm=600_000, burst=10_000)  # 10,000 tokens/s
+def test_no_usage_costs_more_than_twice_the_reservation(
+    reserved: int, used: int, level: int
+) -> None:
+    limiter, _ = _limiter(tpm=600_000, burst=10_000)  # 10,000 tokens/s
     limiter.reserve(10_000 - level)  # the bucket holds ``level``
     before = limiter.available
     limiter.reserve(reserved).settle(used)
