@@ -136,3 +136,60 @@ def test_no_single_answer_stops_calls_to_another_endpoint(
         clock.advance(MAX_PAUSE_S + 0.01)
         assert limiter.endpoint(poisoned[0]).has_room()
         client.close()
+
+
+# -- every per-key table is bounded ------------------------------------------------------
+
+
+class Deploys:
+    """A DNS name whose 64 pods get new addresses at every deploy (every look)."""
+
+    def __init__(self) -> None:
+        self.deploys = 0
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.deploys += 1
+        base = self.deploys * 64
+        return [
+            f"10.{(base + i) // 65536 % 256}.{(base + i) // 256 % 256}.{(base + i) % 256}"
+            for i in range(64)
+        ]
+
+
+def test_churning_addresses_leave_no_state_behind() -> None:
+    # 3,000 calls while a deploy gives the name's 64 pods new addresses every 10
+    # calls (19,200 addresses in all): the limiter kept one entry per address ever
+    # seen (18,228 for 64 live ones after 20,000 calls), and stats() returned them all.
+    clock = FakeClock()
+    deploys = Deploys()
+    http = httpx.Client(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=chat_json()))
+    )
+    client = stormguard.Client(
+        base_url="dns+http://vllm.ns.svc:8000/v1",
+        model="m",
+        api_key="sk-test",
+        clock=clock,
+        http_client=http,
+        discovery=stormguard.DiscoveryConfig(
+            resolver=deploys, executor=lambda look: look(), refresh_interval=5.0
+        ),
+        ejection=stormguard.EjectionConfig(probe=unreachable),
+        telemetry=None,
+    )
+    limiter, breakers = client.concurrency, client._core.breakers
+    assert limiter is not None and breakers is not None
+    for i in range(3_000):
+        client.chat.completions.create(messages=MESSAGES)
+        if i % 10 == 9:
+            assert len(limiter.state()) <= 64 and len(breakers) <= 64
+            clock.advance(5.0)  # the next call looks again, and finds the next deploy
+    assert deploys.deploys >= 300
+    stats = client.stats()
+    live = set(stats.endpoint_names)
+    assert len(live) == 64
+    assert {s.endpoint for s in stats.concurrency} <= live
+    assert {b.name.split("@")[1] for b in stats.breakers} <= live
+    assert {e.endpoint for e in stats.endpoints} == live
+    client.close()
+    http.close()
