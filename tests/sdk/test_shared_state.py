@@ -13,9 +13,13 @@ import httpx
 import respx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import stormguard
 from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard.telemetry import Telemetry
+from stormguard.telemetry._metrics import MAX_SERIES, ClientMetrics
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy, TokenRateLimiter
 from tests.sdk.helpers import MESSAGES, chat_json, chunk, event_stream, sse, unreachable
@@ -193,3 +197,69 @@ def test_churning_addresses_leave_no_state_behind() -> None:
     assert {e.endpoint for e in stats.endpoints} == live
     client.close()
     http.close()
+
+
+def test_the_metric_gauges_keep_a_bounded_set_of_series() -> None:
+    # The gauges' series are kept per endpoint and per breaker in the one Telemetry
+    # every client shares by default: names that come and go must not pile up.
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = ClientMetrics(provider.get_meter("test"))
+    for i in range(20_000):
+        name = f"10.{i // 65536}.{i // 256 % 256}.{i % 256}:8000"
+        metrics.concurrency_limit(name, 20)
+        metrics.breaker_state(f"m@{name}", "open")
+        metrics.endpoint_status(name, "ejected")
+        metrics.discovered(f"svc-{i}:8000", 3)
+    gauges = _gauges(reader)
+    assert all(len(points) == MAX_SERIES for points in gauges.values()), gauges.keys()
+    last = "10.0.78.31:8000"  # the latest of each is kept
+    assert ("10.0.78.31:8000", 20) in gauges["stormguard.client.concurrency.limit"]
+    metrics.forget_endpoints([last, "never.seen:80"])
+    gauges = _gauges(reader)
+    for series in gauges.values():
+        assert not any(last in str(name) for name, _ in series)
+    provider.shutdown()
+
+
+def test_churning_addresses_leave_no_series_behind() -> None:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    clock = FakeClock()
+    http = httpx.Client(
+        transport=httpx.MockTransport(lambda r: httpx.Response(200, json=chat_json()))
+    )
+    client = stormguard.Client(
+        base_url="dns+http://vllm.ns.svc:8000/v1",
+        model="m",
+        api_key="sk-test",
+        clock=clock,
+        http_client=http,
+        discovery=stormguard.DiscoveryConfig(
+            resolver=Deploys(), executor=lambda look: look(), refresh_interval=5.0
+        ),
+        ejection=stormguard.EjectionConfig(probe=unreachable),
+        telemetry=Telemetry(meter_provider=provider),
+    )
+    for i in range(400):
+        client.chat.completions.create(messages=MESSAGES)
+        if i % 10 == 9:
+            clock.advance(5.0)
+    live = set(client.stats().endpoint_names)
+    limits = _gauges(reader)["stormguard.client.concurrency.limit"]
+    assert 0 < len(limits) <= 64 and {name for name, _ in limits} <= live
+    client.close()
+    http.close()
+    provider.shutdown()
+
+
+def _gauges(reader: InMemoryMetricReader) -> dict[str, list[tuple[object, object]]]:
+    data = reader.get_metrics_data()
+    assert data is not None
+    return {
+        metric.name: [(next(iter(p.attributes.values())), p.value) for p in metric.data.data_points]
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name.endswith(("limit", "state", "status", "endpoints"))
+    }
