@@ -88,6 +88,14 @@ def test_exhausted_reset_is_the_later_spent_limit() -> None:
     assert spent_both.exhausted_reset() == 20.0
     assert RateLimit(remaining_tokens=5, reset_tokens=20.0).exhausted_reset() is None
     assert RateLimit(remaining_tokens=0).exhausted_reset() is None  # no reset sent
+    # "Resets in 0s" is no wait: the jittered backoff applies, as for a Retry-After
+    # of 0, or every client told so would retry in the same instant.
+    assert RateLimit(remaining_tokens=0, reset_tokens=0.0).exhausted_reset() is None
+    policy = stormguard.RetryPolicy()
+    err = stormguard.RateLimitError("x", status_code=429)
+    err.rate_limit = RateLimit(remaining_requests=0, reset_requests=0.0)
+    delays = {policy.delay(err, 1, random.Random(seed)) for seed in range(20)}
+    assert len(delays) == 20 and all(0 < d <= 0.5 for d in delays)
 
 
 async def test_results_streams_and_errors_carry_the_rate_limit(
