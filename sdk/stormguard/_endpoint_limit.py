@@ -58,7 +58,8 @@ class LimitSnapshot:
     decreases: int
     #: Waiters failed because their deadline could not be met, or the queue was full.
     refused: int
-    #: Seconds the endpoint stays paused (a restart shed's Retry-After); 0: not paused.
+    #: Seconds the endpoint stays paused (a restart shed's Retry-After, a spent quota's
+    #: reset; 60 s at most); 0: not paused.
     paused_for: float = 0.0
 
 

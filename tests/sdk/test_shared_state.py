@@ -161,8 +161,8 @@ class Deploys:
 
 
 def test_churning_addresses_leave_no_state_behind() -> None:
-    # 3,000 calls while a deploy gives the name's 64 pods new addresses every 10
-    # calls (19,200 addresses in all): the limiter kept one entry per address ever
+    # 2,000 calls while a deploy gives the name's 64 pods new addresses every 10
+    # calls (12,800 addresses in all): the limiter kept one entry per address ever
     # seen (18,228 for 64 live ones after 20,000 calls), and stats() returned them all.
     clock = FakeClock()
     deploys = Deploys()
@@ -183,12 +183,12 @@ def test_churning_addresses_leave_no_state_behind() -> None:
     )
     limiter, breakers = client.concurrency, client._core.breakers
     assert limiter is not None and breakers is not None
-    for i in range(3_000):
+    for i in range(2_000):
         client.chat.completions.create(messages=MESSAGES)
         if i % 10 == 9:
             assert len(limiter.state()) <= 64 and len(breakers) <= 64
             clock.advance(5.0)  # the next call looks again, and finds the next deploy
-    assert deploys.deploys >= 300
+    assert deploys.deploys >= 200
     stats = client.stats()
     live = set(stats.endpoint_names)
     assert len(live) == 64
