@@ -85,8 +85,12 @@ _MIN_TTFT_SAMPLES = 8
 DEFAULT_RESTART_PAUSE_S = 1.0
 #: The first pause after a shed at the floor without a Retry-After (it doubles).
 FLOOR_BACKOFF_S = 0.25
-#: No pause is longer (a server's Retry-After is advice, not a sentence).
-MAX_RESTART_PAUSE_S = 60.0
+#: No pause of an endpoint is longer, whatever the server said (a restart's or a
+#: shed's Retry-After, a spent quota's reset): a server's word is advice, not a
+#: sentence. The same 60 s as ``RetryPolicy.max_retry_after`` (openai-python's).
+MAX_PAUSE_S = 60.0
+#: The former name of ``MAX_PAUSE_S``.
+MAX_RESTART_PAUSE_S = MAX_PAUSE_S
 
 
 class AimdLimit:
@@ -123,6 +127,13 @@ class AimdLimit:
 
     def pause_left(self, now: float) -> float:
         return max(self.paused_until - now, 0.0)
+
+    def pause(self, now: float, seconds: float) -> None:
+        """No slot from ``now`` for ``seconds``, at most ``MAX_PAUSE_S``: every pause
+        of an endpoint (a restart, a shed at the floor, a spent quota) goes through
+        here, so none is longer, whatever the server said."""
+        if seconds > 0:  # NaN is not
+            self.paused_until = max(self.paused_until, now + min(seconds, MAX_PAUSE_S))
 
     def succeeded(self, lease: Lease) -> None:
         """A served attempt: the sheds in a row are over, and the limit may grow."""
@@ -201,8 +212,7 @@ class AimdLimit:
         the bottom, slow-starting up to half the limit it had (every restart shed
         applies: there is no old limit to blame, the server lost its state)."""
         pause = load.retry_after if load is not None else None
-        pause = DEFAULT_RESTART_PAUSE_S if pause is None else min(pause, MAX_RESTART_PAUSE_S)
-        self.paused_until = max(self.paused_until, now + pause)
+        self.pause(now, DEFAULT_RESTART_PAUSE_S if pause is None else pause)
         self.fall_to_floor()
 
     def fall_to_floor(self) -> None:
@@ -236,11 +246,11 @@ class AimdLimit:
         load = lease.load
         retry_after = load.retry_after if load is not None else None
         if retry_after is not None:
-            pause = min(retry_after, MAX_RESTART_PAUSE_S)
+            pause = retry_after
         else:
             self._floor_backoff = min(max(self._floor_backoff * 2, FLOOR_BACKOFF_S), 8.0)
             pause = self._floor_backoff * (0.5 + self._owner.rng.random() / 2)
-        self.paused_until = max(self.paused_until, now + pause)
+        self.pause(now, pause)
         self.ssthresh = max(self.ssthresh, self._last_good / 2.0, self._owner.min_limit + 1.0)
         # Refusing even one call is going down, as a restart is: remember where.
         self._crashed_at = self._last_good

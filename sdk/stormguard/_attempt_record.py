@@ -22,6 +22,7 @@ from .protocol import ServerLoad
 
 if TYPE_CHECKING:
     from ._endpoints import EndpointState
+    from .tokens import TokenRateLimiter
 
 
 __all__ = ["AttemptRecords"]
@@ -42,11 +43,22 @@ class AttemptRecords(EndpointChoice):
         if self._endpoint is not None:
             self.core.picker.observe(self._endpoint, self.server_load)
         policy = self.core.token_policy
-        limiter = policy.rate_limiter if policy is not None else None
-        if limiter is not None and self.rate_limit.remaining_tokens is not None:
-            # The server's count of this caller's tokens beats the local estimate.
-            limiter.observe(self.rate_limit.remaining_tokens, self.rate_limit.reset_tokens)
+        bucket = policy.rate_limiter if policy is not None else None
+        if bucket is not None and self.rate_limit.remaining_tokens is not None:
+            self._tokens_left(bucket, self.rate_limit.remaining_tokens)
         self._note(response.status_code, None)
+
+    def _tokens_left(self, bucket: TokenRateLimiter, remaining: int) -> None:
+        """The server's count of this caller's tokens beats the local estimate: the
+        client's bucket holds no more (``observe``, never below empty). When none is
+        left, this endpoint takes no call before the reset, at most ``MAX_PAUSE_S``:
+        one server's headers are its own word, as its Retry-After is, and never stop
+        the calls to another endpoint (a spent quota there is reported there)."""
+        bucket.observe(remaining, None)
+        reset = self.rate_limit.reset_tokens
+        limiter, endpoint = self.core.limiter, self._endpoint
+        if remaining == 0 and reset and limiter is not None and endpoint is not None:
+            limiter.endpoint(endpoint.name).pause(reset)
 
     def failed(self, error: APIError) -> APIError:
         """Record that the attempt ended in ``error`` and return it, to be raised

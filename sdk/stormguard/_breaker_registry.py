@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ._breaker_config import BreakerConfig
 from ._breaker_states import BreakerListener, BreakerSnapshot
@@ -20,7 +20,8 @@ class BreakerRegistry:
 
     Bounded: past ``max_breakers`` keys the least recently used breaker is
     forgotten, so a client that calls many models cannot grow without end (a
-    forgotten breaker starts closed when its key comes back).
+    forgotten breaker starts closed when its key comes back); the breakers of an
+    endpoint that leaves the client's set go with it (``forget``).
 
     >>> registry = BreakerRegistry()
     >>> registry.get("http://gpu-1/v1", "llama") is registry.get("http://gpu-1/v1", "llama")
@@ -70,6 +71,15 @@ class BreakerRegistry:
             if len(self._breakers) > self.max_breakers:
                 self._breakers.popitem(last=False)
             return breaker
+
+    def forget(self, endpoints: Iterable[str]) -> None:
+        """These endpoints left the client's set (DNS discovery): their breakers go,
+        every model's. A permit still held settles on its own breaker, which nothing
+        reads any more; an address that comes back starts closed."""
+        gone = set(endpoints)
+        with self._lock:
+            for key in [key for key in self._breakers if key[0] in gone]:
+                del self._breakers[key]
 
     def snapshot(self) -> dict[tuple[str, str | None], BreakerSnapshot]:
         """Every breaker's state, keyed by (endpoint, model)."""

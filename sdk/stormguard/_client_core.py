@@ -40,7 +40,7 @@ from .protocol import Priority
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from ._discovery import Discovery, DiscoveryConfig, DiscoveryListener
+    from ._discovery import Discovery, DiscoveryChange, DiscoveryConfig, DiscoveryListener
     from .tokens import TokenPolicy  # the pre-check loads on first use
 
 __all__ = [
@@ -235,7 +235,7 @@ class ClientCore(SpecBuilder):
         #: ``server.address`` / ``server.port`` of the call spans.
         self.server_address: str | None = first.host or None
         self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)
-        on_discovery = tuple(discovery_listeners)
+        on_discovery = (self._discovered, *discovery_listeners)
         endpoints_discovered = getattr(telemetry, "endpoints_discovered", None)
         if callable(endpoints_discovered):  # an observer written before discovery has none
             on_discovery += (endpoints_discovered,)
@@ -260,6 +260,16 @@ class ClientCore(SpecBuilder):
         discovery = getattr(self, "discovery", None)
         if discovery is not None and transition.reason in ("unreachable", "probe_failed"):
             discovery.request_refresh()
+
+    def _discovered(self, change: DiscoveryChange) -> None:
+        """Addresses that left a DNS name take their breakers and concurrency limits
+        with them (a limit in use once its calls are done): a name whose pods move
+        at every deploy leaves no state behind."""
+        if change.removed:
+            if self.breakers is not None:
+                self.breakers.forget(change.removed)
+            if self.limiter is not None:
+                self.limiter.forget(change.removed)
 
     def netlocs(self) -> set[str]:
         """``host:port`` of every endpoint, and of every DNS name as written."""

@@ -24,28 +24,31 @@ logger = logging.getLogger("stormguard._discovery")
 
 
 def valid_addresses(name: NameState, found: Sequence[str], limit: int) -> list[str]:
-    """The IP addresses among a look's answers, each once, in order, at most ``limit``."""
-    addresses: list[str] = []
-    bad = 0
+    """The IP addresses among a look's answers, each once, in order, at most
+    ``limit``: reading stops at the ``limit``-th, so a huge answer costs what the
+    cap keeps, not what it holds (a list's ``in`` made 32,768 addresses 9 s of CPU)."""
+    addresses: dict[str, None] = {}  # insertion order, and a set's look-up
+    bad = read = 0
     for raw in found:
+        read += 1
         try:
             text = str(ipaddress.ip_address(str(raw)))
         except ValueError:
             bad += 1
             continue
-        if text not in addresses:
-            addresses.append(text)
+        addresses[text] = None
+        if len(addresses) >= limit:
+            break
     if bad:
         logger.warning("DNS discovery of %s: %d answers were not IP addresses", name.label, bad)
-    if len(addresses) > limit:
+    if read < len(found):
         logger.warning(
-            "DNS discovery of %s: %d addresses, the first %d kept (max_addresses)",
+            "DNS discovery of %s: %d answers, the first %d addresses kept (max_addresses)",
             name.label,
-            len(addresses),
+            len(found),
             limit,
         )
-        addresses = addresses[:limit]
-    return addresses
+    return list(addresses)
 
 
 def compose_endpoints(

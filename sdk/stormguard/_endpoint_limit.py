@@ -41,6 +41,8 @@ _MIN_RATE_SAMPLES = 4
 _HOLD_SAMPLES = 64
 #: The hopeless-waiter sweep runs at most this often.
 _SWEEP_EVERY_S = 0.1
+#: Waiters that left may stay in the queue up to twice those still waiting, plus this.
+_QUEUE_SLACK = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +58,8 @@ class LimitSnapshot:
     decreases: int
     #: Waiters failed because their deadline could not be met, or the queue was full.
     refused: int
-    #: Seconds the endpoint stays paused (a restart shed's Retry-After); 0: not paused.
+    #: Seconds the endpoint stays paused (a restart shed's Retry-After, a spent quota's
+    #: reset; 60 s at most); 0: not paused.
     paused_for: float = 0.0
 
 
@@ -79,6 +82,13 @@ class EndpointLimit:
         self._holds: deque[float] = deque(maxlen=_HOLD_SAMPLES)
         self._granted_sum = 0.0  # of the grant times of the attempts in flight
         self._last_sweep = -math.inf
+        #: When a call last took or gave back a slot here (the table drops the oldest).
+        self.used_at = self.clock.now()
+        #: Dropped from the limiter's table: a call that still holds this object
+        #: asks the table's entry instead.
+        self._retired = False
+        #: The endpoint left the client's set: dropped once nothing uses it.
+        self._forgotten = False
 
     @property
     def limit(self) -> int:
@@ -122,33 +132,48 @@ class EndpointLimit:
         queue is full and ``QueueTimeoutError`` when the deadline cannot be met."""
         wakes: list[Callable[[], None]] = []
         with self._lock:
-            now = self.clock.now()
-            if (
-                self._in_flight < self.limit
-                and not self._waiting
-                and not self._aimd.pause_left(now)
-            ):
-                return self._grant(0.0)
-            if self._waiting >= self._owner.max_waiting:
-                self._refused += 1
-                raise LocalQueueFullError(
-                    f"{self._waiting} calls already wait for a slot of {self.name}"
-                    f" (max_waiting={self._owner.max_waiting})",
-                    endpoint=self.name,
-                    waiting=self._waiting,
-                )
-            waiter = SlotWaiter(self, (rank, seq), deadline_at)
-            estimate = self._wait_estimate(self._waiting)  # as if last in line: cheap
-            if estimate is not None and now + estimate > deadline_at:
-                ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
-                estimate = self._wait_estimate(ahead)
-                if estimate is not None and now + estimate > deadline_at:
-                    self._refused += 1
-                    raise self._deadline_error(waiter, now, estimate)
-            heapq.heappush(self._queue, (waiter.key, waiter))
-            self._waiting += 1
-            wakes = self._grant_waiters()
+            retired = self._retired
+            if not retired:
+                now = self.used_at = self.clock.now()
+                if (
+                    self._in_flight < self.limit
+                    and not self._waiting
+                    and not self._aimd.pause_left(now)
+                ):
+                    return self._grant(0.0)
+                waiter = self._enqueue(SlotWaiter(self, (rank, seq), deadline_at), now)
+                wakes = self._grant_waiters()
+        if retired:
+            # Dropped from the table since the caller looked it up: the table's entry
+            # for this endpoint (made anew) counts the slot, not this orphan.
+            return self._owner.endpoint(self.name).acquire(rank, seq, deadline_at)
         _call_all(wakes)
+        return waiter
+
+    def _enqueue(self, waiter: SlotWaiter, now: float) -> SlotWaiter:
+        """Under the lock: queue a call that must wait, or refuse it."""
+        if self._waiting >= self._owner.max_waiting:
+            self._refused += 1
+            raise LocalQueueFullError(
+                f"{self._waiting} calls already wait for a slot of {self.name}"
+                f" (max_waiting={self._owner.max_waiting})",
+                endpoint=self.name,
+                waiting=self._waiting,
+            )
+        estimate = self._wait_estimate(self._waiting)  # as if last in line: cheap
+        if estimate is not None and now + estimate > waiter.deadline_at:
+            ahead = sum(1 for key, w in self._queue if key < waiter.key and not w.done)
+            estimate = self._wait_estimate(ahead)
+            if estimate is not None and now + estimate > waiter.deadline_at:
+                self._refused += 1
+                raise self._deadline_error(waiter, now, estimate)
+        if len(self._queue) > 2 * self._waiting + _QUEUE_SLACK:
+            # Waiters that left (refused, timed out, cancelled) stay in the heap until
+            # popped, which a full endpoint never does: sweep them out, amortised.
+            self._queue = [item for item in self._queue if not item[1].done]
+            heapq.heapify(self._queue)
+        heapq.heappush(self._queue, (waiter.key, waiter))
+        self._waiting += 1
         return waiter
 
     def release(self, lease: Lease) -> None:
@@ -156,7 +181,7 @@ class EndpointLimit:
         with self._lock:
             self._in_flight -= 1
             self._granted_sum = self._granted_sum - lease.granted_at if self._in_flight else 0.0
-            now = self.clock.now()
+            now = self.used_at = self.clock.now()
             outcome = lease.outcome
             paused_until = self._aimd.paused_until
             self._releases.append(now)  # every release frees a slot: the queue's pace
@@ -168,12 +193,27 @@ class EndpointLimit:
             elif outcome is LimitOutcome.RESTARTING:
                 self._aimd.restarted(now, lease.load)
             wakes = self._grant_waiters()
-            paused = self._aimd.paused_until > paused_until
-            # A pause that begins is news to every waiter: who cannot outlast it fails
-            # now, the others sleep through it.
-            wakes += self._sweep(now, force=paused)
-            if paused:
-                wakes += [w._wake for _, w in self._queue if not w.done and w._wake]
+            if self._aimd.paused_until > paused_until:
+                wakes += self._pause_began(now)
+            else:
+                wakes += self._sweep(now)
+            drop = self._forgotten and self._unused()
+        _call_all(wakes)
+        if drop:
+            self._owner._drop(self)
+
+    def pause(self, seconds: float) -> None:
+        """The server said this endpoint takes no call for ``seconds`` (its quota is
+        spent until a reset): no slot is granted until then, at most
+        ``MAX_PAUSE_S`` (``AimdLimit.pause``). The limit does not move: a quota is
+        the caller's, not the server's load."""
+        wakes: list[Callable[[], None]] = []
+        with self._lock:
+            now = self.clock.now()
+            paused_until = self._aimd.paused_until
+            self._aimd.pause(now, seconds)
+            if self._aimd.paused_until > paused_until:
+                wakes = self._pause_began(now)
         _call_all(wakes)
 
     def state(self) -> LimitSnapshot:
@@ -189,7 +229,31 @@ class EndpointLimit:
                 paused_for=self._aimd.pause_left(self.clock.now()),
             )
 
+    def _retire(self, *, forgotten: bool) -> bool:
+        """Mark this entry dropped from the table if nothing uses it, and say so (the
+        table's lock is held: the order is the table's, then this one's). One in
+        use is kept: with ``forgotten`` (its endpoint left the client's set, so its
+        pause protects nobody) it is dropped once its last attempt or waiter is
+        done; without (the table is full), a pause running counts as use too."""
+        with self._lock:
+            if forgotten:
+                self._forgotten = True
+            elif self._aimd.pause_left(self.clock.now()) > 0:
+                return False
+            if self._unused():
+                self._retired = True
+            return self._retired
+
     # -- internals, all under the lock ------------------------------------------------
+
+    def _unused(self) -> bool:
+        return not self._in_flight and not self._waiting
+
+    def _pause_began(self, now: float) -> list[Callable[[], None]]:
+        """A pause that begins is news to every waiter: who cannot outlast it fails
+        now, the others sleep through it."""
+        wakes = self._sweep(now, force=True)
+        return wakes + [w._wake for _, w in self._queue if not w.done and w._wake]
 
     def _grant(self, queued_s: float) -> Lease:
         self._in_flight += 1
@@ -332,6 +396,9 @@ class EndpointLimit:
                 self._waiting -= 1
                 self._refused += 1
                 waiter._resolve(None, self._deadline_error(waiter, now, None))
+            drop = self._forgotten and self._unused()
+        if drop:
+            self._owner._drop(self)
         return waiter._outcome()
 
     def _abandon(self, waiter: SlotWaiter) -> None:
@@ -340,8 +407,12 @@ class EndpointLimit:
             if not waiter.done:
                 self._waiting -= 1
                 waiter._resolve(None, _CANCELLED)
-                return
-            lease = waiter._lease
+                drop = self._forgotten and self._unused()
+                lease = None
+            else:
+                drop, lease = False, waiter._lease
+        if drop:
+            self._owner._drop(self)
         if lease is not None:
             lease.release()
 

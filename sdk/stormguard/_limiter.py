@@ -11,6 +11,12 @@ the only signal that lowers it (``_aimd_limit.py`` says how and why). Calls over
 it wait in a queue ordered by priority, then arrival, and bounded by each
 caller's deadline (``_endpoint_limit.py``).
 
+One limit per endpoint, in a bounded table: past ``max_endpoints`` (1024) the
+least recently used idle entries go (never one with attempts in flight, calls
+waiting or a pause running), and an endpoint that leaves the client's set (DNS
+discovery) takes its entry with it once its calls are done (``forget``), so a
+name whose pods move at every deploy leaves nothing behind.
+
 This module is where the limiter is imported from: ``ConcurrencyLimiter`` (its
 options, and one limit per endpoint) and what an outcome tells a limit
 (``is_shed``, ``limit_outcome``, ``stream_cut_outcome``). The pieces live beside it:
@@ -31,11 +37,13 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+from collections.abc import Iterable
 
 from ._aimd_limit import CRASH_PLATEAU as CRASH_PLATEAU
 from ._aimd_limit import DEFAULT_RESTART_PAUSE_S as DEFAULT_RESTART_PAUSE_S
 from ._aimd_limit import FLOOR_BACKOFF_S as FLOOR_BACKOFF_S
 from ._aimd_limit import HOT_KV_CACHE as HOT_KV_CACHE
+from ._aimd_limit import MAX_PAUSE_S as MAX_PAUSE_S
 from ._aimd_limit import MAX_RESTART_PAUSE_S as MAX_RESTART_PAUSE_S
 from ._aimd_limit import PLATEAU_SLOWDOWN as PLATEAU_SLOWDOWN
 from ._aimd_limit import SLOW_TTFT_FACTOR as SLOW_TTFT_FACTOR
@@ -64,6 +72,10 @@ DEFAULT_MIN_LIMIT = 1
 DEFAULT_MAX_LIMIT = 1000
 DEFAULT_BACKOFF_RATIO = 0.9
 DEFAULT_MAX_WAITING = 4096
+#: Endpoints whose limit is kept; past it the least recently used idle one goes. The
+#: breakers' bound (``BreakerRegistry.max_breakers``), and 4 names of DNS discovery's
+#: ``max_addresses`` (256) each.
+DEFAULT_MAX_ENDPOINTS = 1024
 
 
 def is_shed(error: BaseException | None) -> bool:
@@ -113,11 +125,13 @@ class ConcurrencyLimiter:
         max_waiting: int = DEFAULT_MAX_WAITING,
         requeue_budget: RetryBudget | None = None,
         clock: Clock | None = None,
+        max_endpoints: int = DEFAULT_MAX_ENDPOINTS,
     ) -> None:
         for name, value in (
             ("initial_limit", initial_limit),
             ("min_limit", min_limit),
             ("max_limit", max_limit),
+            ("max_endpoints", max_endpoints),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -135,6 +149,7 @@ class ConcurrencyLimiter:
         self.max_limit = max_limit
         self.backoff_ratio = float(backoff_ratio)
         self.max_waiting = max_waiting
+        self.max_endpoints = max_endpoints
         self.clock = clock or Clock()
         self.rng = random.Random()
         #: Requeues of shed attempts are paid from this (Finagle's requeue budget);
@@ -148,12 +163,48 @@ class ConcurrencyLimiter:
         self._seq = itertools.count()
 
     def endpoint(self, name: str) -> EndpointLimit:
-        """The limit of endpoint ``name`` (``host:port``, or the ``Endpoint``'s name)."""
+        """The limit of endpoint ``name`` (``host:port``, or the ``Endpoint``'s name),
+        made on first use. The table is bounded: past ``max_endpoints`` entries the
+        idle ones (nothing in flight, waiting or paused) go, least recently used
+        first; one in use is never dropped. A dropped endpoint that comes back
+        starts fresh, at ``initial_limit``."""
         limit = self._endpoints.get(name)
         if limit is None:
             with self._lock:
-                limit = self._endpoints.setdefault(name, EndpointLimit(name, self))
+                limit = self._endpoints.get(name)
+                if limit is None:
+                    limit = self._endpoints[name] = EndpointLimit(name, self)
+                    if len(self._endpoints) > self.max_endpoints:
+                        self._evict(keep=limit)
         return limit
+
+    def forget(self, names: Iterable[str]) -> None:
+        """These endpoints left the client's set (DNS discovery): drop their limits
+        now, or, for one with attempts in flight or calls waiting, when they are
+        done. (A limiter shared by clients that still call one of them: it starts
+        fresh there, as an address that comes back does.)"""
+        with self._lock:
+            for name in names:
+                limit = self._endpoints.get(name)
+                if limit is not None and limit._retire(forgotten=True):
+                    del self._endpoints[name]
+
+    def _drop(self, limit: EndpointLimit) -> None:
+        """A forgotten endpoint's last attempt or waiter is done: drop it now."""
+        with self._lock:
+            if self._endpoints.get(limit.name) is limit and limit._retire(forgotten=True):
+                del self._endpoints[limit.name]
+
+    def _evict(self, keep: EndpointLimit) -> None:
+        """Under the lock: drop idle entries, least recently used first, until an
+        eighth of the table is free (one sort per ``max_endpoints // 8`` new ones),
+        never ``keep`` (the one just made) nor one in use."""
+        target = self.max_endpoints - self.max_endpoints // 8
+        for limit in sorted(self._endpoints.values(), key=lambda entry: entry.used_at):
+            if len(self._endpoints) <= target:
+                break
+            if limit is not keep and limit._retire(forgotten=False):
+                del self._endpoints[limit.name]
 
     def next_seq(self) -> int:
         """Arrival order of a new call (kept when it is requeued: it goes back in line
@@ -170,5 +221,5 @@ class ConcurrencyLimiter:
         return (
             f"ConcurrencyLimiter(initial_limit={self.initial_limit}, min_limit={self.min_limit},"
             f" max_limit={self.max_limit}, backoff_ratio={self.backoff_ratio},"
-            f" max_waiting={self.max_waiting})"
+            f" max_waiting={self.max_waiting}, max_endpoints={self.max_endpoints})"
         )

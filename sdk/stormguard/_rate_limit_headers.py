@@ -108,14 +108,16 @@ class RateLimit:
 
     def exhausted_reset(self) -> float | None:
         """Seconds until every exhausted limit (remaining 0) has reset: when a request
-        can next be accepted. None when none is exhausted, or its reset was not sent."""
+        can next be accepted. None when none is exhausted, or its reset was not sent
+        or is no wait (``0s``): as a Retry-After of 0, that is no advice, and the
+        caller's own jittered backoff applies."""
         waits = [
             reset
             for remaining, reset in (
                 (self.remaining_requests, self.reset_requests),
                 (self.remaining_tokens, self.reset_tokens),
             )
-            if remaining == 0 and reset is not None
+            if remaining == 0 and reset
         ]
         return max(waits) if waits else None
 

@@ -9,6 +9,7 @@ advice must never turn into an exception in the caller's code.
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import enum
 import json
@@ -71,6 +72,8 @@ HEADER_RETRY_AFTER_MS = "retry-after-ms"
 HEADER_SHOULD_RETRY = "x-should-retry"
 HEADER_LOAD_SHED = "x-load-shed"
 HEADER_REQUEST_ID = "x-request-id"
+# HTTP's own: when the response was made, on the server's clock (Retry-After dates).
+_HEADER_DATE = "date"
 
 # Plain vLLM (no stormguard middleware) reports its load in ORCA's format when a
 # request asks for it: ``endpoint-load-metrics-format: TEXT`` gets
@@ -175,40 +178,56 @@ def _parse_finite_float(value: str | None) -> float | None:
     return number
 
 
-def _parse_seconds(value: str, now: float) -> float | None:
+def _http_date(value: str) -> float | None:
+    """An HTTP-date as a POSIX timestamp (a date without a zone is UTC, as in
+    openai-python); None when it is not one."""
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        return moment.timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        return None
+
+
+def _parse_seconds(value: str, now: float, sent: str | None) -> float | None:
     """A Retry-After value: delta-seconds (RFC 9110 allows only digits; we also take
-    decimals, as several servers send them) or an HTTP-date."""
+    decimals, as several servers send them) or an HTTP-date. A date is read against
+    the response's own ``Date`` when it has one (both are the server's clock, so a
+    skewed client clock cancels out, as RFC 9111 reads ages against ``Date``), else
+    against ``now``; one less than a second ahead, its resolution, is no wait."""
     number = _parse_finite_float(value)
     if number is None:
-        try:
-            moment = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError, OverflowError):
+        moment = _http_date(value)
+        if moment is None:
             return None
-        try:
-            number = moment.timestamp() - now
-        except (OverflowError, OSError, ValueError):
+        origin = _http_date(sent) if sent is not None else None
+        number = moment - (now if origin is None else origin)
+        if number < 1.0:
             return None
-        # A date in the past means "now" (RFC 9110), not garbage.
-        number = max(number, 0.0)
-    if number < 0 or number > ABSURD_RETRY_AFTER_S:
+    if not 0 < number <= ABSURD_RETRY_AFTER_S:
         return None
     return number
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds the server asks us to wait, from ``retry-after-ms`` (preferred, finer)
-    or ``retry-after`` (seconds or HTTP-date). None when absent, negative, not a
-    number, or absurd (over a day). ``now`` is the wall clock, for HTTP-dates."""
-    wall = time.time() if now is None else now
+    or ``retry-after`` (seconds or HTTP-date). None when absent, not a number,
+    absurd (over a day), or no wait at all (zero, negative, a date in the past):
+    then the caller's own jittered backoff applies, as openai-python's
+    (``0 < retry_after <= 60``) and urllib3's (``if retry_after:``) do; a zero under
+    clock skew would bring every skewed client back in the same instant. ``now``
+    is the wall clock, for an HTTP-date without the response's ``Date``."""
     ms = _get(headers, HEADER_RETRY_AFTER_MS)
     if ms is not None:
         number = _parse_finite_float(ms)
-        if number is not None and 0 <= number <= ABSURD_RETRY_AFTER_S * 1000:
+        if number is not None and 0 < number <= ABSURD_RETRY_AFTER_S * 1000:
             return number / 1000.0
     seconds = _get(headers, HEADER_RETRY_AFTER)
     if seconds is None:
         return None
-    return _parse_seconds(seconds, wall)
+    wall = time.time() if now is None else now
+    return _parse_seconds(seconds, wall, _get(headers, _HEADER_DATE))
 
 
 def format_retry_after(seconds: float) -> dict[str, str]:

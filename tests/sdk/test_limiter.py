@@ -5,12 +5,22 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
 from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
-from stormguard._limiter import EndpointLimit, Lease, LimitOutcome, SlotWaiter, limit_outcome
+from stormguard._limiter import (
+    MAX_PAUSE_S,
+    EndpointLimit,
+    Lease,
+    LimitOutcome,
+    SlotWaiter,
+    limit_outcome,
+)
 from stormguard.testing import FakeClock
 
 E = "gpu-1:8000"
@@ -478,6 +488,27 @@ def test_a_waiter_that_cannot_outlast_a_pause_that_begins_fails_at_once() -> Non
     assert info.value.estimated_wait_s == pytest.approx(5.0)
 
 
+def test_a_spent_quota_pauses_the_endpoint_at_most_a_minute_and_keeps_its_limit() -> None:
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=2).endpoint(E)
+    holders = [take(limit, seq=0), take(limit, seq=3)]
+    staying = limit.acquire(1, 1, deadline_at=clock.now() + 120.0)
+    leaving = limit.acquire(1, 2, deadline_at=clock.now() + 30.0)
+    assert isinstance(staying, SlotWaiter) and isinstance(leaving, SlotWaiter)
+    limit.pause(86_000.0)  # "reset in 86000s": a minute at most
+    assert limit.state().paused_for == MAX_PAUSE_S == 60.0
+    assert leaving.done and not staying.done  # 30 s left cannot outlast it: told now
+    limit.pause(float("nan"))
+    limit.pause(-5.0)
+    assert limit.state().paused_for == 60.0
+    for holder in holders:
+        finish(holder, LimitOutcome.SUCCESS)
+    assert not staying.done  # nothing is granted during the pause
+    clock.advance(60.0)
+    limit.poll()
+    assert staying.done and limit.state().limit == 4  # slow start, 2 -> 4: no drop
+
+
 def test_a_wait_that_reaches_its_timeout_leaves_the_queue() -> None:
     limit = limiter(initial_limit=1).endpoint(E)
     holder = take(limit, seq=0)
@@ -582,6 +613,156 @@ async def test_a_release_on_the_loop_runs_the_granted_task_on_the_next_pass() ->
     assert limit.state().in_flight == 0
 
 
+# -- the table of endpoints ------------------------------------------------------------
+
+
+def test_the_table_keeps_at_most_max_endpoints_and_never_one_in_use() -> None:
+    clock = FakeClock()
+    lim = limiter(clock, max_endpoints=8, initial_limit=1)
+    busy = take(lim.endpoint("busy:1"))  # a slot held all along
+    queued = lim.endpoint("queued:1")
+    holder = take(queued)
+    waiter = queued.acquire(1, 1, FAR)
+    assert isinstance(waiter, SlotWaiter)
+    lim.endpoint("paused:1").pause(30.0)
+    for i in range(1_000):  # addresses that come and go, each used once
+        clock.advance(0.01)
+        finish(take(lim.endpoint(f"10.0.{i // 256}.{i % 256}:8000")), LimitOutcome.SUCCESS)
+        assert len(lim.state()) <= 8
+    names = {s.endpoint for s in lim.state()}
+    assert {"busy:1", "queued:1", "paused:1"} <= names  # in use: never dropped
+    assert lim.endpoint("busy:1").state().in_flight == 1
+    busy.release()
+    assert lim.endpoint("busy:1").state().in_flight == 0
+    holder.release()
+    assert waiter.done and lim.endpoint("queued:1") is queued
+    waiter.wait(0).release()
+    assert lim.endpoint("paused:1").state().paused_for > 0  # still paused, still kept
+    clock.advance(30.0)
+    for i in range(20):
+        finish(take(lim.endpoint(f"10.9.0.{i}:8000")), LimitOutcome.SUCCESS)
+    assert 7 <= len(lim.state()) <= 8  # idle now: dropped, oldest first, an eighth at a time
+    assert not {"busy:1", "queued:1", "paused:1"} & {s.endpoint for s in lim.state()}
+
+
+def test_a_forgotten_endpoint_is_dropped_once_nothing_uses_it() -> None:
+    lim = limiter(initial_limit=2)
+    idle, busy = lim.endpoint("10.0.0.5:8000"), lim.endpoint("10.0.0.6:8000")
+    lease = take(busy)
+    take(idle).release()
+    lim.forget(["10.0.0.5:8000", "10.0.0.6:8000", "10.0.0.7:8000"])
+    assert [s.endpoint for s in lim.state()] == ["10.0.0.6:8000"]  # in use: kept for now
+    lease.release()
+    assert lim.state() == ()
+    again = lim.endpoint("10.0.0.5:8000")  # the address came back: it starts fresh
+    assert again is not idle and again.state().limit == 2
+
+
+def test_an_entry_dropped_between_lookup_and_acquire_hands_out_the_live_one() -> None:
+    lim = limiter(initial_limit=1)
+    stale = lim.endpoint(E)
+    lim.forget([E])  # dropped while a call held it, before it asked for a slot
+    lease = stale.acquire(1, 0, FAR)
+    assert isinstance(lease, Lease)
+    live = lim.endpoint(E)
+    assert live is not stale and live.state().in_flight == 1  # one table, one count
+    assert isinstance(live.acquire(1, 1, FAR), SlotWaiter)
+    lease.release()
+    assert live.state().in_flight == 1  # the waiter got the slot
+
+
+def test_threads_churning_the_table_only_ever_get_slots_of_its_entries() -> None:
+    # Another thread drops the entries as fast as it can (as discovery would after a
+    # deploy) while calls look them up and take slots: a slot is always counted by
+    # the table's entry, never by one it dropped meanwhile.
+    lim = ConcurrencyLimiter(initial_limit=1000, max_limit=1000, max_endpoints=4)
+    names = [f"10.0.0.{i}:8000" for i in range(3)]
+    wrong: list[str] = []
+    done = threading.Event()
+
+    def dropper() -> None:
+        while not done.is_set():
+            lim.forget(names)
+            time.sleep(0)
+
+    def caller(seed: int) -> None:
+        for i in range(200):
+            name = names[(seed + i) % len(names)]
+            limit = lim.endpoint(name)
+            time.sleep(0)  # let the dropper run between the look-up and the slot
+            lease = limit.acquire(1, 0, FAR)
+            assert isinstance(lease, Lease)
+            if lim.endpoint(name) is not lease._limit:
+                wrong.append(name)
+            lease.release()
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(3)]
+    drop = threading.Thread(target=dropper)
+    drop.start()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    drop.join()
+    assert wrong == []
+    assert all(s.in_flight == 0 for s in lim.state())
+
+
+def test_waiters_that_left_do_not_pile_up_in_the_queue() -> None:
+    # An endpoint whose slots are all held (a server that never answers): every call
+    # queues and gives up. Their places must not stay in the queue for good.
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=1, max_waiting=16).endpoint(E)
+    take(limit)
+    for i in range(5_000):
+        waiter = limit.acquire(1, i + 1, deadline_at=clock.now() + 1.0)
+        assert isinstance(waiter, SlotWaiter)
+        with pytest.raises(QueueTimeoutError):
+            waiter.wait(0)
+    assert limit.state().waiting == 0
+    assert len(limit._queue) <= 2 * 16 + 64
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.sampled_from(["take", "release", "forget", "pause"]), st.integers(0, 40)),
+        max_size=200,
+    )
+)
+def test_the_table_stays_bounded_and_in_use_entries_keep_their_count(
+    steps: list[tuple[str, int]],
+) -> None:
+    clock = FakeClock()
+    lim = limiter(clock, max_endpoints=4, initial_limit=3)
+    held: dict[str, list[Lease]] = {}
+    bound = 4
+    for op, n in steps:
+        clock.advance(0.1)
+        name = f"10.0.0.{n}:8000"
+        if op == "take":
+            got = lim.endpoint(name).acquire(1, lim.next_seq(), FAR)
+            if isinstance(got, Lease):
+                held.setdefault(name, []).append(got)
+            else:
+                got.wait(0) if got.done else lim.endpoint(name)._abandon(got)
+        elif op == "release" and held.get(name):
+            held[name].pop().release()
+        elif op == "forget":
+            lim.forget([name])
+        elif op == "pause":
+            lim.endpoint(name).pause(n / 10)
+        in_use = {name for name, leases in held.items() if leases}
+        if op in ("take", "pause"):  # may make an entry: the table may grow here only
+            paused = {s.endpoint for s in lim.state() if s.paused_for > 0}
+            # Entries in use stay beyond the cap (and the one just made beside them).
+            bound = max(4, len(in_use | paused) + 1)
+        assert len(lim.state()) <= bound
+        for busy in in_use:  # the table's entry is the one the leases count in
+            assert lim.endpoint(busy).state().in_flight == len(held[busy])
+
+
 # -- configuration ---------------------------------------------------------------------
 
 
@@ -598,6 +779,7 @@ async def test_a_release_on_the_loop_runs_the_granted_task_on_the_next_pass() ->
         {"backoff_ratio": 0},
         {"max_waiting": -1},
         {"initial_limit": True},
+        {"max_endpoints": 0},
     ],
 )
 def test_nonsense_configuration_is_a_clear_value_error(kwargs: dict[str, object]) -> None:

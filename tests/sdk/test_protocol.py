@@ -5,7 +5,7 @@ from __future__ import annotations
 import email.utils
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import protocol
@@ -18,7 +18,8 @@ NOW = 1_800_000_000.0
     ("headers", "expected"),
     [
         ({"retry-after": "3"}, 3.0),
-        ({"retry-after": "0"}, 0.0),
+        ({"retry-after": "0"}, None),  # no wait is no advice: the caller's backoff applies
+        ({"retry-after-ms": "0", "retry-after": "2"}, 2.0),
         ({"retry-after": "1.5"}, 1.5),
         ({"retry-after": " 7 "}, 7.0),
         ({"retry-after-ms": "250"}, 0.25),
@@ -46,12 +47,55 @@ def test_parse_retry_after_table(headers: dict[str, str], expected: float | None
 def test_retry_after_http_date_future_past_and_far() -> None:
     in_ten = email.utils.formatdate(NOW + 10, usegmt=True)
     assert protocol.parse_retry_after({"retry-after": in_ten}, now=NOW) == pytest.approx(10, abs=1)
-    past = email.utils.formatdate(NOW - 100, usegmt=True)
-    assert protocol.parse_retry_after({"retry-after": past}, now=NOW) == 0.0
     next_year = email.utils.formatdate(NOW + 366 * 86400, usegmt=True)
     assert protocol.parse_retry_after({"retry-after": next_year}, now=NOW) is None
     assert protocol.parse_retry_after({"retry-after": "Fri, 31 Dec 9999 23:59:59 GMT"}) is None
     assert protocol.parse_retry_after({"retry-after": "Mon, 99 Foo 2020 99:99:99 GMT"}) is None
+
+
+@pytest.mark.parametrize("ahead", [-100.0, -0.5, 0.0, 0.4, 0.99])
+def test_a_date_that_is_no_wait_is_no_advice(ahead: float) -> None:
+    # A date in the past, or within the second its resolution allows: under clock
+    # skew that is a zero wait, and every skewed client would retry in the same
+    # instant instead of on its jittered backoff (openai-python and urllib3 back off).
+    date = email.utils.formatdate(NOW, usegmt=True)
+    assert protocol.parse_retry_after({"retry-after": date}, now=NOW - ahead) is None
+
+
+def test_a_date_is_read_against_the_responses_own_date() -> None:
+    # Both dates are the server's clock: a client an hour ahead (or behind) still
+    # reads "in 10 s" as 10 s.
+    headers = {
+        "retry-after": email.utils.formatdate(NOW + 10, usegmt=True),
+        "date": email.utils.formatdate(NOW, usegmt=True),
+    }
+    for skew in (-3600.0, -7.0, 0.0, 7.0, 3600.0):
+        assert protocol.parse_retry_after(headers, now=NOW + skew) == 10.0
+    headers["date"] = email.utils.formatdate(NOW + 10, usegmt=True)
+    assert protocol.parse_retry_after(headers, now=NOW - 3600) is None  # "now": no wait
+    headers["date"] = "not a date"
+    assert protocol.parse_retry_after(headers, now=NOW) == pytest.approx(10, abs=1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    value=st.one_of(
+        st.floats(min_value=-2 * 86_400, max_value=2 * 86_400).map(
+            lambda ahead: email.utils.formatdate(NOW + ahead, usegmt=True)
+        ),
+        st.integers(min_value=-10, max_value=10**6).map(str),
+        st.floats(allow_nan=True, allow_infinity=True).map(str),
+        st.text(max_size=30),
+    ),
+    ms=st.none() | st.integers(min_value=-10, max_value=10**9).map(str),
+    skew=st.floats(min_value=-86_400, max_value=86_400),
+)
+def test_a_retry_after_is_absent_or_a_real_wait_never_zero(
+    value: str, ms: str | None, skew: float
+) -> None:
+    headers = {"retry-after": value} if ms is None else {"retry-after": value, "retry-after-ms": ms}
+    wait = protocol.parse_retry_after(headers, now=NOW + skew)
+    assert wait is None or 0 < wait <= protocol.ABSURD_RETRY_AFTER_S
 
 
 def test_server_load_parses_every_header() -> None:

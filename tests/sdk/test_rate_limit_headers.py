@@ -88,6 +88,14 @@ def test_exhausted_reset_is_the_later_spent_limit() -> None:
     assert spent_both.exhausted_reset() == 20.0
     assert RateLimit(remaining_tokens=5, reset_tokens=20.0).exhausted_reset() is None
     assert RateLimit(remaining_tokens=0).exhausted_reset() is None  # no reset sent
+    # "Resets in 0s" is no wait: the jittered backoff applies, as for a Retry-After
+    # of 0, or every client told so would retry in the same instant.
+    assert RateLimit(remaining_tokens=0, reset_tokens=0.0).exhausted_reset() is None
+    policy = stormguard.RetryPolicy()
+    err = stormguard.RateLimitError("x", status_code=429)
+    err.rate_limit = RateLimit(remaining_requests=0, reset_requests=0.0)
+    delays = {policy.delay(err, 1, random.Random(seed)) for seed in range(20)}
+    assert len(delays) == 20 and all(0 < d <= 0.5 for d in delays)
 
 
 async def test_results_streams_and_errors_carry_the_rate_limit(
@@ -187,15 +195,53 @@ async def test_the_client_feeds_the_servers_count_to_its_token_limiter(
     api: Api, mock: respx.MockRouter
 ) -> None:
     spent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "20s"}
-    mock.post("/chat/completions").respond(200, json=chat_json(), headers=spent)
+    route = mock.post("/chat/completions").respond(200, json=chat_json(), headers=spent)
     limiter = TokenRateLimiter(tokens_per_minute=600_000, clock=api.clock.now)
     policy = TokenPolicy(server_context_windows=False, server_tokenize=False, rate_limiter=limiter)
     client = api.client(model="gpt-4o", token_policy=policy, timeout=10.0)
     await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5))
-    with pytest.raises(stormguard.TokenRateLimitedError) as info:
+    # The bucket holds no more than the server had left, and the call's unused refund.
+    assert 0 < limiter.available < 20
+    # The endpoint that spent its quota takes no call before the reset: a call whose
+    # deadline ends first fails at once, without being sent.
+    with pytest.raises(stormguard.QueueTimeoutError) as info:
         await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5))
-    assert info.value.wait == pytest.approx(20.0, abs=0.01)
-    assert len(mock.calls) == 1  # the second call was not sent
+    assert info.value.estimated_wait_s == pytest.approx(20.0, abs=0.01)
+    assert route.call_count == 1
+    route.respond(200, json=chat_json())
+    start = api.clock.now()
+    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5, timeout=30.0))
+    assert api.clock.now() - start == pytest.approx(20.0, abs=0.01)
+    assert route.call_count == 2
+
+
+async def test_a_spent_quota_pauses_its_endpoint_not_the_others(api: Api) -> None:
+    # "0 tokens left, reset in 86000s" from one server: that server alone is paused,
+    # for 60 s at most; the other takes every call at once.
+    spent = {"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "86000s"}
+    limiter = TokenRateLimiter(tokens_per_minute=600_000)
+    policy = TokenPolicy(server_context_windows=False, server_tokenize=False, rate_limiter=limiter)
+    with respx.mock(assert_all_called=False) as mock:
+        a = mock.post("http://a.test/v1/chat/completions").respond(
+            200, json=chat_json(), headers=spent
+        )
+        b = mock.post("http://b.test/v1/chat/completions").respond(200, json=chat_json())
+        client = api.client(
+            base_url=["http://a.test/v1", "http://b.test/v1"],
+            model="gpt-4o",
+            token_policy=policy,
+            timeout=5.0,
+        )
+        while not a.call_count:
+            await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5))
+        assert client.concurrency.endpoint("a.test:80").state().paused_for == 60.0
+        start, sent_to_b = api.clock.now(), b.call_count
+        for _ in range(10):
+            await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=5))
+        assert api.clock.now() - start < 0.01
+        assert (a.call_count, b.call_count - sent_to_b) == (1, 10)
+        api.clock.advance(60.0)
+        assert client.concurrency.endpoint("a.test:80").has_room()
 
 
 def test_docstring_examples() -> None:

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import email.utils
 import random
 import statistics
+import time
 
+import httpx
 import pytest
+import respx
 
 import stormguard
 from stormguard import RetryPolicy, ServerLoad
+from stormguard.testing import FakeClock
+from tests.sdk.helpers import BASE, MESSAGES, chat_json
 
 
 def status_error(status: int, **headers: str) -> stormguard.APIStatusError:
@@ -40,7 +46,6 @@ def test_huge_retry_numbers_do_not_overflow() -> None:
     [
         ({"retry-after": "3"}, 3.0),
         ({"retry-after-ms": "1500"}, 1.5),
-        ({"retry-after": "0"}, 0.0),
         ({"retry-after": "45000"}, 10.0),  # honoured, but clamped to max_retry_after
     ],
 )
@@ -49,7 +54,10 @@ def test_retry_after_is_honoured_and_clamped(headers: dict[str, str], expected: 
     assert policy.delay(status_error(503, **headers), 1, random.Random(0)) == expected
 
 
-@pytest.mark.parametrize("bad", ["-1", "abc", "nan", "inf", "1e308", str(10**12), ""])
+@pytest.mark.parametrize(
+    "bad",
+    ["-1", "abc", "nan", "inf", "1e308", str(10**12), "", "0", "Wed, 21 Oct 2015 07:28:00 GMT"],
+)
 def test_bad_retry_after_falls_back_to_jittered_backoff(bad: str) -> None:
     policy = RetryPolicy(base_delay=0.5, max_delay=8.0)
     delays = {
@@ -99,3 +107,28 @@ def test_transport_failures() -> None:
 def test_invalid_policies_are_refused(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         RetryPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_skewed_clients_told_a_date_in_the_past_retry_on_their_own_backoff() -> None:
+    # Twenty clients whose clocks run ahead of the server's are told "retry at
+    # <a moment already past>" (no Date header to read it against): a wait of zero
+    # would bring all of them back in the same instant; each waits its own jitter.
+    past = email.utils.formatdate(time.time() - 30, usegmt=True)
+    delays = []
+    with respx.mock(base_url=BASE) as mock:
+        route = mock.post("/chat/completions")
+        for _ in range(20):
+            route.side_effect = [
+                httpx.Response(
+                    503, json={"error": {"message": "busy"}}, headers={"retry-after": past}
+                ),
+                httpx.Response(200, json=chat_json()),
+            ]
+            client = stormguard.Client(
+                base_url=BASE, model="m", api_key="sk-x", clock=FakeClock(), concurrency=None
+            )
+            result = client.chat.completions.create(messages=MESSAGES)
+            delays.append(result.attempt_history[1].delay_before)
+            client.close()
+    assert all(0 < d <= 0.5 for d in delays)  # the first retry's full jitter
+    assert len(set(delays)) == 20

@@ -7,9 +7,12 @@ import math
 import threading
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stormguard._exceptions import TokenRateLimitedError
 from stormguard.tokens import TokenRateLimiter
+from stormguard.tokens._rate_limit import MAX_RESET_WAIT_S, MAX_SETTLE_FACTOR
 from tests.sdk.test_tokens_support import FakeClock
 
 
@@ -80,8 +83,37 @@ def test_settle_refunds_the_unused_part_once() -> None:
 
 def test_settle_takes_more_when_usage_exceeded_the_reservation() -> None:
     limiter, _ = _limiter(burst=1000)
-    limiter.reserve(100).settle(250)
-    assert limiter.available == pytest.approx(750)
+    limiter.reserve(100).settle(180)
+    assert limiter.available == pytest.approx(820)
+
+
+def test_one_absurd_usage_takes_at_most_the_reservation_again() -> None:
+    # A 200 that reports 10**15 tokens used: believed, it would put every later call
+    # of the process behind a wait of centuries ("would wait 599999999940 s").
+    limiter, _ = _limiter(tpm=100_000)
+    limiter.reserve(1_000).settle(10**15)
+    assert limiter.available == pytest.approx(100_000 - MAX_SETTLE_FACTOR * 1_000)
+    assert limiter.reserve(1_000, max_wait=1.0).wait == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    reserved=st.integers(min_value=0, max_value=5_000),
+    used=st.integers(min_value=-(10**20), max_value=10**20),
+    level=st.integers(min_value=0, max_value=10_000),
+)
+def test_no_usage_costs_more_than_twice_the_reservation(
+    reserved: int, used: int, level: int
+) -> None:
+    limiter, _ = _limiter(tpm=600_000, burst=10_000)  # 10,000 tokens/s
+    limiter.reserve(10_000 - level)  # the bucket holds ``level``
+    before = limiter.available
+    limiter.reserve(reserved).settle(used)
+    after = limiter.available
+    assert before - MAX_SETTLE_FACTOR * reserved - 1e-6 <= after <= min(before, 10_000) + 1e-6
+    # The next call of the process waits at most what both reservations cost it.
+    wait = limiter.reserve(100).wait
+    assert wait <= max(0.0, (100 + MAX_SETTLE_FACTOR * reserved - before) / 10_000) + 1e-6
 
 
 def test_cancel_refunds_everything_but_never_above_the_burst() -> None:
@@ -90,6 +122,32 @@ def test_cancel_refunds_everything_but_never_above_the_burst() -> None:
     clock.advance(100)  # the bucket is full again
     reservation.cancel()
     assert limiter.available == pytest.approx(1000)
+
+
+def test_a_servers_reset_holds_the_bucket_back_at_most_a_minute() -> None:
+    # "0 tokens left, reset in 86000s": a day without a call, if believed.
+    limiter, clock = _limiter(tpm=60_000)
+    limiter.observe(remaining=0, reset=86_000.0)
+    assert MAX_RESET_WAIT_S == 60.0
+    assert limiter.reserve(10).wait == pytest.approx(MAX_RESET_WAIT_S)
+    clock.advance(MAX_RESET_WAIT_S)
+    assert limiter.reserve(10).wait == pytest.approx(0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    remaining=st.just(0) | st.integers(min_value=-5, max_value=10**18),
+    reset=st.none() | st.floats(allow_nan=True, allow_infinity=True),
+)
+def test_no_server_count_holds_the_bucket_back_past_its_bounds(
+    remaining: int, reset: float | None
+) -> None:
+    limiter, _ = _limiter(tpm=60_000)  # 1000 tokens/s, burst 60,000
+    limiter.observe(remaining, reset)
+    # The level falls at most to nothing (the burst's refill, 60 s at most, for a
+    # whole burst), and a reset holds calls back at most MAX_RESET_WAIT_S.
+    assert limiter.available >= 0.0
+    assert limiter.reserve(1_000).wait <= max(1.0, MAX_RESET_WAIT_S) + 1e-6
 
 
 @pytest.mark.parametrize(("tpm", "burst"), [(0, None), (-1, None), (math.inf, None), (10, 0)])

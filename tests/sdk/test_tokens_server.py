@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -15,8 +16,10 @@ from stormguard.tokens import (
     run_precheck_async,
     run_precheck_sync,
 )
+from stormguard.tokens._flow import MAX_LOOKUP_ENDPOINTS
 from stormguard.tokens._lru import LRUCache
 from stormguard.tokens._request import read_request
+from stormguard.tokens._server_context_windows import ServerContextWindows
 from stormguard.tokens._server_counter import parse_tokenize_response
 from tests.sdk.test_tokens_support import FakeClock
 
@@ -161,3 +164,44 @@ def test_lru_cache_is_bounded() -> None:
     assert (cache.get("a"), cache.get("b"), cache.get("c"), len(cache)) == (1, None, 3, 2)
     with pytest.raises(ValueError):
         LRUCache(0)
+
+
+def _drive(flow: Any, answer: httpx.Response | None) -> Any:
+    """Run a lookup flow by hand, answering its one request with ``answer``."""
+    try:
+        next(flow)
+        flow.send(answer)
+    except StopIteration as stop:
+        return stop.value
+    raise AssertionError("the flow asked for a second lookup")
+
+
+def test_the_endpoints_remembered_down_are_bounded() -> None:
+    # A policy shared by clients of ever new servers (addresses that change with each
+    # deploy): each one that failed a lookup is remembered, for retry_after seconds.
+    clock = FakeClock()
+    counter = ServerTokenizeCounter(clock=clock)
+    request = read_request("chat", CHAT)
+    for i in range(5_000):
+        base = f"http://10.0.{i // 256}.{i % 256}:8000/v1"
+        _drive(counter.count_flow(request, model="llama", base_url=base), None)
+        assert len(counter._down_until) <= MAX_LOOKUP_ENDPOINTS
+    latest = "http://10.0.19.135:8000/tokenize"
+    assert not counter._available(latest)  # the most recent ones are kept
+    clock.advance(counter.retry_after)
+    assert counter._available(latest)
+
+
+def test_the_context_windows_kept_per_endpoint_are_bounded() -> None:
+    clock = FakeClock()
+    windows = ServerContextWindows(clock=clock)
+    listing = httpx.Response(200, json={"data": [{"id": "llama", "max_model_len": 8192}]})
+    for i in range(5_000):
+        base = f"http://10.0.{i // 256}.{i % 256}:8000/v1"
+        assert _drive(windows.context_window_flow(base, "llama"), listing) == 8192
+        assert len(windows._entries) <= MAX_LOOKUP_ENDPOINTS
+    # The latest is still cached: no lookup.
+    latest = windows.context_window_flow("http://10.0.19.135:8000/v1", "llama")
+    with pytest.raises(StopIteration) as done:
+        next(latest)
+    assert done.value.value == 8192

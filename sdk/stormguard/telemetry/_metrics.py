@@ -15,12 +15,14 @@ from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from . import _names as n
 
-__all__ = ["BREAKER_STATE_VALUES", "ENDPOINT_STATUS_VALUES", "ClientMetrics"]
+__all__ = ["BREAKER_STATE_VALUES", "ENDPOINT_STATUS_VALUES", "MAX_SERIES", "ClientMetrics"]
 
 #: ``stormguard.client.breaker.state``: 0 closed, 1 half open, 2 open (higher is worse).
 BREAKER_STATE_VALUES = {"closed": 0, "half_open": 1, "open": 2}
 #: ``stormguard.client.endpoint.status``: 0 active, 1 probation, 2 ejected (the same order).
 ENDPOINT_STATUS_VALUES = {"active": 0, "probation": 1, "ejected": 2}
+#: Series each gauge keeps.
+MAX_SERIES = 1024
 
 
 class ClientMetrics:
@@ -109,21 +111,39 @@ class ClientMetrics:
             description="Endpoints each DNS name resolved to, at its last good look.",
         )
 
+    # The gauges' last values, one series per endpoint, breaker or name: kept for at
+    # most MAX_SERIES keys each (the least recently set goes first), and dropped for
+    # the endpoints that leave a DNS name (``forget_endpoints``). One Telemetry serves
+    # every client by default, so nothing here may grow with the names that pass.
+
     def breaker_state(self, name: str, state: str) -> None:
-        with self._lock:
-            self._breaker_states[name] = BREAKER_STATE_VALUES.get(state, 0)
+        self._set(self._breaker_states, name, BREAKER_STATE_VALUES.get(state, 0))
 
     def endpoint_status(self, endpoint: str, status: str) -> None:
-        with self._lock:
-            self._endpoint_statuses[endpoint] = ENDPOINT_STATUS_VALUES.get(status, 0)
+        self._set(self._endpoint_statuses, endpoint, ENDPOINT_STATUS_VALUES.get(status, 0))
 
     def discovered(self, name: str, endpoints: int) -> None:
-        with self._lock:
-            self._discovered[name] = endpoints
+        self._set(self._discovered, name, endpoints)
 
     def concurrency_limit(self, endpoint: str, limit: int) -> None:
+        self._set(self._limits, endpoint, limit)
+
+    def forget_endpoints(self, endpoints: Iterable[str]) -> None:
+        """These endpoints left: their series (limit, status, every model's breaker) end."""
+        gone = set(endpoints)
         with self._lock:
-            self._limits[endpoint] = limit
+            for name in gone:
+                self._limits.pop(name, None)
+                self._endpoint_statuses.pop(name, None)
+            for key in [k for k in self._breaker_states if k.rpartition("@")[2] in gone]:
+                del self._breaker_states[key]
+
+    def _set(self, table: dict[str, int], key: str, value: int) -> None:
+        with self._lock:
+            table.pop(key, None)  # to the end: the most recently set
+            table[key] = value
+            if len(table) > MAX_SERIES:
+                del table[next(iter(table))]
 
     def _observe_limits(self, options: CallbackOptions) -> Iterable[Observation]:
         with self._lock:

@@ -248,3 +248,4 @@ class Telemetry:
         if instruments is not None:
             instruments.discovered(change.name, len(change.endpoints))
             instruments.discovery_changes.add(1, {n.DISCOVERY_NAME: change.name})
+            instruments.forget_endpoints(change.removed)  # their gauges' series end

@@ -39,6 +39,7 @@ from .._deadline import Deadline
 from .._http import http_errors, httpx
 
 __all__ = [
+    "MAX_LOOKUP_ENDPOINTS",
     "Flow",
     "abandoned",
     "drive_precheck_async",
@@ -54,6 +55,10 @@ T = TypeVar("T")
 Flow = Generator[httpx.Request, "httpx.Response | None", T]
 
 _ABANDONED = "stormguard.abandoned"
+#: Endpoints whose lookup results a policy remembers (a tokenize endpoint's outage,
+#: a model list): past it the oldest goes, so clients of ever new addresses sharing
+#: one ``TokenPolicy`` do not grow it without end.
+MAX_LOOKUP_ENDPOINTS = 1024
 
 
 def _gave_up_errors() -> tuple[type[Exception], ...]:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import math
 import threading
 
+from .._aimd_limit import MAX_PAUSE_S
 from .._clock import ClockLike, ClockRef
 from .._exceptions import TokenRateLimitedError
 
-__all__ = ["Reservation", "TokenRateLimiter"]
+__all__ = ["MAX_RESET_WAIT_S", "MAX_SETTLE_FACTOR", "Reservation", "TokenRateLimiter"]
+
+#: A usage is counted up to this many times its reservation (prompt + max_tokens).
+MAX_SETTLE_FACTOR = 2.0
+#: The longest a server's reset (``observe``) holds reservations back: an endpoint's
+#: longest pause, the one bound on how long a server's word can hold calls.
+MAX_RESET_WAIT_S = MAX_PAUSE_S
 
 
 class TokenRateLimiter:
@@ -92,15 +99,20 @@ class TokenRateLimiter:
         """What the server says is left of this caller's tokens (``x-ratelimit-
         remaining-tokens``) and when its window is whole again (``-reset-tokens``,
         seconds). The bucket holds no more than the server has left; with nothing
-        left, no reservation is sent before the reset. The server's count covers
-        every process on the same key, which the local bucket cannot see."""
+        left, no reservation is sent before the reset, or before
+        ``MAX_RESET_WAIT_S`` (60 s) when the reset is further off. The server's
+        count covers every process on the same key, which the local bucket cannot
+        see. A count can empty the bucket, never take it below empty: one answer
+        costs later calls at most one burst's refill (60 s at the default burst),
+        and calls still go at ``tokens_per_minute``."""
         if remaining < 0:
             return
         with self._lock:
             self._refill()
             self._level = min(self._level, float(remaining))
             if remaining == 0 and reset is not None and math.isfinite(reset) and reset > 0:
-                self._not_before = max(self._not_before, self._updated + reset)
+                wait = min(reset, MAX_RESET_WAIT_S)
+                self._not_before = max(self._not_before, self._updated + wait)
 
     @property
     def available(self) -> float:
@@ -135,12 +147,20 @@ class Reservation:
         self._lock = threading.Lock()
 
     def settle(self, actual_tokens: int) -> None:
-        """Correct the reservation to the real usage: refund the unused part, or take more.
+        """Correct the reservation to the real usage: refund the unused part, or take
+        more, up to ``MAX_SETTLE_FACTOR`` (2) times the reservation in all.
 
-        Only the first ``settle`` or ``cancel`` counts; later ones do nothing.
+        The reservation is the prompt plus ``max_tokens``, past which the server does
+        not generate: a usage beyond it comes from a prompt counted short, by a
+        fraction, and one beyond twice it is not a usage this request could have had
+        (``10**15`` believed would hold every later call back for centuries). A
+        request that sets no ``max_tokens`` is reserved with the pre-check's default,
+        a guess: set it for an exact cost. Only the first ``settle`` or ``cancel``
+        counts; later ones do nothing.
         """
         if self._finish():
-            self._limiter._refund(self.tokens - max(0, actual_tokens))
+            used = min(max(0, actual_tokens), MAX_SETTLE_FACTOR * self.tokens)
+            self._limiter._refund(self.tokens - used)
 
     def cancel(self) -> None:
         """Give every token back (the request was not sent, or used nothing)."""

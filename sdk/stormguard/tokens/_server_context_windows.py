@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from .._clock import ClockLike, ClockRef
 from .._http import httpx
-from ._flow import Flow, abandoned, models_url
+from ._flow import MAX_LOOKUP_ENDPOINTS, Flow, abandoned, models_url
 
 __all__ = ["ServerContextWindows", "parse_models_response"]
 
@@ -19,7 +19,8 @@ class _Entry:
 
 
 class ServerContextWindows:
-    """Per-endpoint cache of ``{model id: max_model_len}`` from ``GET {base}/models``.
+    """Per-endpoint cache of ``{model id: max_model_len}`` from ``GET {base}/models``,
+    for at most ``MAX_LOOKUP_ENDPOINTS`` endpoints (the one written longest ago goes).
 
     One lookup serves every model of the endpoint for ``ttl`` seconds. A failed or
     unusable answer (none within ``timeout``, which bounds the whole lookup, or a
@@ -64,11 +65,12 @@ class ServerContextWindows:
         if context_windows is None and abandoned(lookup):
             return None  # the call ran out of time, not the server: nothing to remember
         now = self._clock.now()
+        expires = now + (self.retry_after if context_windows is None else self.ttl)
         with self._lock:
-            if context_windows is None:
-                self._entries[key] = _Entry(now + self.retry_after)
-            else:
-                self._entries[key] = _Entry(now + self.ttl, context_windows)
+            self._entries.pop(key, None)  # to the end: written last, forgotten last
+            self._entries[key] = _Entry(expires, context_windows or {})
+            if len(self._entries) > MAX_LOOKUP_ENDPOINTS:
+                del self._entries[next(iter(self._entries))]
         return (context_windows or {}).get(model)
 
 

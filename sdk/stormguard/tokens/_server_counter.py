@@ -13,7 +13,7 @@ from .._clock import ClockLike, ClockRef
 from .._http import httpx
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
-from ._flow import Flow, abandoned, tokenize_url
+from ._flow import MAX_LOOKUP_ENDPOINTS, Flow, abandoned, tokenize_url
 from ._lru import LRUCache
 from ._request import PromptRequest, count_prompt
 
@@ -40,7 +40,7 @@ class ServerTokenizeCounter:
     result (or not within ``timeout``, which bounds the whole lookup, or with a
     body over the driver's size cap), the ``fallback`` counter answers instead, and
     the endpoint is not asked again for ``retry_after`` seconds (a sick server gets
-    no extra load from us).
+    no extra load from us; at most ``MAX_LOOKUP_ENDPOINTS`` are remembered so).
     Outside a flow (``count_text``, ``count_messages``) there is no server to ask,
     so the fallback answers.
     """
@@ -107,11 +107,22 @@ class ServerTokenizeCounter:
 
     def _available(self, url: str) -> bool:
         with self._lock:
-            return self._down_until.get(url, float("-inf")) <= self._clock.now()
+            until = self._down_until.get(url)
+            if until is None:
+                return True
+            if until > self._clock.now():
+                return False
+            del self._down_until[url]
+            return True
 
     def _mark_down(self, url: str) -> None:
+        """Rest ``url`` for ``retry_after``; of at most ``MAX_LOOKUP_ENDPOINTS`` resting
+        endpoints, the one marked longest ago is forgotten first."""
         with self._lock:
+            self._down_until.pop(url, None)
             self._down_until[url] = self._clock.now() + self.retry_after
+            if len(self._down_until) > MAX_LOOKUP_ENDPOINTS:
+                del self._down_until[next(iter(self._down_until))]
 
     def __repr__(self) -> str:
         return f"ServerTokenizeCounter(fallback={self.fallback!r})"
