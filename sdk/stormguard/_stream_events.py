@@ -96,12 +96,7 @@ class StreamEvents(StreamCore[T]):
         if isinstance(usage, dict):
             self.usage_total = usage.get("total_tokens")
             self.usage = usage
-        choices = payload.get("choices")
-        if choices and isinstance(choices, list):
-            for choice in choices:
-                reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-                if isinstance(reason, str):
-                    self.finish_reasons.append(reason)
+        self.note_finishes(payload.get("choices"))
         self.pending.append(self.chunk_type(payload))
         return None
 
