@@ -138,6 +138,29 @@ async def test_streams_cut_after_their_first_chunk_lower_the_limit_but_never_pau
     assert state.limit == 1  # a run of cuts with nothing in flight: down to the floor
 
 
+@pytest.mark.parametrize(
+    ("body", "decreases"),
+    [(COMPLETE_CHAT["then the usage"][1], 0), (CUT_CHAT["no finish_reason"][1], 1)],
+    ids=["complete", "cut"],
+)
+async def test_with_streaming_response_judges_the_end_of_the_bytes_it_hands_on(
+    api: Api, mock: respx.MockRouter, body: bytes, decreases: int
+) -> None:
+    mock.post("/chat/completions").mock(return_value=event_stream(body))
+    limiter = ConcurrencyLimiter(initial_limit=4, clock=api.clock)
+    create = api.client(concurrency=limiter).chat.completions.with_streaming_response.create
+    manager = create(messages=MESSAGES, stream=True)
+    if api.mode == "sync":
+        with manager as response:
+            lines = list(response.iter_lines())
+    else:
+        async with manager as response:
+            lines = [line async for line in response.iter_lines()]
+    assert b"".join(line.encode() + b"\n" for line in lines) == body
+    state = limiter.state()[0]
+    assert (state.in_flight, state.decreases, state.paused_for) == (0, decreases, 0.0)
+
+
 # -- transport mode: openai-python on stormguard.httpx_client --------------------------
 
 
