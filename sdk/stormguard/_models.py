@@ -394,6 +394,8 @@ class EmbeddingUsage(Record):
 
 class Embedding(Record):
     __slots__ = ()
+    #: What a body may hold for a field, where it differs from the field's type.
+    _field_shapes: ClassVar[Mapping[str, object]] = {"embedding": list[float] | str}
     #: The vector: floats, or the base64 text when ``encoding_format="base64"`` was asked.
     embedding: list[float]
     index: int

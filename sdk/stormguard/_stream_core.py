@@ -28,6 +28,7 @@ from ._exceptions import (
 )
 from ._http import httpx, library_of, timeout_errors
 from ._models import CallInfo, Record, ResponseStreamEvent
+from ._record_shapes import shape_of
 from ._responses import request_id_of
 from ._sse import SSEDecoder
 
@@ -76,6 +77,9 @@ class StreamCore(Generic[T]):
         #: ended so far: a body that ends cleanly once all have ended is complete.
         self.choices_asked = choices_asked(call.spec.body)
         self.choices_finished: set[int] = set()
+        #: The shape each chunk is checked against (``_record_shapes.py``); None in
+        #: transport mode, whose caller decodes the events itself.
+        self.chunk_shape = None if call.spec.raw else shape_of(chunk_type)
         self.info = CallInfo(
             server_load=call.server_load,
             attempt_history=(),
