@@ -102,3 +102,23 @@ def test_streams_cut_mid_way_lower_the_limit_and_never_pause_the_endpoint(
             state = limiter.state()[0]
             assert (state.in_flight, state.paused_for) == (0, 0.0)
     assert state.limit == 1
+
+
+def test_openai_gets_a_json_200_to_a_stream_as_a_502_with_the_reason() -> None:
+    """On its own, openai-python reads a JSON 200 to ``stream=True`` as an empty
+    stream; on stormguard's transport it raises ``InternalServerError`` (502) that
+    says what the server sent, where it once raised ``APIConnectionError:
+    Connection error.``."""
+    completion = {"id": "c", "object": "chat.completion", "model": "m", "choices": []}
+    with HostileServer({"/v1/chat/completions": answer(200, completion)}) as running:
+        url = running.base_url
+        with openai.OpenAI(base_url=url, api_key="k", max_retries=0) as plain:
+            stream = plain.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+            assert list(stream) == []
+        http = stormguard.httpx_client(base_url=url, model="m", timeout=30)
+        oai = openai.OpenAI(base_url=url, api_key="k", http_client=http, max_retries=0)
+        with oai, pytest.raises(openai.InternalServerError) as info:
+            oai.chat.completions.create(model="m", messages=MESSAGES, stream=True)
+        assert info.value.status_code == 502
+        assert "Expected an event stream, got content-type 'application/json'" in str(info.value)
+        assert len(running.requests_to("/v1/chat/completions")) == 2  # one each: no retry
