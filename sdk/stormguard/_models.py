@@ -457,7 +457,8 @@ def output_text_of(output: object) -> str:
     for item in output if isinstance(output, list) else ():
         if not isinstance(item, Mapping) or item.get("type") != "message":
             continue
-        for part in item.get("content") or ():
+        content = item.get("content")
+        for part in content if isinstance(content, list) else ():
             if isinstance(part, Mapping) and part.get("type") == "output_text":
                 text = part.get("text")
                 if isinstance(text, str):

@@ -392,3 +392,11 @@ def test_an_odd_streamed_chunk_is_a_typed_error_or_serves_every_field(
     assert len(got) == 2
     for item in got:
         _serves(item, stormguard.ChatCompletionChunk)
+
+
+def test_output_text_skips_a_message_whose_content_is_not_a_list() -> None:
+    output = [
+        {"type": "message", "content": True},
+        {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+    ]
+    assert stormguard.Response({"output": output}).output_text == "hi"
