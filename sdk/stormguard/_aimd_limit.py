@@ -20,11 +20,12 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
   between them, bring the limit down to what is still in flight (TCP's "pipe"
   in loss recovery): the server holds no more than that. A stream the server
   cuts mid-way is a drop too (a crash cuts them all). At the floor
-  (``min_limit``) a drop pauses the endpoint instead: for the server's
+  (``min_limit``) a shed pauses the endpoint instead: for the server's
   Retry-After, else for a backoff that doubles from 0.25 s to 8 s while the
   sheds go on (a server behind a plain 503 would otherwise see one probe per
-  waiting call). So a crash, or a server that refuses everything, costs one
-  window of attempts and a few probes, not a window per 10 % step down.
+  waiting call). A cut stream never pauses it: it is no refusal. So a crash,
+  or a server that refuses everything, costs one window of attempts and a few
+  probes, not a window per 10 % step down.
 * **A server queue** (``x-queue-depth`` > 0 on a success): no growth, and slow
   start ends: the server's batch is full, more calls here would only wait there.
 * **Restart** (``engine_restart``/``warming``/``draining`` sheds): the engine
@@ -175,27 +176,31 @@ class AimdLimit:
         samples.append(ttft)
         return fastest is not None and ttft > SLOW_TTFT_FACTOR * fastest + SLOW_TTFT_SLACK_S
 
-    def dropped(self, lease: Lease, now: float, in_flight: int) -> None:
-        """A shed. Amid successes, the limit was a little too high: cut it once per
-        round trip. Drops in a row, with no success between them, say more: the
-        server holds no more than what is still in flight (the "pipe" of TCP's
-        loss recovery, RFC 6675), so the limit comes down to that at once rather
-        than by 10 % per round trip of refused attempts. A run that empties the
-        window (every stream cut by a crash, every call refused by a server down
-        behind a plain 503) reaches the floor, and the floor's pause. ``in_flight``:
-        the attempts still in flight, this one given back."""
+    def dropped(self, lease: Lease, now: float, in_flight: int, *, refused: bool = True) -> None:
+        """A shed (``refused``), or a stream the server cut after it began. Amid
+        successes, the limit was a little too high: cut it once per round trip.
+        Drops in a row, with no success between them, say more: the server holds no
+        more than what is still in flight (the "pipe" of TCP's loss recovery, RFC
+        6675), so the limit comes down to that at once rather than by 10 % per round
+        trip of refused attempts. A run that empties the window (every stream cut by
+        a crash, every call refused by a server down behind a plain 503) reaches the
+        floor; a shed there pauses the endpoint, a cut does not (the server took
+        that call: whether it takes the next, only the next can tell, and one odd
+        stream end must not stop an endpoint for seconds). ``in_flight``: the
+        attempts still in flight, this one given back."""
         in_a_row = self._drops_in_a_row
         self._drops_in_a_row += 1
         floor = float(self._owner.min_limit)
         if self.value <= floor:
-            self._shed_at_floor(now, lease)
+            if refused:
+                self._shed_at_floor(now, lease)
         elif not in_a_row:
             self._decrease(lease, self.value * self._owner.backoff_ratio)
         elif in_flight < self.value:
             self.value = max(float(in_flight), floor)
             self.ssthresh = self.value
             self.epoch += 1
-            if not in_flight:
+            if not in_flight and refused:
                 self._shed_at_floor(now, lease)
 
     def _decrease(self, lease: Lease, to: float) -> bool:

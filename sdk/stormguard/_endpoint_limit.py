@@ -190,6 +190,8 @@ class EndpointLimit:
                 self._aimd.succeeded(lease)
             elif outcome is LimitOutcome.DROPPED:
                 self._aimd.dropped(lease, now, self._in_flight)
+            elif outcome is LimitOutcome.CUT:
+                self._aimd.dropped(lease, now, self._in_flight, refused=False)
             elif outcome is LimitOutcome.RESTARTING:
                 self._aimd.restarted(now, lease.load)
             wakes = self._grant_waiters()

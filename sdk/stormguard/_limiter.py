@@ -97,8 +97,9 @@ def limit_outcome(error: BaseException | None) -> LimitOutcome:
 
 def stream_cut_outcome(error: BaseException) -> LimitOutcome:
     """What a stream that failed after its first chunk tells the limit: a cut by the
-    server (the connection, a 5xx event) is a drop, anything else (the caller's
-    deadline, a malformed chunk) says nothing. ``Verdict.limit_after_first_chunk``."""
+    server (the connection, a 5xx event) is a loss that lowers it but never pauses
+    the endpoint (``CUT``); anything else (the caller's deadline, a malformed
+    chunk) says nothing. ``Verdict.limit_after_first_chunk``."""
     return classify(error).limit_after_first_chunk
 
 

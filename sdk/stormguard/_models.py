@@ -394,6 +394,8 @@ class EmbeddingUsage(Record):
 
 class Embedding(Record):
     __slots__ = ()
+    #: What a body may hold for a field, where it differs from the field's type.
+    _field_shapes: ClassVar[Mapping[str, object]] = {"embedding": list[float] | str}
     #: The vector: floats, or the base64 text when ``encoding_format="base64"`` was asked.
     embedding: list[float]
     index: int
@@ -455,7 +457,8 @@ def output_text_of(output: object) -> str:
     for item in output if isinstance(output, list) else ():
         if not isinstance(item, Mapping) or item.get("type") != "message":
             continue
-        for part in item.get("content") or ():
+        content = item.get("content")
+        for part in content if isinstance(content, list) else ():
             if isinstance(part, Mapping) and part.get("type") == "output_text":
                 text = part.get("text")
                 if isinstance(text, str):

@@ -21,6 +21,7 @@ from ._exceptions import (
 )
 from ._http import httpx, request_errors, timeout_errors
 from ._models import APIResult, CallInfo
+from ._record_shapes import shape_problem
 from ._redact import Redactor
 from .protocol import HEADER_REQUEST_ID, ServerLoad
 
@@ -162,7 +163,9 @@ def result_from_response(
     info: CallInfo,
     redactor: Redactor,
 ) -> R:
-    """The typed result of a 2xx JSON response, or a validation error."""
+    """The typed result of a 2xx JSON response, or a validation error: a body that
+    is not a JSON object, or one whose fields the result type cannot serve
+    (``_record_shapes.py``)."""
     content_type = response.headers.get("content-type", "")
     if content_type and "json" not in content_type.lower():
         raise APIResponseValidationError(
@@ -177,6 +180,15 @@ def result_from_response(
         snippet = redactor.quote_bytes(body, 80)
         raise APIResponseValidationError(
             f"The response body is not a JSON object (starts with {snippet!r})",
+            status_code=response.status_code,
+            response=response,
+            server_load=info.server_load,
+            request_id=info.request_id,
+        )
+    problem = shape_problem(result_type, data)
+    if problem is not None:
+        raise APIResponseValidationError(
+            f"The response does not fit {result_type.__name__}: {problem}",
             status_code=response.status_code,
             response=response,
             server_load=info.server_load,

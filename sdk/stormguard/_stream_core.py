@@ -3,7 +3,8 @@
 The bottom of ``_StreamState``'s stack, shared by both stream classes and by every
 reader of a stream's bytes: what the stream has seen so far, the call's deadline
 and the stream's bounds, the size cap on its decoded bytes, and each way it may
-fail (a timeout, a cut, an end before its last event, bytes past the cap). An
+fail (a timeout, a cut, an end before its last event, bytes past the cap), and
+what makes a stream complete when its body ends (``complete_at_end``). An
 error raised before the first chunk reached the caller fails the attempt, which
 may be retried; after, it ends the call. Above it: ``_stream_events.py`` (what
 each event means) and ``_stream_state.py`` (reading the stream).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._body import BodyLimit, BodyTooLargeError
@@ -26,15 +28,22 @@ from ._exceptions import (
 )
 from ._http import httpx, library_of, timeout_errors
 from ._models import CallInfo, Record, ResponseStreamEvent
+from ._record_shapes import shape_of
 from ._responses import request_id_of
 from ._sse import SSEDecoder
 
 if TYPE_CHECKING:
     from ._pipeline import LogicalCall
 
-__all__ = ["StreamCore", "T"]
+__all__ = ["StreamCore", "T", "choices_asked"]
 
 T = TypeVar("T", bound=Record)
+
+
+def choices_asked(body: Mapping[str, Any] | None) -> int:
+    """The choices a request asks for: its ``n``, 1 when it names none (or none valid)."""
+    n = body.get("n") if body is not None else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
 
 
 class StreamCore(Generic[T]):
@@ -64,6 +73,13 @@ class StreamCore(Generic[T]):
         self.delivered = 0
         #: Typed events of the Responses API (no ``[DONE]``: a last event instead).
         self.responses_api = issubclass(chunk_type, ResponseStreamEvent)
+        #: The choices the request asked for (``n``), and those a ``finish_reason``
+        #: ended so far: a body that ends cleanly once all have ended is complete.
+        self.choices_asked = choices_asked(call.spec.body)
+        self.choices_finished: set[int] = set()
+        #: The shape each chunk is checked against (``_record_shapes.py``); None in
+        #: transport mode, whose caller decodes the events itself.
+        self.chunk_shape = None if call.spec.raw else shape_of(chunk_type)
         self.info = CallInfo(
             server_load=call.server_load,
             attempt_history=(),
@@ -149,9 +165,34 @@ class StreamCore(Generic[T]):
                 )
             ) from None
 
+    def note_finishes(self, choices: object) -> None:
+        """Note the choices of one chunk that carry their ``finish_reason`` (for the
+        call's telemetry, and for ``complete_at_end``)."""
+        if not isinstance(choices, list):
+            return
+        for position, choice in enumerate(choices):
+            reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+            if not isinstance(reason, str):
+                continue
+            self.finish_reasons.append(reason)
+            index = choice.get("index", position)
+            if isinstance(index, int) and 0 <= index < self.choices_asked:
+                self.choices_finished.add(index)  # bounded: at most ``n`` of them
+
+    def complete_at_end(self) -> bool:
+        """The body ended: whether the stream is complete. It is at ``[DONE]`` (or the
+        Responses API's last event); and a chat or completions stream whose body ends
+        between two events once every choice asked for has had its
+        ``finish_reason`` is complete too. Some OpenAI-compatible servers and proxies
+        send no ``[DONE]``; openai-python ends such a stream quietly, and LiteLLM
+        reads it as complete once a ``finish_reason`` came. Anything else is a cut."""
+        if not self.done and not self.responses_api and not self.decoder.has_partial_event:
+            self.done = len(self.choices_finished) >= self.choices_asked
+        return self.done
+
     def end_of_body(self) -> None:
         self.check_deadline()
-        if not self.done:
+        if not self.complete_at_end():
             partial = " in the middle of an event" if self.decoder.has_partial_event else ""
             end = "its last event" if self.responses_api else "[DONE]"
             raise self._raise(

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._exceptions import APIError, APIResponseValidationError
+from ._record_shapes import misfit
 from ._responses import error_from_payload, parse_json_object
 from ._sse import ServerSentEvent
 from ._stream_core import StreamCore, T
@@ -76,32 +77,31 @@ class StreamEvents(StreamCore[T]):
     """Reads one event into a chunk for the caller, the end, or the error it sends."""
 
     def _event(self, event: ServerSentEvent) -> APIError | None:
-        if is_done(event):
+        data = event.data
+        if data[:1] != "{" and is_done(event):  # a chunk is an object: skip the strip
             self.done = True
             return None
-        payload = parse_json_object(event.data)
+        payload = parse_json_object(data)
         if payload is None:
             return APIResponseValidationError(
-                "A stream event is not a JSON object:"
-                f" {self.call.redactor.quote(event.data, 80)!r}",
+                f"A stream event is not a JSON object: {self.call.redactor.quote(data, 80)!r}",
                 status_code=self.response.status_code,
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
             )
         if self.responses_api:
             return self._response_event(event, payload)
-        if names_error(event, payload):
+        if "error" in payload or event.event == "error":  # ``names_error``, inline
             return self._error_event(payload)
+        if self.chunk_shape is not None:
+            problem = misfit(self.chunk_shape, payload)
+            if problem is not None:
+                return self._misfit(problem)
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage_total = usage.get("total_tokens")
             self.usage = usage
-        choices = payload.get("choices")
-        if choices and isinstance(choices, list):
-            for choice in choices:
-                reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-                if isinstance(reason, str):
-                    self.finish_reasons.append(reason)
+        self.note_finishes(payload.get("choices"))
         self.pending.append(self.chunk_type(payload))
         return None
 
@@ -114,6 +114,10 @@ class StreamEvents(StreamCore[T]):
         if kind in RESPONSE_FAILURES or event.event == "error":
             failure = response_failure(kind or "error", payload)
             return self._error_event(failure, response_failure_status(failure))
+        if self.chunk_shape is not None:
+            problem = misfit(self.chunk_shape, payload)
+            if problem is not None:
+                return self._misfit(problem)
         response = payload.get("response")
         if isinstance(response, Mapping):
             usage = response.get("usage")
@@ -130,6 +134,16 @@ class StreamEvents(StreamCore[T]):
         if kind in RESPONSE_ENDS:
             self.done = True
         return None
+
+    def _misfit(self, problem: str) -> APIError:
+        """The error of an event whose fields its chunk type cannot serve
+        (``problem``: which, and how)."""
+        return APIResponseValidationError(
+            f"A stream event does not fit {self.chunk_type.__name__}: {problem}",
+            status_code=self.response.status_code,
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
 
     def _error_event(self, payload: Any, status: int | None = None) -> APIError:
         """An error sent inside a 200 stream (vLLM does this when it sheds a streaming

@@ -11,6 +11,7 @@ of tiny events ends at the cap or the deadline, however fast it inflates.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from ._exceptions import APIError, APIResponseValidationError, StreamInterruptedError
@@ -30,6 +31,8 @@ __all__ = ["_StreamState"]
 
 #: The deadline is checked again after this many events of one piece (a power of 2, - 1).
 _EVENTS_PER_CHECK = 511
+#: A chunk that ends a choice: its ``finish_reason`` is a string, not null.
+_FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
 
 
 class _StreamState(StreamEvents[T]):
@@ -80,7 +83,8 @@ class _StreamState(StreamEvents[T]):
     def passing_through(self, raw: bytes) -> None:
         """Transport mode: raw bytes go to the caller, who decodes them. They are
         decoded here too, only to learn how the stream ends: at ``[DONE]`` (which
-        openai-python closes the response at, before its end), or with an error
+        openai-python closes the response at, before its end), at the end of a body
+        once every choice has finished (``complete_at_end``), or with an error
         event (a crash's 503, a 500): the call fails, and the concurrency limit
         hears that the server lost the stream. Past the cap or the deadline (also
         after ``[DONE]``: openai-python reads a stream to its end) the call's error
@@ -103,12 +107,17 @@ class _StreamState(StreamEvents[T]):
                 self.done = True
                 self.call.ended(response=self.summary())
                 return
-            if event.event == "error" or '"error"' in event.data:  # others skip the parse
-                payload = parse_json_object(event.data)
+            data = event.data
+            if event.event == "error" or '"error"' in data:  # others skip the parse
+                payload = parse_json_object(data)
                 if payload is not None and names_error(event, payload):
                     self.done = True
                     self.call.ended(self._error_event(payload), response=self.summary())
                     return
+            if _FINISHED.search(data):  # only a chunk that ends a choice is parsed
+                payload = parse_json_object(data)
+                if payload is not None:
+                    self.note_finishes(payload.get("choices"))
 
     def _passing_response_event(self, event: ServerSentEvent) -> bool:
         """Transport mode, Responses API: whether ``event`` ended the stream (its last
@@ -134,8 +143,9 @@ class _StreamState(StreamEvents[T]):
 
     def passed_through(self, cut: Exception | None = None) -> None:
         """Transport mode: the caller read the raw body to its end, or the connection
-        failed under it (``cut``); an end without ``[DONE]`` is a cut stream too."""
-        if self.done and cut is None:
+        failed under it (``cut``); an end the stream is not complete at
+        (``complete_at_end``) is a cut stream too."""
+        if cut is None and self.complete_at_end():
             self.call.ended(self.failure, response=self.summary())
             return
         self.done = True

@@ -26,6 +26,9 @@ Retry-After, fallback models. What comes back is plain httpx (or httpx2):
   openai's error format, with ``x-should-retry: false`` (an open breaker: 503
   ``x-load-shed: circuit_open``; a context-window refusal: 400; the token rate
   limit: 429; a full local queue or adaptive throttling: 503);
+* a 2xx that breaks the API before any of it was handed on (a stream that is
+  not an event stream, a first event that is not JSON) is a 502 in the same
+  format, with the reason, as a proxy answers for an upstream's invalid answer;
 * no concurrency slot before the deadline is a timeout (``QueueTimeoutError``
   becomes ``httpx.ReadTimeout``: openai-python's ``APITimeoutError``);
 * a final transport failure is raised as the httpx exception it was (as the

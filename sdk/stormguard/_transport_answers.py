@@ -12,6 +12,7 @@ from ._body import decoded_headers, read_response
 from ._exceptions import (
     APIConnectionError,
     APIError,
+    APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
     CircuitOpenError,
@@ -24,7 +25,7 @@ from ._exceptions import (
 from ._http import httpx, library_of, request_errors
 from ._models import CALL_INFO_EXTENSION, CallInfo
 from ._streaming import AsyncStream, Stream
-from .protocol import HEADER_LOAD_SHED, HEADER_SHOULD_RETRY
+from .protocol import HEADER_LOAD_SHED, HEADER_REQUEST_ID, HEADER_SHOULD_RETRY
 
 __all__ = [
     "CALL_INFO_EXTENSION",
@@ -50,14 +51,43 @@ def error_info(error: StormguardError, model: str | None) -> CallInfo:
     return info
 
 
-def _refusal(request: httpx.Request, status: int, message: str, code: str) -> httpx.Response:
+def _refusal(
+    request: httpx.Request,
+    status: int,
+    message: str,
+    code: str,
+    kind: str = "stormguard_refusal",
+    request_id: str | None = None,
+) -> httpx.Response:
     headers = {HEADER_SHOULD_RETRY: "false", "content-type": "application/json"}
     if code == "circuit_open":
         headers[HEADER_LOAD_SHED] = "circuit_open"
-    body = {"error": {"message": message, "type": "stormguard_refusal", "code": code}}
+    if request_id is not None:
+        headers[HEADER_REQUEST_ID] = request_id
+    body = {"error": {"message": message, "type": kind, "code": code}}
     response_type: type[httpx.Response] = library_of(request).Response
     return response_type(
         status, headers=headers, content=json.dumps(body).encode(), request=request
+    )
+
+
+def _invalid_answer(request: httpx.Request, error: APIResponseValidationError) -> httpx.Response:
+    """A 2xx answer that breaks the API, found before any of it went to the caller (a
+    stream that is not an event stream, a first event that is not JSON, a stream
+    past ``max_response_bytes``): a 502 Bad Gateway, what a proxy answers for an
+    upstream's invalid response (RFC 9110, 15.6.3; Envoy does so), with the reason
+    (scrubbed of credentials) in openai's error format. openai-python raises its
+    ``InternalServerError`` with it and, told ``x-should-retry: false``, does not
+    retry: stormguard judged the answer already. On its own, openai-python reads a
+    JSON or HTML 200 to a stream as an empty stream; an httpx error here would
+    reach it as ``APIConnectionError: Connection error.``, the reason lost."""
+    return _refusal(
+        request,
+        502,
+        str(error),
+        "invalid_response",
+        kind="stormguard_invalid_response",
+        request_id=error.request_id,
     )
 
 
@@ -85,6 +115,8 @@ def _answer_for(error: StormguardError, request: httpx.Request) -> httpx.Respons
         return _refusal(request, 503, str(error), "local_queue_full")
     if isinstance(error, ThrottledError):
         return _refusal(request, 503, str(error), "throttled")
+    if isinstance(error, APIResponseValidationError):
+        return _invalid_answer(request, error)
     raise httpx_error_for(error, request)
 
 

@@ -75,6 +75,9 @@ class LimitOutcome(str, enum.Enum):
     DROPPED = "dropped"
     #: The server shed it because its engine is not serving (restarting, warming, draining).
     RESTARTING = "restarting"
+    #: The server lost a stream it had begun (cut, or a 5xx event after the first
+    #: chunk): a loss that lowers the limit, but no refusal, so it never pauses it.
+    CUT = "cut"
     #: Says nothing about load: cancelled, a connection error, a caller error.
     IGNORED = "ignored"
 
@@ -297,12 +300,15 @@ def _sent(error: BaseException) -> bool:
 
 def _stream_cut_rule(error: BaseException) -> LimitOutcome:
     """What a stream that failed after its first chunk tells the limit. Cut by the
-    server (the connection, or a 5xx event): a drop, since the server lost work it
+    server (the connection, or a 5xx event): a loss, since the server lost work it
     had taken, and an engine that runs out of memory cuts every stream it has at
-    once; the limit must be down before the backlog refills it. Anything else (the
-    caller's deadline, a malformed chunk) says nothing about load."""
+    once; the limit must be down before the backlog refills it (Netflix's gRPC
+    client limiter counts a call that ends ``UNAVAILABLE`` as a drop too). But not
+    a shed: the server took the call, so a cut never pauses the endpoint as a shed
+    at the floor does (``LimitOutcome.CUT``). Anything else (the caller's
+    deadline, a malformed chunk) says nothing about load."""
     if isinstance(error, StreamInterruptedError) or (
         isinstance(error, APIStatusError) and error.status_code >= 500
     ):
-        return LimitOutcome.DROPPED
+        return LimitOutcome.CUT
     return LimitOutcome.IGNORED

@@ -136,6 +136,25 @@ def test_a_run_of_drops_that_empties_the_window_pauses_at_the_floor() -> None:
     assert 11 <= limit.state().limit <= 13
 
 
+def test_cut_streams_bring_the_limit_down_like_drops_but_never_pause_the_endpoint() -> None:
+    """A crash cuts every stream in flight: the limit follows them down to the
+    floor as for sheds, but a cut is no refusal (the server took the call), so
+    the endpoint is not paused; only a shed at the floor pauses it."""
+    clock = FakeClock()
+    limit = limiter(clock, initial_limit=20).endpoint(E)
+    leases = [take(limit, seq=i) for i in range(20)]
+    finish(leases[0], LimitOutcome.SUCCESS)
+    for lease in leases[1:]:
+        finish(lease, LimitOutcome.CUT)
+    state = limit.state()
+    assert (state.limit, state.in_flight, state.paused_for) == (1, 0, 0.0)
+    for i in range(5):  # one call at a time, each cut: never a pause
+        finish(take(limit, seq=100 + i), LimitOutcome.CUT)
+        assert (limit.state().limit, limit.state().paused_for) == (1, 0.0)
+    finish(take(limit, seq=200), LimitOutcome.DROPPED)  # a shed at the floor pauses
+    assert 0.125 <= limit.state().paused_for <= 0.25
+
+
 def test_a_restart_drops_to_the_minimum_and_slow_starts_to_half_the_old_limit() -> None:
     clock = FakeClock()
     limit = limiter(clock, initial_limit=20, min_limit=1).endpoint(E)
