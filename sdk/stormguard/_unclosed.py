@@ -46,8 +46,9 @@ __all__ = ["PoolFinalizer", "aclose_later", "close_later", "running_loop", "warn
 Cleanup = Callable[[], object]
 AsyncCleanup = Callable[[], Awaitable[object]]
 
-#: The tasks started on a loop: the loop keeps only weak references to its tasks.
-_TASKS: set[Any] = set()
+#: The clean-ups handed to a loop and not finished, each as (its loop, a marker until
+#: it starts, then its task): the loop keeps only weak references to its tasks.
+_ON_LOOPS: set[tuple[Any, Any]] = set()
 #: The reaper's queue and the process it was started in (a forked child starts its own).
 _reaper: tuple[int, queue.SimpleQueue[Cleanup]] | None = None
 
@@ -78,40 +79,49 @@ def close_later(cleanup: Cleanup) -> None:
         pass
 
 
+#: Clean-ups the reaper has run (only the reaper writes it).
+_reaped = [0]
+
+
 def _reap(tasks: queue.SimpleQueue[Cleanup]) -> None:
     while True:
         cleanup = tasks.get()
+        _reaped[0] += 1
         try:
             cleanup()
         except BaseException:  # one failed clean-up must not end the thread
             logger.debug("Cleaning up an object left unclosed failed", exc_info=True)
-        del cleanup  # what it held goes now, not when the next one comes
+        del cleanup  # what it held goes now (and may hand over more), not later
 
 
 def aclose_later(loop: Any, aclose: AsyncCleanup, off_loop: Cleanup) -> None:
     """Run ``aclose()`` as a task on ``loop`` if it is not closed; else ``off_loop``
     (what can be done without the loop) in the reaper thread."""
     if loop is not None and not loop.is_closed():
+        entry = (loop, object())
+        _ON_LOOPS.add(entry)
         try:
-            loop.call_soon_threadsafe(_start, loop, aclose, off_loop)
+            loop.call_soon_threadsafe(_start, entry, aclose, off_loop)
             return
-        except Exception:  # noqa: S110 - it closed meanwhile: off the loop, below
-            pass
+        except Exception:  # it closed meanwhile: off the loop, below
+            _ON_LOOPS.discard(entry)
     close_later(off_loop)
 
 
-def _start(loop: Any, aclose: AsyncCleanup, off_loop: Cleanup) -> None:
+def _start(entry: tuple[Any, Any], aclose: AsyncCleanup, off_loop: Cleanup) -> None:
+    _ON_LOOPS.discard(entry)
+    loop = entry[0]
     try:
         task = loop.create_task(aclose())
     except Exception:  # a loop shutting down refuses new tasks
         close_later(off_loop)
         return
-    _TASKS.add(task)
+    _ON_LOOPS.add((loop, task))
     task.add_done_callback(_done)
 
 
 def _done(task: Any) -> None:
-    _TASKS.discard(task)
+    _ON_LOOPS.discard((task.get_loop(), task))
     if not task.cancelled() and task.exception() is not None:
         logger.debug("Closing an object left unclosed failed", exc_info=task.exception())
 
@@ -158,21 +168,47 @@ def _nothing() -> None:
 
 async def settled() -> None:
     """Wait until the clean-ups handed over so far have run (for tests): the tasks on
-    this loop, then the reaper's queue."""
+    this loop, the callbacks ready to run on it (asyncio's close of an async generator
+    left unfinished, which may hold an object left unclosed), then the reaper's queue;
+    again until none hands over more."""
     import asyncio
 
-    await asyncio.sleep(0)  # the callbacks that start the tasks
-    while _TASKS:
-        await asyncio.gather(*list(_TASKS), return_exceptions=True)
-    reaped()
+    loop = asyncio.get_running_loop()
+    for _ in range(10_000):  # a bound, should another task keep the loop busy for good
+        await asyncio.sleep(0)
+        tasks = [item for on, item in list(_ON_LOOPS) if on is loop and asyncio.isfuture(item)]
+        tasks += [task for task in asyncio.all_tasks(loop) if _closes_a_generator(task)]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+            del tasks  # a finished clean-up may free what hands over more
+            continue
+        if getattr(loop, "_ready", None):
+            continue
+        if _reaper_round() == 0 and not any(on is loop for on, _ in list(_ON_LOOPS)):
+            return
 
 
-def reaped(timeout: float = 10.0) -> bool:
-    """Wait until the reaper has run what was handed to it so far (for tests)."""
+def _closes_a_generator(task: Any) -> bool:
+    """A task of asyncio's that closes an async generator left unfinished."""
+    return type(task.get_coro()).__name__ == "async_generator_athrow"
+
+
+def reaped(timeout: float = 10.0) -> None:
+    """Wait until the reaper is idle (for tests): a clean-up may hand over another
+    (the last stream of a client left unclosed, then its pool)."""
+    while _reaper_round(timeout):
+        pass
+
+
+def _reaper_round(timeout: float = 10.0) -> int:
+    """Wait for the reaper to run what it was handed so far; how many clean-ups it ran."""
     import threading
 
     if _reaper is None or _reaper[0] != os.getpid():
-        return True
+        return 0
+    before = _reaped[0]
     done = threading.Event()
     close_later(done.set)
-    return done.wait(timeout)
+    if not done.wait(timeout):
+        raise TimeoutError("the reaper did not run what it was handed")
+    return _reaped[0] - before - 1
