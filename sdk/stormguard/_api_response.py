@@ -275,7 +275,7 @@ class AsyncAPIResponse(_ResponseBase[R]):
         response = self.http_response
         state, held = _held(self._stream(), response)
         aclose_later(
-            self._loop,
+            getattr(self, "_loop", None),
             partial(_aclose_response, state, response, body),
             partial(_ended_off_loop, state, body),
         )

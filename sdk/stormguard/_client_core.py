@@ -35,7 +35,6 @@ from ._spec_builder import SpecBuilder
 from ._stats import StatsRecorder
 from ._stream_timeouts import StreamTimeouts
 from ._throttle import AdaptiveThrottle
-from ._unclosed import PoolFinalizer
 from .openai_errors import openai_errors_option
 from .protocol import Priority
 from .telemetry import Telemetry
@@ -91,9 +90,9 @@ class ClientCore(SpecBuilder):
     """Resolved settings and shared state of one client (sync or async)."""
 
     #: Closes the client's own pool once nothing holds this core or a copy of it: the
-    #: client, its ``with_options`` copies, their calls (``_unclosed.py``). None: the
-    #: pool was passed in, or the client's ``__init__`` has not made it yet.
-    pool_finalizer: PoolFinalizer | None = None
+    #: client, its ``with_options`` copies, their calls (``_unclosed.PoolFinalizer``,
+    #: set by the client). None: the pool was passed in.
+    pool_finalizer: object | None = None
 
     def __init__(
         self,

@@ -97,6 +97,8 @@ def _reap(tasks: queue.SimpleQueue[Cleanup]) -> None:
 def aclose_later(loop: Any, aclose: AsyncCleanup, off_loop: Cleanup) -> None:
     """Run ``aclose()`` as a task on ``loop`` if it is not closed; else ``off_loop``
     (what can be done without the loop) in the reaper thread."""
+    for stale in [entry for entry in list(_ON_LOOPS) if entry[0].is_closed()]:
+        _ON_LOOPS.discard(stale)  # a loop closed before it ran the clean-up: not kept alive
     if loop is not None and not loop.is_closed():
         entry = (loop, object())
         _ON_LOOPS.add(entry)
@@ -159,7 +161,7 @@ class PoolFinalizer:
         else:
             close_later(http.close)
             how = "client.close(), or with"
-        warn_unclosed(None, f"Unclosed {self._what}: close it ({how}); its pool is closed now")
+        warn_unclosed(None, f"Unclosed {self._what}: close it ({how})")
 
 
 def _nothing() -> None:

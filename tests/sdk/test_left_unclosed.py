@@ -16,16 +16,21 @@ import gc
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 import respx
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import stormguard
 from stormguard._breaker import BreakerConfig, CircuitState
-from stormguard._unclosed import reaped, settled
+from stormguard._unclosed import aclose_later, reaped, settled
+from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 SECRET = "sk-test-secret-key"
@@ -350,3 +355,43 @@ async def api_close(pool: Any) -> None:
     result = pool.close() if isinstance(pool, httpx.Client) else pool.aclose()
     if result is not None:
         await result
+
+
+async def test_a_stream_left_unclosed_ends_its_spans_as_cancelled(
+    api: Api, mock: respx.MockRouter, caught: list[str]
+) -> None:
+    """Its call ends where its clean-up runs (the reaper thread, for a sync stream):
+    the spans end there, as cancelled, as a closed stream's do."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
+    client = api.client(telemetry=Telemetry(tracer_provider=provider))
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    await first_chunk(api, stream)
+    del stream
+    await settled()
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert sorted(spans) == ["POST /v1/chat/completions", "chat m"]  # the call, its attempt
+    for span in spans.values():
+        assert span.attributes is not None and span.attributes["stormguard.cancelled"] is True
+    provider.shutdown()
+
+
+def test_a_loop_closed_before_it_ran_a_clean_up_is_not_kept_alive() -> None:
+    """A clean-up handed to a loop that closed before it ran it is dropped with the loop
+    (the table of clean-ups handed over stays bounded)."""
+
+    async def never() -> None:
+        raise AssertionError("a closed loop runs nothing")
+
+    loop = asyncio.new_event_loop()
+    aclose_later(loop, never, lambda: None)  # handed over, never run
+    loop.close()
+    gone = weakref.ref(loop)
+    del loop
+    off_loop: list[str] = []
+    aclose_later(None, never, lambda: off_loop.append("ran"))
+    reaped()
+    gc.collect()
+    assert gone() is None and off_loop == ["ran"]
