@@ -21,6 +21,7 @@ from ._http import http_errors, httpx
 from ._pipeline import Delivery
 from ._raw_response import _ResponseBase
 from ._read_within import anext_within
+from ._redact import display_url
 from ._stream_state import _StreamState
 from ._streaming import AsyncStream, Stream, _aclose, _close
 from ._unclosed import aclose_later, close_later, running_loop, warn_unclosed
@@ -148,9 +149,11 @@ def _close_response(state: _StreamState[Any] | None, response: httpx.Response, b
 
 
 def _left(response: _ResponseBase[Any], close: str) -> str:
-    """The warning of a response left open."""
+    """The warning of a response left open: which, and of which request."""
     try:
-        shown = repr(response)
+        request = response.http_request
+        url = response._delivery.call.redactor.scrub(display_url(request.url))
+        shown = f"{response!r} of {request.method} {url}"
     except Exception:  # Python shutting down: its name will do
         shown = type(response).__name__
     return (

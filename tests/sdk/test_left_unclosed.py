@@ -31,9 +31,21 @@ import stormguard
 from stormguard._breaker import BreakerConfig, CircuitState
 from stormguard._unclosed import aclose_later, reaped, settled
 from stormguard.telemetry import Telemetry
-from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
+from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 SECRET = "sk-test-secret-key"
+#: This module's server: a warning of another test's object, collected here, names another.
+BASE = "http://left.test/v1"
+
+
+@pytest.fixture
+def mock() -> Iterator[respx.MockRouter]:
+    with respx.mock(base_url=BASE, assert_all_called=False) as router:
+        yield router
+
+
+def make(api: Api, **options: Any) -> Any:
+    return api.client(base_url=BASE, **options)
 
 
 def open_stream() -> httpx.Response:
@@ -66,7 +78,8 @@ def caught() -> Iterator[list[str]]:
 
 
 def unclosed(caught: list[str]) -> list[str]:
-    return caught
+    """The warnings of this module's objects."""
+    return [message for message in caught if BASE in message]
 
 
 async def collected() -> None:
@@ -84,7 +97,7 @@ async def test_a_stream_left_unclosed_gives_back_its_slot_and_warns(
     api: Api, mock: respx.MockRouter, caught: list[str]
 ) -> None:
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
-    client = api.client(concurrency=one_slot())
+    client = make(api, concurrency=one_slot())
     for _ in range(3):  # each takes the only slot: the one before gave it back
         stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
         response = stream.response
@@ -109,7 +122,7 @@ async def test_the_warning_shows_no_credential(
     api: Api, mock: respx.MockRouter, caught: list[str]
 ) -> None:
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
-    client = api.client(default_query={"api-key": SECRET})
+    client = make(api, default_query={"api-key": SECRET})
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
     assert SECRET in str(stream.response.request.url)
     del stream
@@ -124,7 +137,7 @@ async def test_a_stream_closed_or_read_to_its_end_does_not_warn(
     mock.post("/chat/completions").mock(
         side_effect=lambda request: event_stream(sse(chunk("a"), chunk("b")))
     )
-    client = api.client()
+    client = make(api)
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
     assert len(await api.collect(stream)) == 2
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
@@ -141,7 +154,7 @@ async def test_a_finalizer_takes_no_lock_and_does_not_block(
     """The cyclic collector runs a finalizer at any allocation, perhaps in a thread
     that holds the limiter's lock: one that took it there would wait for itself."""
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
-    client = api.client(concurrency=one_slot())
+    client = make(api, concurrency=one_slot())
     box = [await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))]
     [limit] = client.concurrency._endpoints.values()
     dropper = threading.Thread(target=box.clear)
@@ -158,7 +171,7 @@ async def test_an_async_stream_dropped_in_another_thread_closes_on_its_loop(
 ) -> None:
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
     api = Api("async")
-    client = api.client(concurrency=one_slot())
+    client = make(api, concurrency=one_slot())
     box = [await client.chat.completions.create(messages=MESSAGES, stream=True)]
     response = box[0].response
     dropper = threading.Thread(target=box.clear)
@@ -204,7 +217,7 @@ async def test_a_warning_made_an_error_still_gives_the_slot_back(
     """``-W error::ResourceWarning``: Python reports the warning as unraisable, as it
     does for its own objects; the clean-up was handed over before it."""
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
-    client = api.client(concurrency=one_slot())
+    client = make(api, concurrency=one_slot())
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
     unraised: list[Any] = []
     monkeypatch.setattr(sys, "unraisablehook", unraised.append)
@@ -227,7 +240,7 @@ async def test_a_probe_stream_left_unclosed_settles_its_breaker_probe(
         side_effect=[*answers, httpx.Response(200, json=chat_json())]
     )
     trip = BreakerConfig(consecutive_failures=3, open_time=5.0, jitter=0.0, half_open_calls=1)
-    client = api.client(retry_policy=stormguard.RetryPolicy(max_attempts=1), breaker=trip)
+    client = make(api, retry_policy=stormguard.RetryPolicy(max_attempts=1), breaker=trip)
     for _ in range(3):
         with pytest.raises(stormguard.InternalServerError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
@@ -251,7 +264,7 @@ async def test_raw_and_streaming_responses_left_open(
             else httpx.Response(200, json=chat_json())
         )
     )
-    client = api.client(concurrency=one_slot())
+    client = make(api, concurrency=one_slot())
     chat = client.chat.completions
     sync = api.mode == "sync"
     prefix = "" if sync else "Async"
@@ -270,7 +283,9 @@ async def test_raw_and_streaming_responses_left_open(
     del manager, response
     await settled()
     assert http_response.is_closed
-    assert unclosed(caught)[-1].startswith(f"Unclosed <{prefix}APIResponse [200 OK]>")
+    assert unclosed(caught)[-1].startswith(
+        f"Unclosed <{prefix}APIResponse [200 OK]> of POST {BASE}/chat/completions: its"
+    )
 
     # ... and a stream parsed and read from: one warning, the response's.
     before = len(unclosed(caught))
@@ -282,7 +297,9 @@ async def test_raw_and_streaming_responses_left_open(
     await settled()
     assert in_flight(client) == 0
     assert len(unclosed(caught)) == before + 1
-    assert unclosed(caught)[-1].startswith(f"Unclosed <{prefix}APIResponse [200 OK]>")
+    assert unclosed(caught)[-1].startswith(
+        f"Unclosed <{prefix}APIResponse [200 OK]> of POST {BASE}/chat/completions: its"
+    )
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -298,7 +315,7 @@ async def test_a_client_left_unclosed_closes_its_pool_once_nothing_uses_it(
     http = client._http
 
     def warned() -> list[str]:
-        return [message for message in unclosed(caught) if base in message]
+        return [message for message in caught if base in message]
 
     copy = client.with_options(timeout=30)
     del copy
@@ -346,7 +363,7 @@ async def test_a_closed_client_or_one_given_its_pool_does_not_warn(
     del closed, given
     gc.collect()
     await settled()
-    assert [message for message in unclosed(caught) if base in message] == []
+    assert [message for message in caught if base in message] == []
     assert not given_pool.is_closed  # the caller's pool is the caller's to close
     await api_close(given_pool)
 
@@ -366,7 +383,7 @@ async def test_a_stream_left_unclosed_ends_its_spans_as_cancelled(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     mock.post("/chat/completions").mock(side_effect=lambda request: open_stream())
-    client = api.client(telemetry=Telemetry(tracer_provider=provider))
+    client = make(api, telemetry=Telemetry(tracer_provider=provider))
     stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
     await first_chunk(api, stream)
     del stream
