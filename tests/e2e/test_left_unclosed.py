@@ -313,7 +313,7 @@ def served(answer: Any) -> bool:
     return bool(answer.choices[0].message.content)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lefts=left_objects)
 def test_async_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list[Left]) -> None:
     async def example() -> None:
@@ -329,7 +329,7 @@ def test_async_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list
     asyncio.run(example())
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lefts=left_objects)
 def test_sync_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list[Left]) -> None:
     async def example() -> None:
