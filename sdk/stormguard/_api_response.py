@@ -1,11 +1,14 @@
 """``APIResponse`` and ``AsyncAPIResponse``: a response whose body is read when
 asked, once, within ``max_response_bytes`` and the call's deadline; a
-``stream=True`` call's bytes replayed from its first, as they came."""
+``stream=True`` call's bytes replayed from its first, as they came. One left open
+(its block never left) is closed when it is collected, with a ``ResourceWarning``
+(``_unclosed.py``)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -14,11 +17,14 @@ from ._body import aiter_body, iter_body
 from ._body_pieces import _Pieces
 from ._exceptions import APIError
 from ._handed_over_body import _Body
-from ._http import http_errors
+from ._http import http_errors, httpx
 from ._pipeline import Delivery
 from ._raw_response import _ResponseBase
 from ._read_within import anext_within
-from ._streaming import AsyncStream, Stream
+from ._redact import display_url
+from ._stream_state import _StreamState
+from ._streaming import AsyncStream, Stream, _aclose, _close
+from ._unclosed import aclose_later, close_later, running_loop, warn_unclosed
 
 __all__ = ["APIResponse", "AsyncAPIResponse"]
 
@@ -102,12 +108,58 @@ class APIResponse(_ResponseBase[R]):
 
     def close(self) -> None:
         """Close the response; the server sees the disconnect if the body was not read."""
-        stream = self._stream()
-        if stream is not None:
-            stream.close()
+        response = self.http_response
+        _close_response(_held(self._stream(), response)[0], response, self._body)
+
+    def __del__(self) -> None:
+        """Left open (a ``with`` block never left): closed by the reaper thread
+        (``_unclosed.py``), with a warning."""
+        body: _Body | None = getattr(self, "_body", None)
+        if body is None or body.ended:
+            return
+        response = self.http_response
+        state, held = _held(self._stream(), response)
+        close_later(partial(_close_response, state, response, body))
+        if held:
+            warn_unclosed(self, _left(self, "response.close()"))
+
+
+def _held(
+    stream: Stream[Any] | AsyncStream[Any] | None, response: httpx.Response
+) -> tuple[_StreamState[Any] | None, bool]:
+    """What a response left open holds: its stream's state, claimed now (None: no
+    stream, or closed or claimed already), and whether it held anything (its stream,
+    or an open response), which is what it warns of."""
+    if stream is None:
+        return None, not response.is_closed
+    state = stream._claim()
+    return state, state is not None
+
+
+def _close_response(state: _StreamState[Any] | None, response: httpx.Response, body: _Body) -> None:
+    """Close a handed-over response (its stream's, if ``state``, claimed), then end the
+    call with what was read."""
+    try:
+        if state is not None:
+            _close(state)
         else:
-            self.http_response.close()
-        self._body.close()
+            response.close()
+    finally:
+        body.close()
+
+
+def _left(response: _ResponseBase[Any], close: str) -> str:
+    """The warning of a response left open: which, and of which request."""
+    try:
+        request = response.http_request
+        url = response._delivery.call.redactor.scrub(display_url(request.url))
+        shown = f"{response!r} of {request.method} {url}"
+    except Exception:  # Python shutting down: its name will do
+        shown = type(response).__name__
+    return (
+        f"Unclosed {shown}: its connection is closed now, and its call ends with what was"
+        f" read. Leave its with block, or call {close}"
+    )
 
 
 def _replay(stream: Stream[Any]) -> Iterator[bytes]:
@@ -133,6 +185,8 @@ class AsyncAPIResponse(_ResponseBase[R]):
     def __init__(self, delivery: Delivery) -> None:
         super().__init__(delivery)
         self._body = _Body(delivery)
+        #: The loop it is read on, which closes it if it is left open.
+        self._loop = running_loop()
 
     def _stream(self) -> AsyncStream[Any] | None:
         result = self._delivery.result
@@ -212,13 +266,48 @@ class AsyncAPIResponse(_ResponseBase[R]):
 
     async def close(self) -> None:
         """Close the response, even from a cancelled task."""
-        stream = self._stream()
-        if stream is not None:
-            await stream.aclose()
+        response = self.http_response
+        await _aclose_response(_held(self._stream(), response)[0], response, self._body)
+
+    def __del__(self) -> None:
+        """Left open (an ``async with`` block never left): closed by a task on its loop,
+        or off it by the reaper thread (``_unclosed.py``), with a warning."""
+        body: _Body | None = getattr(self, "_body", None)
+        if body is None or body.ended:
+            return
+        response = self.http_response
+        state, held = _held(self._stream(), response)
+        aclose_later(
+            getattr(self, "_loop", None),
+            partial(_aclose_response, state, response, body),
+            partial(_ended_off_loop, state, body),
+        )
+        if held:
+            warn_unclosed(self, _left(self, "await response.close()"))
+
+
+async def _aclose_response(
+    state: _StreamState[Any] | None, response: httpx.Response, body: _Body
+) -> None:
+    """The async twin of ``_close_response``: the close shielded from cancellation."""
+    try:
+        if state is not None:
+            await _aclose(state)
         else:
             with anyio.CancelScope(shield=True):
-                await self.http_response.aclose()
-        self._body.close()
+                await response.aclose()
+    finally:
+        body.close()
+
+
+def _ended_off_loop(state: _StreamState[Any] | None, body: _Body) -> None:
+    """An async response left after its loop closed: its connection goes with the
+    loop; its stream's slot is given back and its call ended."""
+    try:
+        if state is not None:
+            state.closed_early()
+    finally:
+        body.close()
 
 
 async def _areplay(stream: AsyncStream[Any]) -> AsyncIterator[bytes]:

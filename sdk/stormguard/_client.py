@@ -32,6 +32,7 @@ from ._resources import (
     Models,
     Responses,
 )
+from ._unclosed import PoolFinalizer
 
 if TYPE_CHECKING:
     from ._http import LimitsLike, SyncHTTPClient
@@ -69,6 +70,8 @@ class Client(BaseClient):
         super().__init__(**options)
         self._owns_http = http_client is None
         self._http = http_pool_sync(http_client, limits or DEFAULT_CONNECTION_LIMITS)
+        if self._owns_http:  # left unclosed, the pool closes once nothing uses it
+            self._core.pool_finalizer = PoolFinalizer(self._http, repr(self))
         self._bind_resources()
 
     def _bind_resources(self) -> None:

@@ -89,6 +89,11 @@ def _endpoints_from(base_url: BaseURL, discover: str | None) -> list[tuple[Endpo
 class ClientCore(SpecBuilder):
     """Resolved settings and shared state of one client (sync or async)."""
 
+    #: Closes the client's own pool once nothing holds this core or a copy of it: the
+    #: client, its ``with_options`` copies, their calls (``_unclosed.PoolFinalizer``,
+    #: set by the client). None: the pool was passed in.
+    pool_finalizer: object | None = None
+
     def __init__(
         self,
         *,

@@ -5,8 +5,12 @@ error events, the end-of-stream check, the deadline, the size cap: the stack of
 ``_stream_core.py``, ``_stream_events.py`` and ``_stream_state.py``); the two
 stream classes only pull bytes from httpx and hand them over. Both close the
 HTTP response as soon as the stream ends, fails, is closed, or is left early
-(``with`` block, ``break``, garbage collection of the iterator's owner, task
-cancellation), so the server sees the disconnect and can stop generating.
+(``with`` block, task cancellation), so the server sees the disconnect and can
+stop generating. A stream the caller left without closing it (``break`` out of
+``for``/``async for``, then nothing) is closed when it is collected, with a
+``ResourceWarning`` (``_unclosed.py``: on its loop, or by a thread of its own):
+its connection closed, its concurrency slot given back, its call ended as
+cancelled.
 
 A call with ``StreamTimeouts`` reads its bytes through ``_bounded`` or
 ``_abounded`` (``Stream._bytes``, which the other readers of a stream iterate
@@ -18,6 +22,7 @@ idle gap after it (``_stream_timeouts.py``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -27,8 +32,10 @@ from ._body import aiter_body, iter_body
 from ._http import http_errors, httpx
 from ._models import CallInfo
 from ._read_within import anext_within
+from ._redact import display_url
 from ._stream_core import T
 from ._stream_state import _StreamState
+from ._unclosed import aclose_later, close_later, running_loop, warn_unclosed
 
 if TYPE_CHECKING:
     from ._history import AttemptRecord
@@ -72,6 +79,21 @@ class _StreamBase(Generic[T]):
     def chunks_received(self) -> int:
         """Chunks handed to the caller so far."""
         return self._state.delivered
+
+    def _claim(self) -> _StreamState[T] | None:
+        """The stream's state if it is still open, marked closed now: whoever claims
+        it closes it (``close``, ``aclose``, or the finalizer), once."""
+        state: _StreamState[T] | None = getattr(self, "_state", None)  # None: __init__ failed
+        if state is None or state.closed:
+            return None
+        state.closed = True
+        return state
+
+    def __repr__(self) -> str:
+        state = self._state
+        request = state.response.request
+        url = state.call.redactor.scrub(display_url(request.url))
+        return f"<{type(self).__name__} {request.method} {url}, {state.delivered} chunks>"
 
 
 class Stream(_StreamBase[T]):
@@ -130,10 +152,9 @@ class Stream(_StreamBase[T]):
 
     def close(self) -> None:
         """Close the HTTP response; the server sees the disconnect."""
-        if not self._state.closed:
-            self._state.closed = True
-            self._state.response.close()
-            self._state.closed_early()
+        state = self._claim()
+        if state is not None:
+            _close(state)
 
     def __enter__(self) -> Stream[T]:
         return self
@@ -147,9 +168,11 @@ class Stream(_StreamBase[T]):
         self.close()
 
     def __del__(self) -> None:
-        state = getattr(self, "_state", None)
-        if state is not None and not state.closed:
-            self.close()
+        """Left unclosed: closed by the reaper thread (``_unclosed.py``), with a warning."""
+        state = self._claim()
+        if state is not None:
+            close_later(partial(_close, state))
+            warn_unclosed(self, _left(self, "stream.close()"))
 
 
 class AsyncStream(_StreamBase[T]):
@@ -163,6 +186,8 @@ class AsyncStream(_StreamBase[T]):
         self._bytes = aiter_body(state.response)
         if state.bounds is not None:
             self._bytes = _abounded(self._bytes, state)
+        #: The loop it is read on, which closes it if it is left unclosed.
+        self._loop = running_loop()
 
     async def _read_more(self) -> None:
         state = self._state
@@ -208,11 +233,9 @@ class AsyncStream(_StreamBase[T]):
 
     async def aclose(self) -> None:
         """Close the HTTP response, even from a cancelled task."""
-        if not self._state.closed:
-            self._state.closed = True
-            with anyio.CancelScope(shield=True):
-                await self._state.response.aclose()
-            self._state.closed_early()
+        state = self._claim()
+        if state is not None:
+            await _aclose(state)
 
     async def __aenter__(self) -> AsyncStream[T]:
         return self
@@ -224,6 +247,45 @@ class AsyncStream(_StreamBase[T]):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+    def __del__(self) -> None:
+        """Left unclosed: closed by a task on its loop, or off it by the reaper thread
+        (``_unclosed.py``), with a warning."""
+        state = self._claim()
+        if state is not None:
+            aclose_later(self._loop, partial(_aclose, state), state.closed_early)
+            warn_unclosed(self, _left(self, "await stream.aclose()"))
+
+
+def _close(state: _StreamState[Any]) -> None:
+    """Close a claimed stream's response, then give its slot back and end its call
+    (as cancelled if it had not ended), even when the close fails."""
+    try:
+        state.response.close()
+    finally:
+        state.closed_early()
+
+
+async def _aclose(state: _StreamState[Any]) -> None:
+    """The async twin of ``_close``: the close shielded from cancellation."""
+    try:
+        with anyio.CancelScope(shield=True):
+            await state.response.aclose()
+    finally:
+        state.closed_early()
+
+
+def _left(stream: _StreamBase[Any], close: str) -> str:
+    """The warning of a stream left unclosed."""
+    try:
+        shown = repr(stream)
+    except Exception:  # Python shutting down: its name will do
+        shown = type(stream).__name__
+    return (
+        f"Unclosed {shown}: its connection is closed and its concurrency slot given"
+        f" back now, and its call ends as cancelled. Close it ({close}, or a with block)"
+        " or read it to its end"
+    )
 
 
 def _bounded(pieces: Iterator[bytes], state: _StreamState[Any]) -> Iterator[bytes]:
