@@ -16,6 +16,9 @@ The response is what ``send`` gives: its ``request``, its ``elapsed`` once close
 an error that names its request, and the cookies it sets kept for the requests
 after it (which then take httpx's own way). Anything else goes to httpx's ``send``.
 
+Its transports are made for the process, and (async) the event loop, that use them
+(``_pool_life``): a forked child, or another event loop, gets a pool of its own.
+
 A client given your own ``http_client`` never uses these: it is sent through as it is.
 """
 
@@ -28,6 +31,7 @@ from typing import Any, TypeVar
 
 from ._deadline_transport import proxy_mounts
 from ._http import httpx
+from ._pool_life import LoopTransport, ProcessTransport
 from ._pool_shards import pool_transport
 
 __all__ = ["OwnAsyncClient", "OwnClient", "attempt_request", "own_pool"]
@@ -253,10 +257,14 @@ def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits)
     ``HTTPTransport`` class or a subclass): one for direct requests and one for each
     proxy of the environment, each split into shards of ``limits`` (``_pool_shards``),
     all on one TLS context (each transport would load the CA bundle for its own,
-    about 20 ms)."""
+    about 20 ms), and each made again for a forked child (and, async, for each event
+    loop: ``_pool_life``)."""
     tls = httpx.create_ssl_context()
+    local = ProcessTransport if issubclass(client, OwnClient) else LoopTransport
 
     def transport(proxy: str | None = None) -> Any:
-        return pool_transport(lambda each: make(proxy=proxy, limits=each, verify=tls), limits)
+        return local(
+            lambda: pool_transport(lambda each: make(proxy=proxy, limits=each, verify=tls), limits)
+        )
 
     return client(transport=transport(), mounts=proxy_mounts(transport))
