@@ -2,9 +2,9 @@
 seam: :class:`DeadlineBackend` under :class:`~stormguard.DeadlineTransport`, whose
 streams clip each socket operation to the current call's deadline (the design is
 in ``_deadline_transport``'s docstring), and :class:`KeptBackend` under the async
-pool. Both keep the streams they made (``streams``), so that their pool can wake
-the calls reading them when it is closed, or let go of them in a forked child or
-for a closed event loop (``_pool_life``).
+pool. Both keep the streams they made (``streams``), so that their pool can let
+go of them in a forked child or for a closed event loop, and the sync one wake the
+calls reading them when it is closed (``_pool_life``).
 
 A module of its own because its classes subclass httpcore's, and httpcore (with
 h11 and h2 under it) is only needed once a connection pool is built: httpx

@@ -19,7 +19,9 @@ the one that forked. Two things in that copy would hurt it:
   runs in the child, after the locks are back.
 
 The connection pools are not here: a pool notices for itself that it runs in
-another process (``_pool_life``), as redis-py's ``ConnectionPool`` does.
+another process (``_pool_life``), as redis-py's ``ConnectionPool`` does, by
+comparing :data:`forks` with its own: a counter read, where ``os.getpid()`` is a
+system call on each request.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ import threading
 import weakref
 from typing import Protocol
 
-__all__ = ["ForgetsParentCalls", "forget_in_child", "fork_safe_lock"]
+__all__ = ["ForgetsParentCalls", "forget_in_child", "fork_safe_lock", "forks"]
+
+#: How many forks this process is from: one more in each child (by
+#: ``os.register_at_fork``, which ``os.fork()`` and ``multiprocessing`` run).
+forks = 0
 
 
 class ForgetsParentCalls(Protocol):
@@ -55,6 +61,8 @@ def forget_in_child(owner: ForgetsParentCalls) -> None:
 
 
 def _in_child() -> None:
+    global forks
+    forks += 1
     for lock in list(_locks):
         reinit = getattr(lock, "_at_fork_reinit", None)  # CPython 3.9+, as logging uses it
         if reinit is not None:

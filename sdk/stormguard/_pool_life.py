@@ -5,10 +5,12 @@ A pooled connection belongs to the process that opened it, and an async one to t
 event loop too; httpx's pool knows neither. The pool a client builds for itself
 (``_own_pool.own_pool``) therefore holds its httpx transports through one of these:
 
-- :class:`ProcessTransport` (sync) and :class:`LoopTransport` (async) compare the
-  process id with their own on each request, as redis-py's ``ConnectionPool`` does
-  (``_checkpid``); a child forked after the pool was used (gunicorn ``--preload``,
-  ``multiprocessing`` with fork) builds a pool of its own on its first request.
+- :class:`ProcessTransport` (sync) and :class:`LoopTransport` (async) check on each
+  request that they run in the process that made them, as redis-py's
+  ``ConnectionPool`` does (``_checkpid``, with the process id; here with a count of
+  forks, ``_fork.forks``, which costs no system call). A child forked after the
+  pool was used (gunicorn ``--preload``, ``multiprocessing`` with fork) builds a
+  pool of its own on its first request.
   Without that, parent and child write their requests on the same sockets and read
   each other's answers, with no error. The child lets go of the inherited
   connections by closing its own copies of their file descriptors, and does
@@ -42,9 +44,10 @@ import socket
 import sys
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from . import _fork
 from ._fork import fork_safe_lock
 from ._http import httpx
 
@@ -122,23 +125,25 @@ class ProcessTransport(httpx.BaseTransport):
         self._lock = fork_safe_lock()
         #: The transport of the process that uses this one.
         self.transport = make()
-        self._pid = os.getpid()
+        self._forks = _fork.forks  # the process it serves
 
     def _current(self) -> httpx.BaseTransport:
-        if self._pid != os.getpid():
+        if self._forks != _fork.forks:
             with self._lock:
-                if self._pid != os.getpid():
+                if self._forks != _fork.forks:
                     _let_go(self.transport)
                     self.transport = self._make()
-                    # Last: a thread that sees the new pid finds the new pool in place.
-                    self._pid = os.getpid()
+                    # Last: a thread that sees it finds the new pool in place.
+                    self._forks = _fork.forks
         return self.transport
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self._forks == _fork.forks:
+            return self.transport.handle_request(request)
         return self._current().handle_request(request)
 
     def close(self) -> None:
-        if self._pid != os.getpid():
+        if self._forks != _fork.forks:
             _let_go(self.transport)  # the parent's pool: never shut down from here
             return
         _wake(self.transport)
@@ -173,24 +178,18 @@ class LoopTransport(httpx.AsyncBaseTransport):
         self.transport = self._make()
         self._loop: object = _UNBOUND
         self._pools: dict[object, httpx.AsyncBaseTransport] = {}
-        self._pid = os.getpid()
-
-    def _current(self) -> httpx.AsyncBaseTransport:
-        loop = _running_loop()
-        if loop is self._loop and self._pid == os.getpid():
-            return self.transport
-        return self._switch(loop)
+        self._forks = _fork.forks
 
     def _switch(self, loop: object) -> httpx.AsyncBaseTransport:
         """The transport of ``loop``: the one already made for it, or one made now,
         after letting go of the parent's (in a forked child) and of closed loops'."""
         with self._lock:
-            if self._pid != os.getpid():
+            if self._forks != _fork.forks:
                 for pool in self._every():
                     _let_go(pool)
                 self._pools = {}
                 self.transport, self._loop = self._make(), _UNBOUND
-                self._pid = os.getpid()
+                self._forks = _fork.forks
             for gone in [each for each in self._pools if _closed(each)]:
                 _let_go(self._pools.pop(gone))
             if self._loop is _UNBOUND:
@@ -204,11 +203,15 @@ class LoopTransport(httpx.AsyncBaseTransport):
     def _every(self) -> list[httpx.AsyncBaseTransport]:
         return list({id(pool): pool for pool in (self.transport, *self._pools.values())}.values())
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._current().handle_async_request(request)
+    def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
+        # Not a coroutine of its own: the pool's is handed on, to be awaited in its place.
+        loop = _running_loop()
+        if loop is self._loop and self._forks == _fork.forks:
+            return self.transport.handle_async_request(request)
+        return self._switch(loop).handle_async_request(request)
 
     async def aclose(self) -> None:
-        if self._pid != os.getpid():
+        if self._forks != _fork.forks:
             for pool in self._every():
                 _let_go(pool)  # the parent's pools: never closed from here
             return
@@ -227,25 +230,26 @@ class LoopTransport(httpx.AsyncBaseTransport):
                 sys.modules["asyncio"].run_coroutine_threadsafe(pool.aclose(), loop)
 
 
-#: The process each ``http_client`` you passed was given in, or last warned about.
-_given: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+#: The process (``_fork.forks``, and its id) each ``http_client`` you passed was
+#: given in, or last warned about.
+_given: weakref.WeakKeyDictionary[object, tuple[int, int]] = weakref.WeakKeyDictionary()
 
 
 def given_pool(http: object) -> None:
     """Note the process ``http`` (an ``http_client`` you passed) was given in."""
-    _given[http] = os.getpid()
+    _given[http] = (_fork.forks, os.getpid())
 
 
 def used_given_pool(http: object) -> None:
     """Warn, once per process, when ``http`` (an ``http_client`` you passed) is used
     in a process forked from the one it was given in: its connections opened before
     the fork are the parent's too, and stormguard does not replace a pool of yours."""
-    pid = _given.get(http)
-    if pid is not None and pid != os.getpid():
-        _given[http] = os.getpid()
+    given = _given.get(http)
+    if given is not None and given[0] != _fork.forks:
+        _given[http] = (_fork.forks, os.getpid())
         warnings.warn(
-            f"the http_client passed to a stormguard client in process {pid} is used in"
-            f" process {os.getpid()}, forked from it: connections it opened before the"
+            f"the http_client passed to a stormguard client in process {given[1]} is used"
+            f" in process {os.getpid()}, forked from it: connections it opened before the"
             " fork are shared by both processes, which then read each other's answers."
             " Make the http_client in the process that uses it (after the fork), or"
             " pass none: the client's own pool makes a pool for each process",
