@@ -21,7 +21,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 from ._deadline import Deadline, current_deadline
 from ._http import httpcore
@@ -32,11 +32,38 @@ __all__ = [
     "KeptBackend",
     "hold_transport",
     "keep_streams",
-    "kept_streams",
+    "kept_backend",
 ]
 
 #: The streams a backend made that are still referenced (by their connections).
 Streams = weakref.WeakSet[Any]
+_Stream = TypeVar("_Stream", bound=httpcore.NetworkStream)
+_AsyncStream = TypeVar("_AsyncStream", bound=httpcore.AsyncNetworkStream)
+
+
+class _Keeps:
+    """What the two backends share: the streams they made, and whether their pool
+    was closed (a connection made after that, by a call that was connecting at the
+    close, is closed at once: it is in no pool any more, and nothing would wake a
+    read on it)."""
+
+    streams: Streams
+    #: Set when the pool is closed (``_pool_life``).
+    closed = False
+    _core: Any
+
+    def _made(self, stream: _Stream) -> _Stream:
+        if self.closed:
+            stream.close()
+            raise self._core.ConnectError("the connection pool was closed")
+        return stream
+
+    async def _amade(self, stream: _AsyncStream) -> _AsyncStream:
+        if self.closed:
+            await stream.aclose()
+            raise self._core.ConnectError("the connection pool was closed")
+        return stream
+
 
 _PASSED = "the call's deadline passed"
 
@@ -145,7 +172,7 @@ def _core_of(backend: object) -> Any:
     return sys.modules.get(root, httpcore) if root.startswith("httpcore") else httpcore
 
 
-class DeadlineBackend(httpcore.NetworkBackend):
+class DeadlineBackend(_Keeps, httpcore.NetworkBackend):
     """Wraps a backend (httpcore's or httpcore2's ``SyncBackend``): connects within
     the current deadline and hands out :class:`DeadlineStream` s. Its errors are the
     wrapped backend's library's, which the pool above it maps to httpx's (httpx2's)."""
@@ -172,7 +199,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
         if deadline is None or deadline.timeout is None or _is_ip_literal(host):
             clipped, _ = _clip(deadline, timeout, self._core.ConnectTimeout, "connecting")
             stream = self._backend.connect_tcp(host, port, clipped, local_address, options)
-            return DeadlineStream(stream, deadline, self._core, self.streams)
+            return self._made(DeadlineStream(stream, deadline, self._core, self.streams))
         # A name: resolved beside the call, so a resolver that hangs costs it no more
         # than its deadline; then each address in turn, as socket.create_connection.
         error: Exception = self._core.ConnectError(f"{host!r} resolved to no address")
@@ -183,7 +210,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
             except self._core.ConnectError as exc:
                 error = exc
                 continue
-            return DeadlineStream(stream, deadline, self._core, self.streams)
+            return self._made(DeadlineStream(stream, deadline, self._core, self.streams))
         raise error
 
     def _addresses(self, host: str, port: int, deadline: Deadline) -> list[str]:
@@ -217,7 +244,7 @@ class DeadlineBackend(httpcore.NetworkBackend):
         deadline = current_deadline()
         clipped, _ = _clip(deadline, timeout, self._core.ConnectTimeout, "connecting")
         stream = self._backend.connect_unix_socket(path, clipped, socket_options)
-        return DeadlineStream(stream, deadline, self._core, self.streams)
+        return self._made(DeadlineStream(stream, deadline, self._core, self.streams))
 
     def sleep(self, seconds: float) -> None:
         self._backend.sleep(seconds)
@@ -237,13 +264,14 @@ def hold_transport(transport: object) -> bool:
     return True
 
 
-class KeptBackend(httpcore.AsyncNetworkBackend):
+class KeptBackend(_Keeps, httpcore.AsyncNetworkBackend):
     """Wraps an async backend (httpcore's ``AutoBackend``), keeping the streams it
     made (``streams``); each is handed on as it is, so no read or write pays for
     this. A TLS stream reads its socket from the one it wraps, which is kept."""
 
     def __init__(self, backend: httpcore.AsyncNetworkBackend) -> None:
         self._backend = backend
+        self._core = _core_of(backend)
         #: Every stream made here while its connection holds it.
         self.streams: Streams = weakref.WeakSet()
 
@@ -257,7 +285,7 @@ class KeptBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         stream = await self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
         self.streams.add(stream)
-        return stream
+        return await self._amade(stream)
 
     async def connect_unix_socket(
         self,
@@ -267,7 +295,7 @@ class KeptBackend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         stream = await self._backend.connect_unix_socket(path, timeout, socket_options)
         self.streams.add(stream)
-        return stream
+        return await self._amade(stream)
 
     async def sleep(self, seconds: float) -> None:
         await self._backend.sleep(seconds)
@@ -284,9 +312,8 @@ def keep_streams(transport: object) -> None:
         pool._network_backend = KeptBackend(backend)  # type: ignore[union-attr]
 
 
-def kept_streams(transport: object) -> list[Any]:
-    """The streams the pool of ``transport`` made and still holds (none when its
-    backend keeps none: a transport stormguard did not build)."""
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    return list(getattr(backend, "streams", ()))
+def kept_backend(transport: object) -> _Keeps | None:
+    """The backend of ``transport``'s pool when it keeps its streams (None for a
+    transport stormguard did not build)."""
+    backend = getattr(getattr(transport, "_pool", None), "_network_backend", None)
+    return backend if isinstance(backend, _Keeps) else None

@@ -61,18 +61,30 @@ def _transports(transport: object) -> list[Any]:
     return [shard.transport for shard in shards] if shards is not None else [transport]
 
 
-def _sockets(transport: object) -> list[Any]:
-    """The sockets of the connections ``transport``'s pools hold (those their
-    backends made: ``_deadline_backend.kept_streams``)."""
-    from ._deadline_backend import kept_streams  # loaded with the first pool
+def _backends(transport: object) -> list[Any]:
+    """The network backends of ``transport``'s pools that keep their streams
+    (``_deadline_backend.kept_backend``)."""
+    from ._deadline_backend import kept_backend  # loaded with the first pool
 
+    return [b for b in map(kept_backend, _transports(transport)) if b is not None]
+
+
+def _sockets(transport: object) -> list[Any]:
+    """The sockets of the connections ``transport``'s pools hold."""
     found = []
-    for each in _transports(transport):
-        for stream in kept_streams(each):
+    for backend in _backends(transport):
+        for stream in list(backend.streams):
             sock = stream.get_extra_info("socket")
             if sock is not None:
                 found.append(sock)
     return found
+
+
+def _closing(transport: object) -> None:
+    """``transport``'s pools are being closed: a connection a call is still making
+    is closed as soon as it is made (it is in no pool, and no close would reach it)."""
+    for backend in _backends(transport):
+        backend.closed = True
 
 
 def _keeping(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
@@ -88,6 +100,7 @@ def _keeping(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
 def _wake(transport: object) -> None:
     """Shut down every socket of ``transport``'s pools, in the process that opened
     them: a read blocked on one returns at once, and its request fails."""
+    _closing(transport)
     for sock in _sockets(transport):
         with contextlib.suppress(OSError):  # closed already, or never connected
             sock.shutdown(socket.SHUT_RDWR)
@@ -222,6 +235,7 @@ class LoopTransport(httpx.AsyncBaseTransport):
         if unbound is not None:  # never used: nothing open
             await unbound.aclose()
         for loop, pool in pools.items():
+            _closing(pool)
             if loop is running:
                 await pool.aclose()
             elif _closed(loop) or not loop.is_running():  # type: ignore[attr-defined]

@@ -6,6 +6,7 @@ import math
 import socket
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 import httpcore
 import httpx
@@ -43,7 +44,7 @@ class RecordingStream(httpcore.NetworkStream):
         self.timeouts.append(("write", timeout))
 
     def close(self) -> None:
-        pass
+        self.timeouts.append(("close", None))
 
 
 class RecordingBackend(httpcore.NetworkBackend):
@@ -61,6 +62,24 @@ class RecordingBackend(httpcore.NetworkBackend):
     ) -> httpcore.NetworkStream:
         self.connects.append(timeout)
         return self.stream
+
+
+def test_a_connection_made_after_its_pool_was_closed_is_closed_at_once() -> None:
+    """A call that was connecting when close() shut the pool's sockets down gets a
+    connection in no pool, which no close reaches: it is closed as soon as made."""
+
+    class ClosedWhileConnecting(RecordingBackend):
+        def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+            backend.closed = True  # the pool closes while the connection is made
+            return super().connect_tcp(*args, **kwargs)
+
+    inner = ClosedWhileConnecting()
+    backend = DeadlineBackend(inner)
+    with pytest.raises(httpcore.ConnectError, match="closed"):
+        backend.connect_tcp("127.0.0.1", 80, timeout=10.0)
+    assert inner.stream.timeouts == [("close", None)]
+    with pytest.raises(httpcore.ConnectError, match="closed"):  # and any later one
+        backend.connect_tcp("127.0.0.1", 80, timeout=10.0)
 
 
 def test_within_is_the_sooner_of_the_deadline_and_a_limit_of_its_own() -> None:
