@@ -4,7 +4,8 @@
 ``"<x-caller header>@<the client's port>"``: a test that sends a tag unique to the
 call (its process id and a count) checks that the answer it reads is its own, and
 learns which connection carried it. ``x-delay: <seconds>`` holds the answer back
-that long. ``GET /ready`` answers 200.
+that long. ``GET /ready`` answers 200. Over TLS too, with a certificate of its own
+for 127.0.0.1 (:func:`self_signed`, by the ``openssl`` command).
 
 It is uvicorn (real HTTP/1.1 keep-alive, which the client pools), started with
 ``python -m uvicorn`` rather than in a thread: a test that forks must not copy a
@@ -19,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ import httpx
 
 from tests.e2e.server_process import free_port
 
-__all__ = ["EchoServer", "answer_of", "run_echo_server"]
+__all__ = ["EchoServer", "answer_of", "run_echo_server", "self_signed"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,19 +92,51 @@ def answer_of(content: str | None) -> tuple[str, int]:
     return tag, int(port)
 
 
+def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, made by ``openssl`` in ``directory``."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
 @dataclass
 class EchoServer:
     port: int
     process: subprocess.Popen[bytes]
+    scheme: str = "http"
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.scheme}://127.0.0.1:{self.port}/v1"
 
 
 @contextlib.contextmanager
-def run_echo_server() -> Iterator[EchoServer]:
-    """Start the server on a free port, yield it once it answers, stop it."""
+def run_echo_server(tls: tuple[Path, Path] | None = None) -> Iterator[EchoServer]:
+    """Start the server on a free port (over TLS with ``tls``, a certificate and its
+    key), yield it once it answers, stop it."""
     port = free_port()
     env = {
         **os.environ,
@@ -122,18 +156,21 @@ def run_echo_server() -> Iterator[EchoServer]:
             "60",
             "--log-level",
             "warning",
+            *([] if tls is None else ["--ssl-certfile", str(tls[0]), "--ssl-keyfile", str(tls[1])]),
         ],
         cwd=ROOT,
         env=env,
     )
-    server = EchoServer(port, process)
+    server = EchoServer(port, process, "http" if tls is None else "https")
+    verify = True if tls is None else ssl.create_default_context(cafile=str(tls[0]))
     try:
         deadline = time.monotonic() + 30
         while True:
             if process.poll() is not None:
                 raise RuntimeError("the echo server exited at start")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                ready = f"{server.scheme}://127.0.0.1:{port}/ready"
+                if httpx.get(ready, timeout=2, verify=verify).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError("the echo server did not answer within 30 s")

@@ -14,18 +14,20 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 import stormguard
-from tests.e2e.echo_server import EchoServer, answer_of, run_echo_server
+from tests.e2e.echo_server import EchoServer, answer_of, run_echo_server, self_signed
 
 pytestmark = [
     pytest.mark.e2e,
@@ -82,6 +84,22 @@ def _calls(client: stormguard.Client, count: int) -> Tally:
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda index: _call(client, tally, index), range(count)))
     return tally
+
+
+def _slow_calls(client: stormguard.Client, count: int, delay: float) -> tuple[Tally, list[Any]]:
+    """``count`` calls held ``delay`` seconds by the server, each in a thread of its
+    own; returns once every one holds its concurrency slot (it is sending, or sent)."""
+    tally = Tally()
+    threads = [
+        threading.Thread(target=_call, args=(client, tally, index, delay)) for index in range(count)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 20
+    while client.stats().concurrency[0].in_flight < count:
+        assert time.monotonic() < deadline, "the slow calls never got their slots"
+        time.sleep(0.01)
+    return tally, threads
 
 
 def _sync_child(client: stormguard.Client, results: Any) -> None:
@@ -184,16 +202,7 @@ def test_a_child_forked_while_the_parent_has_calls_in_flight_gets_slots_and_conn
     with stormguard.Client(
         base_url=echo.base_url, model="m", timeout=30, concurrency=limiter
     ) as client:
-        slow = Tally()
-        threads = [
-            threading.Thread(target=_call, args=(client, slow, index, 3.0)) for index in range(4)
-        ]
-        for thread in threads:
-            thread.start()
-        deadline = time.monotonic() + 20
-        while client.stats().concurrency[0].in_flight < 4:  # every slot held
-            assert time.monotonic() < deadline, "the slow calls never got their slots"
-            time.sleep(0.01)
+        slow, threads = _slow_calls(client, 4, 3.0)  # every slot held
         results = FORK.Queue()
         child = FORK.Process(target=_busy_child, args=(client, results))
         child.start()
@@ -285,3 +294,55 @@ def test_an_http_client_you_passed_and_used_before_a_fork_warns_once_in_the_chil
         assert child.exitcode == 0
         assert len(warned) == 1
         assert "forked" in warned[0] and "http_client" in warned[0]
+
+
+@pytest.fixture(scope="module")
+def tls_echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EchoServer, Path]]:
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = self_signed(tmp_path_factory.mktemp("tls"))
+    with run_echo_server(tls=(cert, key)) as server:
+        yield server, cert
+
+
+def test_over_tls_children_let_go_of_the_parents_connections_without_ending_them(
+    tls_echo: tuple[EchoServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's let-go sends nothing on a TLS connection (no close_notify, which
+    would make the server close it): the parent's calls in flight at the fork
+    finish, and the parent goes on using the connections it opened before."""
+    server, cert = tls_echo
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the own pool trusts the test's CA
+    with stormguard.Client(base_url=server.base_url, model="m", timeout=30) as client:
+        before = _calls(client, 8)
+        assert before.errors == [] and len(before.ports) > 1
+        slow, threads = _slow_calls(client, 2, 1.0)
+        results = FORK.Queue()
+        children = [FORK.Process(target=_sync_child, args=(client, results)) for _ in range(2)]
+        for child in children:
+            child.start()
+        tallies = _collect(children, results)
+        for thread in threads:
+            thread.join(30)
+        after = _calls(client, 8)
+        _assert_own(after, tallies)
+        assert slow.errors == [] and slow.wrong == []
+        assert before.ports & after.ports  # still the connections opened before the fork
+
+
+async def test_over_tls_async_children_let_go_of_the_parents_connections_without_ending_them(
+    tls_echo: tuple[EchoServer, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, cert = tls_echo
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    async with stormguard.AsyncClient(base_url=server.base_url, model="m", timeout=30) as client:
+        before = await _acalls(client, 8)
+        assert before.errors == [] and len(before.ports) > 1
+        results = FORK.Queue()
+        children = [FORK.Process(target=_async_child, args=(client, results)) for _ in range(2)]
+        for child in children:
+            child.start()
+        tallies = await asyncio.to_thread(_collect, children, results)
+        after = await _acalls(client, 8)
+        _assert_own(after, tallies)
+        assert before.ports & after.ports
