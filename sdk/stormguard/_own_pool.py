@@ -29,6 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from . import _fork
 from ._deadline_transport import proxy_mounts
 from ._http import httpx
 from ._pool_life import LoopTransport, ProcessTransport
@@ -258,13 +259,26 @@ def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits)
     proxy of the environment, each split into shards of ``limits`` (``_pool_shards``),
     all on one TLS context (each transport would load the CA bundle for its own,
     about 20 ms), and each made again for a forked child (and, async, for each event
-    loop: ``_pool_life``)."""
-    tls = httpx.create_ssl_context()
+    loop: ``_pool_life``). A forked child makes its own TLS context too: the locks of
+    the parent's (its session cache, its certificate store) may have been held by a
+    thread in a handshake at the fork, and nothing in the child would release them.
+    OpenSSL's global locks are beyond reach: docs/deploy.md says when to fork."""
+    contexts: dict[int, Any] = {}
+
+    def tls() -> Any:
+        context = contexts.get(_fork.forks)
+        if context is None:
+            contexts.clear()
+            context = contexts[_fork.forks] = httpx.create_ssl_context()
+        return context
+
     local = ProcessTransport if issubclass(client, OwnClient) else LoopTransport
 
     def transport(proxy: str | None = None) -> Any:
         return local(
-            lambda: pool_transport(lambda each: make(proxy=proxy, limits=each, verify=tls), limits)
+            lambda: pool_transport(
+                lambda each: make(proxy=proxy, limits=each, verify=tls()), limits
+            )
         )
 
     return client(transport=transport(), mounts=proxy_mounts(transport))

@@ -186,12 +186,17 @@ class LoopTransport(httpx.AsyncBaseTransport):
     def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
         self._make: Callable[[], httpx.AsyncBaseTransport] = lambda: _keeping(make())
         self._lock = fork_safe_lock()
-        #: The transport of the loop that used this one last (of the first to use it,
-        #: until one does).
-        self.transport = self._make()
-        self._loop: object = _UNBOUND
+        #: The loop that used this one last and its transport, in one tuple: a loop in
+        #: another thread reads both at once. The first transport waits for a loop.
+        self._last: tuple[object, httpx.AsyncBaseTransport] = (_UNBOUND, self._make())
         self._pools: dict[object, httpx.AsyncBaseTransport] = {}
         self._forks = _fork.forks
+
+    @property
+    def transport(self) -> httpx.AsyncBaseTransport:
+        """The transport of the loop that used this one last (of the first to use it,
+        until one does)."""
+        return self._last[1]
 
     def _switch(self, loop: object) -> httpx.AsyncBaseTransport:
         """The transport of ``loop``: the one already made for it, or one made now,
@@ -201,16 +206,15 @@ class LoopTransport(httpx.AsyncBaseTransport):
                 for pool in self._every():
                     _let_go(pool)
                 self._pools = {}
-                self.transport, self._loop = self._make(), _UNBOUND
+                self._last = (_UNBOUND, self._make())
                 self._forks = _fork.forks
             for gone in [each for each in self._pools if _closed(each)]:
                 _let_go(self._pools.pop(gone))
-            if self._loop is _UNBOUND:
-                pool = self.transport
-            else:
+            last, pool = self._last
+            if last is not _UNBOUND:
                 pool = self._pools.get(loop) or self._make()
             self._pools[loop] = pool
-            self.transport, self._loop = pool, loop
+            self._last = (loop, pool)
             return pool
 
     def _every(self) -> list[httpx.AsyncBaseTransport]:
@@ -219,9 +223,10 @@ class LoopTransport(httpx.AsyncBaseTransport):
     def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
         # Not a coroutine of its own: the pool's is handed on, to be awaited in its place.
         loop = _running_loop()
-        if loop is self._loop and self._forks == _fork.forks:
-            return self.transport.handle_async_request(request)
-        return self._switch(loop).handle_async_request(request)
+        last, pool = self._last
+        if last is not loop or self._forks != _fork.forks:
+            pool = self._switch(loop)
+        return pool.handle_async_request(request)
 
     async def aclose(self) -> None:
         if self._forks != _fork.forks:
@@ -231,14 +236,14 @@ class LoopTransport(httpx.AsyncBaseTransport):
         running = _running_loop()
         with self._lock:
             pools, self._pools = self._pools, {}
-            unbound = self.transport if self._loop is _UNBOUND else None
-        if unbound is not None:  # never used: nothing open
+            last, unbound = self._last
+        if last is _UNBOUND:  # never used: nothing open
             await unbound.aclose()
         for loop, pool in pools.items():
             _closing(pool)
             if loop is running:
                 await pool.aclose()
-            elif _closed(loop) or not loop.is_running():  # type: ignore[attr-defined]
+            elif loop is None or _closed(loop) or not loop.is_running():  # type: ignore[attr-defined]
                 _let_go(pool)  # nothing will run on that loop to close it
             else:  # running in another thread: closed there, on its own loop
                 sys.modules["asyncio"].run_coroutine_threadsafe(pool.aclose(), loop)

@@ -4,7 +4,9 @@
 ``"<x-caller header>@<the client's port>"``: a test that sends a tag unique to the
 call (its process id and a count) checks that the answer it reads is its own, and
 learns which connection carried it. ``x-delay: <seconds>`` holds the answer back
-that long. ``GET /ready`` answers 200. Over TLS too, with a certificate of its own
+that long; ``GET /delayed`` answers how many answers are being held back now (so a
+test knows its slow calls have arrived, past their connect and TLS handshake).
+``GET /ready`` answers 200. Over TLS too, with a certificate of its own
 for 127.0.0.1 (:func:`self_signed`, by the ``openssl`` command).
 
 It is uvicorn (real HTTP/1.1 keep-alive, which the client pools), started with
@@ -41,6 +43,10 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+#: Answers being held back now (``x-delay``).
+_delayed = 0
+
+
 async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
     """The ASGI app (module doc)."""
     if scope["type"] == "lifespan":
@@ -53,10 +59,15 @@ async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
         more = (await receive()).get("more_body", False)
     headers = dict(scope["headers"])
     delay = float(headers.get(b"x-delay", b"0") or 0)
+    global _delayed
     if delay:
-        await asyncio.sleep(delay)
+        _delayed += 1
+        try:
+            await asyncio.sleep(delay)
+        finally:
+            _delayed -= 1
     caller = headers.get(b"x-caller", b"").decode()
-    content = f"{caller}@{scope['client'][1]}"
+    content = str(_delayed) if scope["path"] == "/delayed" else f"{caller}@{scope['client'][1]}"
     payload = json.dumps(
         {
             "id": "chatcmpl-echo",
@@ -127,10 +138,17 @@ class EchoServer:
     port: int
     process: subprocess.Popen[bytes]
     scheme: str = "http"
+    verify: ssl.SSLContext | bool = True
 
     @property
     def base_url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}/v1"
+
+    def delayed(self) -> int:
+        """How many answers the server is holding back now."""
+        url = f"{self.scheme}://127.0.0.1:{self.port}/delayed"
+        answer = httpx.get(url, timeout=10, verify=self.verify).json()
+        return int(answer["choices"][0]["message"]["content"])
 
 
 @contextlib.contextmanager
@@ -161,8 +179,8 @@ def run_echo_server(tls: tuple[Path, Path] | None = None) -> Iterator[EchoServer
         cwd=ROOT,
         env=env,
     )
-    server = EchoServer(port, process, "http" if tls is None else "https")
     verify = True if tls is None else ssl.create_default_context(cafile=str(tls[0]))
+    server = EchoServer(port, process, "http" if tls is None else "https", verify)
     try:
         deadline = time.monotonic() + 30
         while True:
