@@ -42,6 +42,16 @@ CALLS = 24  # per process
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+@pytest.fixture(autouse=True)
+def _no_child_left() -> Iterator[None]:
+    """A child that hung fails its test (by a timeout on its answer); it must not
+    then hang the run, which joins every child at exit."""
+    yield
+    for child in multiprocessing.active_children():
+        child.kill()
+        child.join(10)
+
+
 @pytest.fixture(scope="module")
 def echo() -> Iterator[EchoServer]:
     with run_echo_server() as server:
