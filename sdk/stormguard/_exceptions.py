@@ -250,7 +250,8 @@ class ClientClosedError(APIConnectionError):
     that owns the pool, or your ``http_client`` once you closed it). The caller's
     doing, not the server's: never retried (``retry_stopped_by="cancelled"``), and
     no failure for the breaker, the throttle or the concurrency limit. An
-    ``APIConnectionError``, as openai-python raises for a closed client."""
+    ``APIConnectionError``, as openai-python 1.x raises for a closed client (it
+    wraps any error of a send in one)."""
 
     def __init__(
         self,

@@ -54,7 +54,7 @@ async def await_until(condition: Callable[[], object], timeout: float = 20.0) ->
 
 def assert_ended_by_close(error: BaseException | None, client: Any) -> None:
     assert isinstance(error, stormguard.ClientClosedError), repr(error)
-    assert isinstance(error, stormguard.APIConnectionError)  # as openai-python's
+    assert isinstance(error, stormguard.APIConnectionError)  # as openai-python 1.x's
     assert "closed" in str(error)
     stats = client.stats()
     assert all(b.failures == 0 and b.state == "closed" for b in stats.breakers)
