@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ._body_reader import BodyReader
 from ._http import http_errors, httpx
-from ._responses import translate_transport_error
+from ._responses import send_failure
 
 if TYPE_CHECKING:
     from ._limiter import SlotWaiter
@@ -102,8 +102,11 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
         response = yield Send(request)
     except TimeoutError as exc:  # the async driver's cancel scope: the deadline passed
         raise call.deadline_passed("while waiting for the response") from exc
-    except http_errors() as exc:
-        raise call.failed(translate_transport_error(exc)) from exc
+    except http_errors(RuntimeError) as exc:  # RuntimeError: a closed pool, another loop's
+        error = send_failure(exc, http)
+        if error is None:
+            raise
+        raise call.failed(error) from exc
     call.saw_response(response)
     try:
         if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
@@ -115,10 +118,11 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
             yield ReadBody(response, reader)
         except TimeoutError as exc:
             raise call.deadline_passed("while reading the response", response_started=True) from exc
-        except http_errors() as exc:
-            raise call.failed(
-                translate_transport_error(exc, response_started=True, server_load=call.server_load)
-            ) from exc
+        except http_errors(RuntimeError) as exc:
+            error = send_failure(exc, http, response_started=True, server_load=call.server_load)
+            if error is None:
+                raise
+            raise call.failed(error) from exc
     except GeneratorExit:
         raise  # the driver dropped the flow: nothing more may be asked of it
     except BaseException:

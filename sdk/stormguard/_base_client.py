@@ -81,6 +81,8 @@ class BaseClient:
     """Construction and introspection shared by ``Client`` and ``AsyncClient``."""
 
     _owns_http: bool
+    #: Set by ``close()``: this client's calls then fail at once (``ClientClosedError``).
+    _closed = False
 
     def __init__(self, **options: Unpack[ClientOptions]) -> None:
         self._core = ClientCore(**options)

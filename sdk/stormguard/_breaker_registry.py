@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
@@ -11,6 +10,7 @@ from ._breaker_config import BreakerConfig
 from ._breaker_states import BreakerListener, BreakerSnapshot
 from ._circuit_breaker import CircuitBreaker
 from ._clock import Clock
+from ._fork import fork_safe_lock
 
 __all__ = ["BreakerRegistry"]
 
@@ -45,7 +45,7 @@ class BreakerRegistry:
         self._rng = rng or random.Random()
         self._listeners = tuple(listeners)
         self._breakers: OrderedDict[tuple[str, str | None], CircuitBreaker] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     @staticmethod
     def breaker_name(endpoint: str, model: str | None) -> str:

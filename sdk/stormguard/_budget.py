@@ -20,10 +20,10 @@ stop condition.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
 from ._clock import Clock
+from ._fork import fork_safe_lock
 from ._sliding_window import SlidingWindowCounts
 
 __all__ = ["BudgetSnapshot", "RetryBudget"]
@@ -69,7 +69,7 @@ class RetryBudget:
         self._clock = clock or Clock()
         self._counts = SlidingWindowCounts(window=window, buckets=buckets, clock=self._clock)
         self._refused = 0
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def _available(self, calls: int, retries: int) -> float:
         return self.ratio * calls + self.min_retries_per_second * self.window - retries

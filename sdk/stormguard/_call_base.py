@@ -74,6 +74,9 @@ class CallBase:
     _permit: Permit | None = None
     #: The request of the current (or last) attempt: the ``request`` of its errors.
     _request: httpx.Request | None = None
+    #: The pool the current (or last) attempt went through: a stream read when it is
+    #: closed ends with ``ClientClosedError``.
+    http: httpx.Client | httpx.AsyncClient | None = None
     _attempt_error: BaseException | None = None
     _delay_before = 0.0
     _next_delay = 0.0

@@ -17,7 +17,6 @@ import itertools
 import logging
 import math
 import random
-import threading
 from collections import deque
 from collections.abc import Sequence
 
@@ -25,6 +24,7 @@ from ._breaker_config import BreakerConfig
 from ._breaker_states import BreakerListener, BreakerSnapshot, BreakerTransition, CircuitState
 from ._clock import Clock
 from ._exceptions import CircuitOpenError
+from ._fork import fork_safe_lock
 from ._outbox import Outbox
 from ._verdict import Verdict, classify
 
@@ -127,7 +127,7 @@ class CircuitBreaker:
         self.config = config if config is not None else BreakerConfig()
         self._clock = clock or Clock()
         self._rng = rng or random.Random()
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         self._outbox: Outbox[BreakerTransition] = Outbox(
             self._lock, listeners, _describe_breaker_transition, logger
         )

@@ -23,7 +23,7 @@ from ._base_client import (
     check_http_options,
 )
 from ._compat import Unpack
-from ._drivers import http_pool_sync, run_call_sync
+from ._drivers import closed_error, http_pool_sync, run_call_sync
 from ._pipeline import CallSpec, HandOver
 from ._resources import (
     Chat,
@@ -88,6 +88,8 @@ class Client(BaseClient):
         (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
         if hand_over:
             spec = replace(spec, hand_over=hand_over)
+        if self._closed or self._http.is_closed:
+            raise closed_error(self._core)
         return run_call_sync(self._core, self._http, spec)
 
     @property
@@ -102,7 +104,12 @@ class Client(BaseClient):
         return ClientWithStreamingResponse(self)
 
     def close(self) -> None:
-        """Close the connection pool (unless the httpx client was passed in)."""
+        """Close the client: its later calls fail at once with ``ClientClosedError``.
+        Its own pool is closed, and the calls still in flight on it end with that
+        error at once; an ``http_client`` you passed is left open, as is the pool of
+        the client a ``with_options`` copy came from (docs/architecture.md, "The
+        client's pool: processes, event loops, close")."""
+        self._closed = True
         if self._owns_http:
             self._http.close()
 

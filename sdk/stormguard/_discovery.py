@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -64,6 +63,7 @@ from ._discovery_wait import LookRound
 from ._dns_name import DiscoveryChange, DiscoveryListener, DiscoverySnapshot, NameState
 from ._endpoints import DNS_SCHEME_PREFIX, split_dns_scheme
 from ._exceptions import APIConnectionError, APITimeoutError
+from ._fork import fork_safe_lock
 from ._redact import display_url
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ class Discovery:
         self._executor = self.config.executor or run_in_thread
         self._listeners = tuple(listeners)
         self._scrub = scrub
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         #: No lock needed before this time: every name has addresses, no look is due.
         self._quiet_until = -math.inf
 

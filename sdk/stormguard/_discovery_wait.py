@@ -12,6 +12,8 @@ import asyncio
 import threading
 from collections.abc import Callable
 
+from ._fork import fork_safe_lock
+
 __all__ = ["LookRound"]
 
 
@@ -23,7 +25,7 @@ class LookRound:
     def __init__(self, started_at: float) -> None:
         self.started_at = started_at
         self._event = threading.Event()
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         self._wakes: list[Callable[[], None]] = []
         self._done = False
 

@@ -36,11 +36,14 @@ from ._attempt_flow import (
 from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
 from ._deadline_transport import default_http_client, hold_to_deadlines
+from ._exceptions import ClientClosedError
 from ._http import httpx
-from ._own_pool import OwnAsyncClient, own_pool
+from ._own_pool import OwnAsyncClient, OwnClient, own_pool
 from ._pipeline import LogicalCall
+from ._pool_life import given_pool, used_given_pool
 from ._read_within import await_within
 from ._streaming import AsyncStream, Stream, _StreamState
+from .openai_errors import as_openai_error
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
 
 if TYPE_CHECKING:
@@ -48,7 +51,13 @@ if TYPE_CHECKING:
     from ._call_spec import CallSpec
     from ._http import AsyncHTTPClient, SyncHTTPClient
 
-__all__ = ["http_pool_async", "http_pool_sync", "run_call_async", "run_call_sync"]
+__all__ = [
+    "closed_error",
+    "http_pool_async",
+    "http_pool_sync",
+    "run_call_async",
+    "run_call_sync",
+]
 
 
 def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.Client:
@@ -57,6 +66,7 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
     if given is None:
         return default_http_client(limits)
     hold_to_deadlines(given)
+    given_pool(given)
     # httpx2's Client has httpx's API: the pipeline drives either one the same way.
     return cast("httpx.Client", given)
 
@@ -66,12 +76,22 @@ def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> http
     (``_own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
     among its transports (``own_pool``)."""
     if given is not None:
+        given_pool(given)
         return cast("httpx.AsyncClient", given)
     return own_pool(OwnAsyncClient, httpx.AsyncHTTPTransport, limits)
 
 
+def closed_error(core: ClientCore) -> ClientClosedError:
+    """The error a call of a closed client fails with at once (openai's class too,
+    with ``openai_errors=True``)."""
+    error = ClientClosedError()
+    return as_openai_error(error) if core.openai_errors else error
+
+
 def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
     """One logical call, its I/O done with ``http``."""
+    if type(http) is not OwnClient:
+        used_given_pool(http)
     call = LogicalCall(core, spec)
     with call.deadline.bound():  # read by the deadline-clipping transport
         return run_sync(call_flow(call, http), partial(_perform_sync, core, http, call))
@@ -79,6 +99,8 @@ def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
 
 async def run_call_async(core: ClientCore, http: httpx.AsyncClient, spec: CallSpec) -> Any:
     """The async twin of :func:`run_call_sync`."""
+    if type(http) is not OwnAsyncClient:
+        used_given_pool(http)
     call = LogicalCall(core, spec)
     return await run_async(call_flow(call, http), partial(_perform_async, core, http, call))
 

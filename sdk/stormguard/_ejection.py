@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -78,6 +77,7 @@ from ._ejection_status import (
     EndpointStatus,
 )
 from ._ejection_status import _Record as _Record
+from ._fork import fork_safe_lock
 from ._outbox import Outbox
 from ._sliding_window import SlidingWindowCounts
 
@@ -141,7 +141,7 @@ class EjectionTracker:
             self._probe = probe
         elif probe == "connect":
             self._probe = connect_check
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         self._outbox: Outbox[EjectionTransition] = Outbox(
             self._lock, listeners, _describe_ejection_transition, logger
         )

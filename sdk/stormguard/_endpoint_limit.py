@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from ._aimd_limit import AimdLimit
 from ._exceptions import LocalQueueFullError, QueueTimeoutError
+from ._fork import forget_in_child, fork_safe_lock
 from ._lease import Lease
 from ._slot_waiter import SlotWaiter
 from ._verdict import LimitOutcome
@@ -70,7 +70,7 @@ class EndpointLimit:
         self.name = name
         self.clock = owner.clock
         self._owner = owner
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         #: The limit itself and how outcomes move it (``_aimd_limit.py``).
         self._aimd = AimdLimit(owner)
         self._in_flight = 0
@@ -89,6 +89,15 @@ class EndpointLimit:
         self._retired = False
         #: The endpoint left the client's set: dropped once nothing uses it.
         self._forgotten = False
+        forget_in_child(self)
+
+    def _forget_parent_calls(self) -> None:
+        """In a forked child: the parent's attempts in flight and calls waiting will
+        never give their slots back here (``_fork``); the limit learned stays."""
+        self._in_flight = 0
+        self._queue = []
+        self._waiting = 0
+        self._granted_sum = 0.0
 
     @property
     def limit(self) -> int:

@@ -33,7 +33,6 @@ one endpoint's live state ``_endpoint_state.py``, and the base URL helpers
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Collection, Sequence
 
 from ._base_url import DNS_SCHEME_PREFIX as DNS_SCHEME_PREFIX
@@ -46,6 +45,7 @@ from ._endpoint_config import _none_serves
 from ._endpoint_config import check_served as check_served
 from ._endpoint_config import priority_classes as priority_classes
 from ._endpoint_state import EndpointState as EndpointState
+from ._fork import forget_in_child, fork_safe_lock
 from .protocol import Priority, ServerLoad
 
 __all__ = [
@@ -86,7 +86,14 @@ class EndpointPicker:
         self._clock = clock
         self._rng = rng
         self._stale_after = stale_after
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
+        forget_in_child(self)
+
+    def _forget_parent_calls(self) -> None:
+        """In a forked child: the parent's attempts in flight will never end here
+        (``_fork``), and must not make their endpoints look busy."""
+        for state in self.states:
+            state.in_flight = 0
 
     def replace(self, states: Sequence[EndpointState]) -> tuple[list[str], list[str]]:
         """Make ``states`` the set, at once; returns the names added and removed. An

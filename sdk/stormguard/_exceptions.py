@@ -6,8 +6,10 @@ Names and attributes follow openai-python so that ``except RateLimitError`` and
     StormguardError
     ├── APIError                        the server or the network said no
     │   ├── APIConnectionError          no usable response (refused, reset, DNS)
-    │   │   └── APITimeoutError         the deadline or an httpx timeout ran out
-    │   │       └── QueueTimeoutError   no concurrency slot before the deadline
+    │   │   ├── APITimeoutError         the deadline or an httpx timeout ran out
+    │   │   │   └── QueueTimeoutError   no concurrency slot before the deadline
+    │   │   ├── ClientClosedError       the client was closed (close() ended the call)
+    │   │   └── EventLoopMismatchError  your http_client's connection is another loop's
     │   ├── APIResponseValidationError  a response that is not what the API promises
     │   ├── StreamInterruptedError      a stream cut off before its end
     │   └── APIStatusError              a 4xx/5xx answer (``status_code``)
@@ -80,8 +82,10 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "CircuitOpenError",
+    "ClientClosedError",
     "ConflictError",
     "ContextWindowExceededError",
+    "EventLoopMismatchError",
     "InternalServerError",
     "LocalQueueFullError",
     "NotFoundError",
@@ -238,6 +242,34 @@ class QueueTimeoutError(APITimeoutError):
         super().__init__(message)
         self.queued_s = queued_s
         self.estimated_wait_s = estimated_wait_s
+
+
+class ClientClosedError(APIConnectionError):
+    """The client was closed: ``close()`` ended this call while it was in flight, or
+    the call began after it (on this client, a ``with_options`` copy of the client
+    that owns the pool, or your ``http_client`` once you closed it). The caller's
+    doing, not the server's: never retried (``retry_stopped_by="cancelled"``), and
+    no failure for the breaker, the throttle or the concurrency limit. An
+    ``APIConnectionError``, as openai-python 1.x raises for a closed client (it
+    wraps any error of a send in one)."""
+
+    def __init__(
+        self,
+        message: str = "The client is closed: make a new one (a closed client's"
+        " connection pool cannot be opened again)",
+        request: httpx.Request | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, request, **kwargs)
+
+
+class EventLoopMismatchError(APIConnectionError):
+    """The ``http_client`` you passed to an ``AsyncClient`` holds a connection opened
+    on another event loop, one that has closed or that runs in another thread
+    (asyncio's ``RuntimeError``, in the message): an httpx ``AsyncClient`` serves
+    the loop its connections were opened on. Make one per event loop, or pass
+    none: the client's own pool keeps one per loop. Not retried, and no failure
+    for the breaker, the throttle or the concurrency limit."""
 
 
 class APIResponseValidationError(APIError):

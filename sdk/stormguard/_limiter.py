@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import threading
 from collections.abc import Iterable
 
 from ._aimd_limit import CRASH_PLATEAU as CRASH_PLATEAU
@@ -51,6 +50,7 @@ from ._aimd_limit import SLOW_TTFT_SLACK_S as SLOW_TTFT_SLACK_S
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._endpoint_limit import EndpointLimit, LimitSnapshot
+from ._fork import fork_safe_lock
 from ._lease import Lease
 from ._slot_waiter import SlotWaiter
 from ._verdict import LimitOutcome, classify
@@ -160,7 +160,7 @@ class ConcurrencyLimiter:
             ratio=0.05, min_retries_per_second=0.1, clock=self.clock
         )
         self._endpoints: dict[str, EndpointLimit] = {}
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         self._seq = itertools.count()
 
     def endpoint(self, name: str) -> EndpointLimit:

@@ -16,6 +16,9 @@ The response is what ``send`` gives: its ``request``, its ``elapsed`` once close
 an error that names its request, and the cookies it sets kept for the requests
 after it (which then take httpx's own way). Anything else goes to httpx's ``send``.
 
+Its transports are made for the process, and (async) the event loop, that use them
+(``_pool_life``): a forked child, or another event loop, gets a pool of its own.
+
 A client given your own ``http_client`` never uses these: it is sent through as it is.
 """
 
@@ -26,8 +29,10 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from . import _fork
 from ._deadline_transport import proxy_mounts
 from ._http import httpx
+from ._pool_life import LoopTransport, ProcessTransport
 from ._pool_shards import pool_transport
 
 __all__ = ["OwnAsyncClient", "OwnClient", "attempt_request", "own_pool"]
@@ -253,10 +258,27 @@ def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits)
     ``HTTPTransport`` class or a subclass): one for direct requests and one for each
     proxy of the environment, each split into shards of ``limits`` (``_pool_shards``),
     all on one TLS context (each transport would load the CA bundle for its own,
-    about 20 ms)."""
-    tls = httpx.create_ssl_context()
+    about 20 ms), and each made again for a forked child (and, async, for each event
+    loop: ``_pool_life``). A forked child makes its own TLS context too: the locks of
+    the parent's (its session cache, its certificate store) may have been held by a
+    thread in a handshake at the fork, and nothing in the child would release them.
+    OpenSSL's global locks are beyond reach: docs/deploy.md says when to fork."""
+    contexts: dict[int, Any] = {}
+
+    def tls() -> Any:
+        context = contexts.get(_fork.forks)
+        if context is None:
+            contexts.clear()
+            context = contexts[_fork.forks] = httpx.create_ssl_context()
+        return context
+
+    local = ProcessTransport if issubclass(client, OwnClient) else LoopTransport
 
     def transport(proxy: str | None = None) -> Any:
-        return pool_transport(lambda each: make(proxy=proxy, limits=each, verify=tls), limits)
+        return local(
+            lambda: pool_transport(
+                lambda each: make(proxy=proxy, limits=each, verify=tls()), limits
+            )
+        )
 
     return client(transport=transport(), mounts=proxy_mounts(transport))

@@ -226,6 +226,7 @@ class LogicalCall(CallResults):
             self.release_slot()
             raise
         self.core.picker.started(endpoint)
+        self.http = http
         self._endpoint = endpoint
         self._tried.add(endpoint.name)
         self._attempt_error = None

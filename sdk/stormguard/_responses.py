@@ -16,6 +16,8 @@ from ._exceptions import (
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
+    ClientClosedError,
+    EventLoopMismatchError,
     error_object,
     status_error_class,
 )
@@ -31,6 +33,7 @@ __all__ = [
     "parse_json_object",
     "request_id_of",
     "result_from_response",
+    "send_failure",
     "translate_transport_error",
 ]
 
@@ -68,6 +71,41 @@ def translate_transport_error(
             server_load=server_load,
         )
     return APIConnectionError(f"Connection error ({detail})", request, server_load=server_load)
+
+
+def send_failure(
+    exc: Exception,
+    http: object,
+    *,
+    response_started: bool = False,
+    server_load: ServerLoad | None = None,
+) -> APIError | None:
+    """The error an attempt fails with when its send (or, ``response_started``, its
+    body read) on the pool ``http`` raised ``exc``: ``ClientClosedError`` once the
+    pool is closed, whatever broke (a ``close()`` that ended the read, or httpx's
+    ``RuntimeError`` for a send on a closed client); ``EventLoopMismatchError`` for
+    asyncio's ``RuntimeError`` about a connection of another event loop; else the
+    translation of an httpx failure. None for any other ``RuntimeError``: a bug, to
+    be raised as it is."""
+    if getattr(http, "is_closed", False):
+        if isinstance(exc, RuntimeError):  # httpx's refusal to send on a closed client
+            return ClientClosedError()
+        return ClientClosedError(
+            "The client was closed while this call was in flight",
+            _request_of(exc),
+            server_load=server_load,
+        )
+    if isinstance(exc, RuntimeError):
+        if "loop" not in str(exc):  # asyncio's: "Event loop is closed", "... different loop"
+            return None
+        return EventLoopMismatchError(
+            f"The http_client holds a connection opened on another event loop ({str(exc)[:200]}):"
+            " an httpx.AsyncClient serves the loop its connections were opened on; make one"
+            " per event loop, or pass none (the client's own pool keeps one per loop)",
+        )
+    return translate_transport_error(
+        exc, response_started=response_started, server_load=server_load
+    )
 
 
 def _request_of(exc: Exception) -> httpx.Request | None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ._fork import fork_safe_lock
 
 if TYPE_CHECKING:
     from ._breaker import BreakerSnapshot
@@ -55,7 +56,7 @@ class StatsRecorder:
     """Thread-safe counters; one per client."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
         self._requeues = self._requeues_refused = self._failovers = 0
 

@@ -24,6 +24,7 @@ from ._exceptions import (
     APIError,
     APIResponseValidationError,
     APITimeoutError,
+    ClientClosedError,
     StreamInterruptedError,
 )
 from ._http import httpx, library_of, timeout_errors
@@ -193,6 +194,8 @@ class StreamCore(Generic[T]):
     def end_of_body(self) -> None:
         self.check_deadline()
         if not self.complete_at_end():
+            if self.call.http is not None and self.call.http.is_closed:
+                raise self._raise(self._client_closed())
             partial = " in the middle of an event" if self.decoder.has_partial_event else ""
             end = "its last event" if self.responses_api else "[DONE]"
             raise self._raise(
@@ -207,7 +210,18 @@ class StreamCore(Generic[T]):
     def transport_failed(self, exc: Exception) -> APIError:
         return self._raise(self._transport_error(exc))
 
+    def _client_closed(self) -> APIError:
+        """The stream's end when ``close()`` cut it: the caller's doing, which tells
+        the limit and the breaker nothing (``_verdict``)."""
+        return ClientClosedError(
+            f"The client was closed while this stream was read, after {self.delivered} chunks",
+            server_load=self.call.server_load,
+            request_id=self.info.request_id,
+        )
+
     def _transport_error(self, exc: Exception) -> APIError:
+        if self.call.http is not None and self.call.http.is_closed:
+            return self._client_closed()
         if isinstance(exc, timeout_errors(TimeoutError)):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return self._timed_out(

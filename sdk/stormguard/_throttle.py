@@ -43,10 +43,10 @@ from __future__ import annotations
 
 import math
 import random
-import threading
 from dataclasses import dataclass
 
 from ._clock import Clock
+from ._fork import fork_safe_lock
 from ._sliding_window import SlidingWindowCounts
 from ._verdict import Verdict, classify
 
@@ -99,7 +99,7 @@ class AdaptiveThrottle:
         self._rng = rng or random.Random()
         # (requests, accepts) over the window.
         self._counts = SlidingWindowCounts(window=window, buckets=buckets, clock=self._clock)
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def _probability(self, requests: int, accepts: int) -> float:
         return max(0.0, (requests - self.k * accepts) / (requests + 1))

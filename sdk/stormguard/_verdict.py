@@ -35,6 +35,8 @@ from ._exceptions import (
     APIStatusError,
     APITimeoutError,
     CircuitOpenError,
+    ClientClosedError,
+    EventLoopMismatchError,
     LocalQueueFullError,
     QueueTimeoutError,
     RefusedBeforeSendError,
@@ -129,6 +131,32 @@ _SUCCESS = Verdict(
 )
 
 
+def _ended_here(stop: StopReason) -> Verdict:
+    """An attempt this process ended, not the server: nothing to learn from it."""
+    return Verdict(
+        retry=False,
+        stop=stop,
+        fallback=False,
+        breaker_failure=False,
+        sent=False,
+        accepted=False,
+        shed=False,
+        requeue=False,
+        limit=LimitOutcome.IGNORED,
+        limit_after_first_chunk=LimitOutcome.IGNORED,
+        too_long=False,
+        out_of_quota=False,
+    )
+
+
+#: The client was closed (``close()`` ended the attempt): the caller ended it, as a
+#: cancellation does (gRPC ends a closed channel's calls as ``CANCELLED`` too).
+_CLOSED = _ended_here(StopReason.CANCELLED)
+#: Your ``http_client`` cannot serve this event loop: no other attempt or model on
+#: it can either, and the server never saw it.
+_WRONG_LOOP = _ended_here(StopReason.NOT_RETRYABLE)
+
+
 def is_out_of_quota(error: BaseException | None) -> bool:
     """A 429 that says the account is out of quota (``code`` or ``type``
     ``insufficient_quota``), not over a rate: never retried, never requeued, and
@@ -152,6 +180,10 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
     """
     if error is None:
         return _SUCCESS
+    if isinstance(error, ClientClosedError):
+        return _CLOSED
+    if isinstance(error, EventLoopMismatchError):
+        return _WRONG_LOOP
     retry_statuses = TRANSIENT_STATUSES if policy is None else policy.retry_statuses
     retry, stop = _retry_rule(error, retry_statuses)
     status = error if isinstance(error, APIStatusError) else None

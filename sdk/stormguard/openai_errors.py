@@ -51,6 +51,8 @@ OPENAI_CLASSES: dict[type[sg.StormguardError], str] = {
     sg.APIError: "APIError",
     sg.APIConnectionError: "APIConnectionError",
     sg.APITimeoutError: "APITimeoutError",
+    sg.ClientClosedError: "APIConnectionError",
+    sg.EventLoopMismatchError: "APIConnectionError",
     sg.QueueTimeoutError: "APITimeoutError",
     sg.APIResponseValidationError: "APIResponseValidationError",
     sg.StreamInterruptedError: "APIConnectionError",

@@ -13,7 +13,7 @@ import stormguard
 from stormguard import RetryBudget
 from stormguard.testing import FakeClock
 from tests.e2e.flaky_server import FlakyServer, running, wait_for
-from tests.sdk.helpers import own_pools
+from tests.sdk.helpers import local, own_pools
 
 pytestmark = pytest.mark.e2e
 
@@ -33,7 +33,7 @@ def _fresh(server: FlakyServer) -> None:
 def pool_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
     """Requests httpcore still holds (in flight or waiting), and those the pool's
     shards still count as in flight: 0 once nothing leaked."""
-    shards = getattr(client._http._transport, "shards", ())
+    shards = getattr(local(client._http._transport), "shards", ())
     held = sum(len(pool._pool._requests) for pool in own_pools(client))
     return int(held + sum(shard.in_flight for shard in shards))
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 import stormguard
+from stormguard._pool_life import LoopTransport, ProcessTransport
 from stormguard.testing import FakeClock
 
 BASE = "http://llm.test/v1"
@@ -104,8 +105,15 @@ def event_stream(body: bytes, status: int = 200, **headers: str) -> httpx.Respon
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
+def local(transport: Any) -> Any:
+    """The transport a transport of the client's own pool stands for in this process
+    (and event loop: ``_pool_life``); any other as it is."""
+    own = isinstance(transport, (ProcessTransport, LoopTransport))
+    return transport.transport if own else transport
+
+
 def own_pools(client: stormguard.Client | stormguard.AsyncClient) -> list[Any]:
     """The httpx transports of a client's own pool: each of its shards'
     (``_pool_shards``), or its one when its limits fit one."""
-    transport: Any = client._http._transport
+    transport: Any = local(client._http._transport)
     return [shard.transport for shard in getattr(transport, "shards", ())] or [transport]

@@ -6,6 +6,7 @@ import math
 import socket
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 import httpcore
 import httpx
@@ -23,6 +24,7 @@ from stormguard._drivers import http_pool_async
 from stormguard._own_pool import OwnAsyncClient
 from stormguard._pool_shards import ShardedTransport
 from stormguard.testing import FakeClock
+from tests.sdk.helpers import local
 
 
 class RecordingStream(httpcore.NetworkStream):
@@ -42,7 +44,7 @@ class RecordingStream(httpcore.NetworkStream):
         self.timeouts.append(("write", timeout))
 
     def close(self) -> None:
-        pass
+        self.timeouts.append(("close", None))
 
 
 class RecordingBackend(httpcore.NetworkBackend):
@@ -60,6 +62,24 @@ class RecordingBackend(httpcore.NetworkBackend):
     ) -> httpcore.NetworkStream:
         self.connects.append(timeout)
         return self.stream
+
+
+def test_a_connection_made_after_its_pool_was_closed_is_closed_at_once() -> None:
+    """A call that was connecting when close() shut the pool's sockets down gets a
+    connection in no pool, which no close reaches: it is closed as soon as made."""
+
+    class ClosedWhileConnecting(RecordingBackend):
+        def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+            backend.closed = True  # the pool closes while the connection is made
+            return super().connect_tcp(*args, **kwargs)
+
+    inner = ClosedWhileConnecting()
+    backend = DeadlineBackend(inner)
+    with pytest.raises(httpcore.ConnectError, match="closed"):
+        backend.connect_tcp("127.0.0.1", 80, timeout=10.0)
+    assert inner.stream.timeouts == [("close", None)]
+    with pytest.raises(httpcore.ConnectError, match="closed"):  # and any later one
+        backend.connect_tcp("127.0.0.1", 80, timeout=10.0)
 
 
 def test_within_is_the_sooner_of_the_deadline_and_a_limit_of_its_own() -> None:
@@ -161,14 +181,14 @@ def pool_backend(transport: httpx.BaseTransport) -> object:
 
 def test_the_default_sync_client_connects_through_the_deadline_backend() -> None:
     with stormguard.Client(base_url="http://127.0.0.1:9/v1") as client:
-        sharded = client._http._transport
+        sharded = local(client._http._transport)
         assert isinstance(sharded, ShardedTransport)  # 1,000 connections: 32 pools
         for shard in sharded.shards:
             assert isinstance(shard.transport, DeadlineTransport)
             assert isinstance(pool_backend(shard.transport), DeadlineBackend)
     small = httpx.Limits(max_connections=5)
     with stormguard.Client(base_url="http://127.0.0.1:9/v1", connection_limits=small) as client:
-        transport = client._http._transport
+        transport = local(client._http._transport)
         assert isinstance(transport, DeadlineTransport)  # one pool: nothing to split
         assert isinstance(pool_backend(transport), DeadlineBackend)
 
@@ -179,7 +199,7 @@ def test_environment_proxies_are_kept_on_deadline_transports(
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
     monkeypatch.setenv("NO_PROXY", "localhost")
     with default_http_client(httpx.Limits(max_connections=3)) as http:
-        mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
+        mounted = {str(pattern.pattern): local(t) for pattern, t in http._mounts.items()}
     assert isinstance(mounted["https://"], DeadlineTransport)
     assert isinstance(pool_backend(mounted["https://"]), DeadlineBackend)
     assert mounted["all://localhost"] is None  # the default transport: no proxy
@@ -192,7 +212,7 @@ async def test_environment_proxies_are_kept_on_the_async_default_pool(
     monkeypatch.setenv("NO_PROXY", "localhost")
     http = http_pool_async(None, httpx.Limits(max_connections=3))
     async with http:
-        mounted = {str(pattern.pattern): t for pattern, t in http._mounts.items()}
+        mounted = {str(pattern.pattern): local(t) for pattern, t in http._mounts.items()}
     assert isinstance(http, OwnAsyncClient)
     proxy = mounted["https://"]
     assert isinstance(proxy, httpx.AsyncHTTPTransport)

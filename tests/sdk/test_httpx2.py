@@ -12,7 +12,7 @@ import httpx2
 import pytest
 
 import stormguard
-from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, sse
+from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, local, sse
 
 
 def _transport(api: Api, handler: Any) -> Any:
@@ -104,7 +104,7 @@ def test_the_attempts_timeout_reaches_httpx2_as_numbers() -> None:
 def test_connection_limits_of_either_library_and_a_clear_error_otherwise() -> None:
     limits = httpx2.Limits(max_connections=7, max_keepalive_connections=3)
     client = stormguard.Client(base_url="http://llm.test/v1", connection_limits=limits)
-    pool = client._http._transport._pool  # type: ignore[attr-defined]
+    pool = local(client._http._transport)._pool
     assert pool._max_connections == 7
     client.close()
     stormguard.Client(

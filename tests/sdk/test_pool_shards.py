@@ -23,7 +23,7 @@ from stormguard._pool_shards import (
     pool_transport,
     shard_limits,
 )
-from tests.sdk.helpers import own_pools
+from tests.sdk.helpers import local, own_pools
 
 # -- the limits ------------------------------------------------------------------------
 
@@ -270,7 +270,7 @@ def test_the_sync_client_reuses_one_connection_and_spreads_a_burst(server: _Serv
     with stormguard.Client(
         base_url=_url(server), api_key="k", model="m", connection_limits=LIMITS
     ) as client:
-        transport = client._http._transport
+        transport = local(client._http._transport)
         assert isinstance(transport, ShardedTransport)
         for _ in range(3):
             client.chat.completions.create(messages=MESSAGES)
@@ -293,7 +293,7 @@ async def test_the_async_client_reuses_one_connection_and_spreads_a_burst(
     async with stormguard.AsyncClient(
         base_url=_url(server), api_key="k", model="m", connection_limits=LIMITS
     ) as client:
-        transport = client._http._transport
+        transport = local(client._http._transport)
         assert isinstance(transport, AsyncShardedTransport)
         for _ in range(3):
             await client.chat.completions.create(messages=MESSAGES)

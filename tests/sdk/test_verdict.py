@@ -196,6 +196,12 @@ CASES = [
     ),
     pytest.param(asyncio.CancelledError(), replace(LOCAL, stop=StopReason.CANCELLED), id="cancel"),
     pytest.param(KeyboardInterrupt(), replace(LOCAL, stop=StopReason.CANCELLED), id="interrupt"),
+    pytest.param(
+        stormguard.ClientClosedError(),
+        replace(LOCAL, stop=StopReason.CANCELLED),
+        id="client-closed",
+    ),
+    pytest.param(stormguard.EventLoopMismatchError("loop"), LOCAL, id="event-loop-mismatch"),
     pytest.param(stormguard.TokenRateLimitedError("t", tokens=1, wait=1.0), LOCAL, id="token-rate"),
     pytest.param(CONTEXT, LOCAL, id="context-window"),
     pytest.param(ValueError("caller bug"), LOCAL, id="other"),

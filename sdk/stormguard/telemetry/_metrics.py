@@ -8,11 +8,11 @@ over any window, per model or endpoint; ``stormguard.client.attempts`` by
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
+from .._fork import fork_safe_lock
 from . import _names as n
 
 __all__ = ["BREAKER_STATE_VALUES", "ENDPOINT_STATUS_VALUES", "MAX_SERIES", "ClientMetrics"]
@@ -85,7 +85,7 @@ class ClientMetrics:
         self._endpoint_statuses: dict[str, int] = {}
         self._limits: dict[str, int] = {}
         self._discovered: dict[str, int] = {}
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         meter.create_observable_gauge(
             n.METRIC_CONCURRENCY_LIMIT,
             callbacks=[self._observe_limits],

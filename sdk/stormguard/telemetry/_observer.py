@@ -20,9 +20,9 @@ from __future__ import annotations
 import contextvars
 import os
 import sys
-import threading
 from typing import TYPE_CHECKING, Any
 
+from .._fork import fork_safe_lock
 from .._version import __version__
 from . import _names as n
 
@@ -126,7 +126,7 @@ class Telemetry:
         self._meter_provider = meter_provider
         self._tracers: tuple[TracerProvider, Tracer] | None = None
         self._metrics: tuple[MeterProvider, ClientMetrics] | None = None
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
         #: The (tracer, meter) providers last found to be no-ops.
         self._idle: tuple[object, object] = (None, None)
 

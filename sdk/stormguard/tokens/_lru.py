@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from typing import Generic, TypeVar
+
+from .._fork import fork_safe_lock
 
 __all__ = ["LRUCache"]
 
@@ -25,7 +26,7 @@ class LRUCache(Generic[K, V]):
             raise ValueError("maxsize must be at least 1")
         self.maxsize = maxsize
         self._data: OrderedDict[K, V] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def get(self, key: K) -> V | None:
         with self._lock:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._clock import ClockLike
 from .._exceptions import ContextWindowExceededError
+from .._fork import fork_safe_lock
 from .._http import httpx
 from ._counter import TokenCounter
 from ._estimate import EstimatingCounter
@@ -143,7 +143,7 @@ class TokenPolicy:
         )
         self._bpe_directories = tuple(bpe_directories)
         self._tiktoken: dict[str, TokenCounter | None] = {}
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def adopt_clock(self, clock: ClockLike) -> None:
         """Read ``clock`` (the client's: ``Client`` calls this) in the lookups' and the

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import threading
 
 from .._aimd_limit import MAX_PAUSE_S
 from .._clock import ClockLike, ClockRef
 from .._exceptions import TokenRateLimitedError
+from .._fork import fork_safe_lock
 
 __all__ = ["MAX_RESET_WAIT_S", "MAX_SETTLE_FACTOR", "Reservation", "TokenRateLimiter"]
 
@@ -58,7 +58,7 @@ class TokenRateLimiter:
         self._updated = self._clock.now()
         #: No reservation may be sent before this moment (the server's reset).
         self._not_before = -math.inf
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def adopt_clock(self, clock: ClockLike) -> None:
         """Read ``clock`` (a client's) unless this limiter was given one of its own."""
@@ -144,7 +144,7 @@ class Reservation:
         self.wait = wait
         self._limiter = limiter
         self._done = False
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def settle(self, actual_tokens: int) -> None:
         """Correct the reservation to the real usage: refund the unused part, or take

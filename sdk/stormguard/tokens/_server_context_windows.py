@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 from .._clock import ClockLike, ClockRef
+from .._fork import fork_safe_lock
 from .._http import httpx
 from ._flow import MAX_LOOKUP_ENDPOINTS, Flow, abandoned, models_url
 
@@ -42,7 +42,7 @@ class ServerContextWindows:
         self.timeout = timeout
         self._clock = ClockRef(clock)
         self._entries: dict[str, _Entry] = {}
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def adopt_clock(self, clock: ClockLike) -> None:
         """Read ``clock`` (a client's) unless this was given one of its own."""

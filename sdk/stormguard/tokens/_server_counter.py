@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from .._clock import ClockLike, ClockRef
+from .._fork import fork_safe_lock
 from .._http import httpx
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
@@ -62,7 +62,7 @@ class ServerTokenizeCounter:
         self._clock = ClockRef(clock)
         self._cache: LRUCache[str, TokenCount] = LRUCache(cache_size)
         self._down_until: dict[str, float] = {}
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()
 
     def adopt_clock(self, clock: ClockLike) -> None:
         """Read ``clock`` (a client's) unless this was given one of its own."""
