@@ -205,3 +205,42 @@ def test_the_context_windows_kept_per_endpoint_are_bounded() -> None:
     with pytest.raises(StopIteration) as done:
         next(latest)
     assert done.value.value == 8192
+
+
+def test_a_window_that_refused_a_call_is_looked_up_again_within_a_minute() -> None:
+    # One endpoint's /v1/models answer is applied to every call of the model: a wrong
+    # one (max_model_len 16) refuses calls locally for at most retry_after, not the ttl.
+    from stormguard import ContextWindowExceededError
+    from stormguard.tokens import TokenPolicy
+
+    clock = FakeClock()
+    policy = TokenPolicy(server_tokenize=False, clock=clock)
+    lookups: list[str] = []
+
+    def run(max_model_len: int) -> Any:
+        listing = httpx.Response(
+            200, json={"data": [{"id": "llama", "max_model_len": max_model_len}]}
+        )
+        flow = policy.precheck_flow("llama", "chat", CHAT, base_url=BASE)
+        try:
+            request = next(flow)
+            while True:
+                lookups.append(str(request.url))
+                request = flow.send(listing)
+        except StopIteration as stop:
+            return stop.value
+
+    with pytest.raises(ContextWindowExceededError):
+        run(16)
+    assert lookups == ["http://vllm.test/v1/models"]
+    clock.advance(policy.server_context_windows.retry_after - 1)
+    with pytest.raises(ContextWindowExceededError):
+        run(8192)  # still the cached answer: no second lookup yet
+    assert len(lookups) == 1
+    clock.advance(1)
+    assert run(8192).context_window == 8192  # looked up again: the right window
+    assert len(lookups) == 2
+    # A window that refuses nothing keeps its ttl.
+    clock.advance(policy.server_context_windows.retry_after)
+    assert run(8192).context_window == 8192
+    assert len(lookups) == 2

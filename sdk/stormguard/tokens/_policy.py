@@ -207,6 +207,8 @@ class TokenPolicy:
                     context_window_source=source,
                 )
             tried.append((current, count.tokens, max_tokens, context_window, count.counter))
+            if source == "server" and count.max_model_len is None and base_url is not None:
+                self.server_context_windows.refused(base_url)
             fallback = self.context_fallbacks.lookup(current)
             if fallback is None or fallback in {t[0] for t in tried}:
                 raise _exceeded(tried, defaulted=request.max_tokens is None)

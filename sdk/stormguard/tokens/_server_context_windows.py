@@ -27,6 +27,12 @@ class ServerContextWindows:
     body over the driver's size cap) is remembered for ``retry_after`` seconds, so
     an endpoint that is down (or that, like OpenAI's, reports no ``max_model_len``)
     costs one request per period, not one per call.
+
+    A window that refused a call is believed for at most ``retry_after`` seconds
+    more (:meth:`refused`): the pre-check applies one endpoint's answer to every
+    call of the model, so a wrong one (``max_model_len: 1``, a replica started with
+    a shorter window) refuses calls locally for a minute, not for ``ttl``; a right
+    one costs a lookup a minute while calls keep being too long.
     """
 
     def __init__(
@@ -72,6 +78,15 @@ class ServerContextWindows:
             if len(self._entries) > MAX_LOOKUP_ENDPOINTS:
                 del self._entries[next(iter(self._entries))]
         return (context_windows or {}).get(model)
+
+    def refused(self, base_url: str | httpx.URL) -> None:
+        """A call was refused on the window ``base_url`` reported: look it up again
+        after at most ``retry_after`` seconds."""
+        key = str(models_url(base_url))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                entry.expires = min(entry.expires, self._clock.now() + self.retry_after)
 
 
 def parse_models_response(response: httpx.Response | None) -> dict[str, int] | None:
