@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from stormguard_server.cli_config import (
     admin_token_from_env,
     check_http_limits,
+    check_quota_flags,
     config_from_args,
     priority_token_from_env,
     shared_engine_flags,
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     check_http_limits(parser, args)
+    check_quota_flags(parser, args)
     admin_token_from_env(parser, args)
     priority_token_from_env(parser, args)
     if args.engine == "vllm":
