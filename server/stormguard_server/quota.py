@@ -60,6 +60,10 @@ MAX_DEFAULT_MAX_TOKENS = 10**9
 
 _MINUTE_S = 60.0
 _DAY_S = 86_400.0
+# A wait shorter than this counts as none: the waits told are rounded to the
+# millisecond, give or take a nanosecond of float error, and a client that waited
+# what it was told must find the room it was told of.
+_SLACK_S = 1e-6
 # Hex digits of the key's SHA-256 in its label: 48 bits, no collision among 1,024 keys
 # but once in 10**8 tables.
 _LABEL_HEX = 12
@@ -294,9 +298,9 @@ class Quota:
             if bucket is None:
                 continue
             wait = bucket.wait_for(amount, now)
-            if wait > 0 and (worst is None or wait > (worst.retry_after_s or 0.0)):
+            if wait > _SLACK_S and (worst is None or wait > (worst.retry_after_s or 0.0)):
                 limit = int(bucket.capacity)
-                used = limit - math.floor(bucket.level_at(now))
+                used = limit - max(0, math.floor(bucket.level_at(now)))
                 worst = QuotaRefusal(reason, limit, used, amount, wait)
         return worst
 
@@ -318,7 +322,7 @@ class Quota:
         ):
             if limit is None:
                 continue
-            remaining = limit if bucket is None else math.floor(bucket.level_at(now))
+            remaining = limit if bucket is None else max(0, math.floor(bucket.level_at(now)))
             reset = 0.0 if bucket is None else bucket.reset_in(now)
             headers[f"x-ratelimit-limit-{kind}"] = str(limit)
             headers[f"x-ratelimit-remaining-{kind}"] = str(remaining)
