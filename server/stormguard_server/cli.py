@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from stormguard_server.cli_config import (
     admin_token_from_env,
     check_http_limits,
-    check_quota_flags,
     config_from_args,
     priority_token_from_env,
     shared_engine_flags,
 )
 from stormguard_server.cli_flags import build_parser
+from stormguard_server.cli_quota import check_quota_flags
 from stormguard_server.logs import configure_logging
 from stormguard_server.serving import serve
 

@@ -10,11 +10,11 @@ import sys
 from collections.abc import Sequence
 
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
+from stormguard_server.cli_quota import quota_config
 from stormguard_server.config import (
     AdmissionConfig,
     FaultConfig,
     PriorityTrustConfig,
-    QuotaConfig,
     ServerConfig,
     SimEngineConfig,
 )
@@ -63,15 +63,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         max_retry_after_s=args.max_retry_after_s,
         drain_period_s=args.drain_window_s,
     )
-    quota = QuotaConfig(
-        tokens_per_minute=args.quota_tpm,
-        requests_per_minute=args.quota_rpm,
-        tokens_per_day=args.quota_daily_tokens,
-        default_max_tokens=args.quota_default_max_tokens,
-        retry_after=args.quota_retry_after,
-        headers=args.quota_headers,
-        insufficient_quota=args.quota_insufficient,
-    )
     return ServerConfig(
         host=args.host,
         port=args.port,
@@ -98,7 +89,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine,
         faults=faults,
         admission=admission,
-        quota=quota,
+        quota=quota_config(args),
     )
 
 
@@ -154,41 +145,6 @@ _SIM_HTTP_LIMITS = (
     "max_header_bytes",
     "max_header_count",
 )
-
-
-_QUOTA = QuotaConfig()
-# The quota flags, and the QuotaConfig field each sets: given explicitly if not default.
-_QUOTA_FLAGS = {
-    "quota_tpm": "tokens_per_minute",
-    "quota_rpm": "requests_per_minute",
-    "quota_daily_tokens": "tokens_per_day",
-    "quota_default_max_tokens": "default_max_tokens",
-    "quota_retry_after": "retry_after",
-    "quota_headers": "headers",
-    "quota_insufficient": "insufficient_quota",
-}
-_QUOTA_SWITCHES = ("quota_tpm", "quota_rpm", "quota_daily_tokens", "quota_insufficient")
-
-
-def check_quota_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse quota flags that cannot act: with vLLM (this server charges, not vLLM's),
-    or a setting of the quota given without any limit to apply it to."""
-    given = [
-        "--" + name.replace("_", "-")
-        for name, field_name in _QUOTA_FLAGS.items()
-        if getattr(args, name) != getattr(_QUOTA, field_name)
-    ]
-    if not given:
-        return
-    if args.engine == "vllm":
-        parser.error(f"{given[0]} needs --engine sim: the quota is charged by this server")
-    if not any(
-        getattr(args, name) != getattr(_QUOTA, _QUOTA_FLAGS[name]) for name in _QUOTA_SWITCHES
-    ):
-        parser.error(
-            f"{given[0]} sets a quota that is off: give --quota-tpm, --quota-rpm, "
-            "--quota-daily-tokens or --quota-insufficient"
-        )
 
 
 def check_http_limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -13,20 +13,13 @@ from typing import Any
 
 from stormguard import __version__
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
-from stormguard_server.config import (
-    RETRY_AFTER_MODES,
-    AdmissionConfig,
-    QuotaConfig,
-    ServerConfig,
-    SimEngineConfig,
-)
+from stormguard_server.cli_quota import add_quota_flags
+from stormguard_server.config import AdmissionConfig, ServerConfig, SimEngineConfig
 from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, split_networks
-from stormguard_server.quota import MAX_DEFAULT_MAX_TOKENS, MAX_LIMIT, check_limit
 
 _ENGINE = SimEngineConfig()
 _ADMISSION = AdmissionConfig()
 _SERVER = ServerConfig()
-_QUOTA = QuotaConfig()
 
 
 def _positive_int(text: str) -> int:
@@ -55,26 +48,6 @@ def _fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be within 0..1, got {text}")
     return value
-
-
-def _whole(text: str, low: int, high: int) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    try:
-        return check_limit(value, low=low, high=high)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _quota_limit(text: str) -> int:
-    """A quota limit: a whole number within 1..10**12 (leave the flag out for none)."""
-    return _whole(text, 1, MAX_LIMIT)
-
-
-def _quota_default_max_tokens(text: str) -> int:
-    return _whole(text, 0, MAX_DEFAULT_MAX_TOKENS)
 
 
 def _port(text: str) -> int:
@@ -446,65 +419,5 @@ def build_parser() -> argparse.ArgumentParser:
         default=_ADMISSION.drain_period_s,
         help="seconds of releases over which the hold times behind Retry-After are measured",
     )
-
-    quota = parser.add_argument_group(
-        "quota",
-        "A hosted API's quota per API key (the bearer token, or Azure's api-key header; no "
-        "key is one anonymous key), as OpenAI enforces it: off unless a limit is given. A "
-        "request is charged 1 request and its prompt tokens + max_tokens when it arrives, "
-        "never refunded; over a limit it gets OpenAI's 429 rate_limit_exceeded. See "
-        "docs/server.md, Hosted-API quota",
-    )
-    quota.add_argument(
-        "--quota-tpm",
-        type=_quota_limit,
-        default=None,
-        metavar="TOKENS",
-        help="tokens per minute per key: a bucket of this many tokens, refilled at TOKENS/60 "
-        "a second (off when not given)",
-    )
-    quota.add_argument(
-        "--quota-rpm",
-        type=_quota_limit,
-        default=None,
-        metavar="REQUESTS",
-        help="requests per minute per key: a bucket of this many requests, refilled at "
-        "REQUESTS/60 a second (off when not given)",
-    )
-    quota.add_argument(
-        "--quota-daily-tokens",
-        type=_quota_limit,
-        default=None,
-        metavar="TOKENS",
-        help="tokens per key per day (from its first request); past it every request of "
-        "the key gets 429 insufficient_quota (off when not given)",
-    )
-    quota.add_argument(
-        "--quota-default-max-tokens",
-        type=_quota_default_max_tokens,
-        default=_QUOTA.default_max_tokens,
-        metavar="TOKENS",
-        help="output tokens charged for a request that sends no max_tokens",
-    )
-    quota.add_argument(
-        "--quota-retry-after",
-        choices=RETRY_AFTER_MODES,
-        default=_QUOTA.retry_after,
-        help="where a quota 429 says when to come back: nowhere, retry-after (whole seconds, "
-        "rounded up), retry-after-ms, or Azure's x-ms-retry-after-ms",
-    )
-    quota.add_argument(
-        "--quota-headers",
-        action=argparse.BooleanOptionalAction,
-        default=_QUOTA.headers,
-        help="send OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} on every "
-        "response of a charged route (--no-quota-headers: none, as some proxies)",
-    )
-    quota.add_argument(
-        "--quota-insufficient",
-        action="store_true",
-        default=_QUOTA.insufficient_quota,
-        help="answer every charged request with 429 insufficient_quota (out of credit); the "
-        "admin endpoint switches it too (POST /admin/quota)",
-    )
+    add_quota_flags(parser)
     return parser
