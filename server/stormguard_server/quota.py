@@ -19,10 +19,11 @@ at the key's first charged request; past it the key gets ``insufficient_quota``.
 
 Keys are kept by a short hash (``key_label``), never as sent, in a table of at most
 ``max_keys``: the key used least recently is dropped for a new one. A dropped key
-comes back with full buckets, which forgives nothing unless more than ``max_keys``
-keys were busy within the last minute (an idle key's buckets are full after one).
+comes back with full buckets and a new day, which forgives nothing per minute unless
+more than ``max_keys`` keys were busy within the last minute (an idle key's buckets
+are full after one); a daily limit is kept only for the keys still tracked.
 
-Every function reads time from the injected clock, so tests never sleep.
+Time is read from the injected clock only, so tests never sleep.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from stormguard_server.admin import create_admin_app
 from stormguard_server.app import build_state, create_app
-from stormguard_server.config import QuotaConfig, ServerConfig
+from stormguard_server.config import AdmissionConfig, QuotaConfig, ServerConfig
 from stormguard_server.quota import key_label
 from stormguard_server.quota_http import retry_after_headers
 from stormguard_server.state import ServerState
@@ -65,9 +65,14 @@ class Served:
 
 
 @asynccontextmanager
-async def serve(**quota: Any) -> AsyncIterator[Served]:
+async def serve(admission: bool = True, **quota: Any) -> AsyncIterator[Served]:
     clock = FakeClock()
-    state = build_state(ServerConfig(engine=ENGINE, quota=QuotaConfig(**quota)), clock=clock)
+    config = ServerConfig(
+        engine=ENGINE,
+        admission=AdmissionConfig(enabled=admission),
+        quota=QuotaConfig(**quota),
+    )
+    state = build_state(config, clock=clock)
     app = create_app(state=state)
     await clock.drive(state.engine.start())
     async with app.router.lifespan_context(app):
@@ -248,6 +253,20 @@ async def test_headers_on_every_answer_of_a_charged_route_and_no_other() -> None
         assert not RATE_LIMIT_HEADERS & set(tokenize.headers)
         after = await served.complete()
         assert after.headers["x-ratelimit-remaining-requests"] == "7"  # none of them charged
+
+
+@pytest.mark.parametrize("admission", [True, False])
+async def test_a_streamed_request_over_the_quota_gets_the_json_429(admission: bool) -> None:
+    """The charge comes before the stream starts, with admission on or off."""
+    async with serve(admission=admission, requests_per_minute=1) as served:
+        ok = await served.complete(stream=True)
+        assert ok.status_code == 200
+        assert ok.headers["content-type"].startswith("text/event-stream")
+        refused = await served.complete(stream=True)
+        assert refused.status_code == 429
+        assert refused.headers["content-type"] == "application/json"
+        assert error_of(refused)["code"] == "rate_limit_exceeded"
+        assert refused.headers["x-ratelimit-remaining-requests"] == "0"
 
 
 async def test_no_quota_headers_when_switched_off() -> None:
