@@ -11,6 +11,8 @@ GETs only read. Routes:
 - ``POST /admin/stall``             freeze the engine loop for ``seconds``
 - ``POST /admin/crash``             crash the engine now (as an OOM would); body ``{}``
 - ``GET  /admin/engine``            live engine load and lifetime counters
+- ``GET  /admin/quota``             the quota's limits and keys tracked (404 when off)
+- ``POST /admin/quota``             switch ``insufficient_quota`` (every key out of credit)
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ class StallRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     seconds: Annotated[float, Field(ge=0.0, le=3600.0)]
+
+
+class QuotaUpdate(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    insufficient_quota: bool
 
 
 class CrashRequest(BaseModel):
@@ -106,6 +114,27 @@ def create_admin_app(state: ServerState, *, token: str) -> FastAPI:
             "load": dataclasses.asdict(load),
             "stats": dataclasses.asdict(state.engine.stats),
         }
+
+    def quota_state() -> dict[str, Any] | Response:
+        quota = state.quota
+        if quota is None:
+            return error_response(404, "this server has no quota (start it with --quota-tpm, ...)")
+        return {
+            **dataclasses.asdict(quota.config),
+            "insufficient_quota": quota.insufficient_quota,
+            "keys": len(quota),
+            "keys_evicted": quota.evicted,
+        }
+
+    @app.get("/admin/quota")
+    async def get_quota() -> Any:
+        return quota_state()
+
+    @app.post("/admin/quota")
+    async def set_quota(update: QuotaUpdate) -> Any:
+        if state.quota is not None:
+            state.quota.insufficient_quota = update.insufficient_quota
+        return quota_state()
 
     app.add_middleware(AdminGuardMiddleware, token=token)
     return app

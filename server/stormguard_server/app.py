@@ -39,6 +39,8 @@ from stormguard_server.middleware import (
 )
 from stormguard_server.openai_format import ChoicesAnswer
 from stormguard_server.priority_trust import PriorityGate, PriorityTrust
+from stormguard_server.quota import Quota
+from stormguard_server.quota_http import QuotaCollector, QuotaHeadersMiddleware
 from stormguard_server.refusals import refusal_headers
 from stormguard_server.request_id import RequestIdMiddleware
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
@@ -98,7 +100,12 @@ def build_state(
         (lambda: admission.server_load()) if admission is not None else (lambda: None),
     )
     tracing = ServerTracing(tracer_provider, clock=clock) if tracer_provider is not None else None
-    return ServerState(config, engine, faults, admission, metrics, tracing=tracing, clock=clock)
+    quota = Quota(config.quota, clock=clock) if config.quota.enabled else None
+    if quota is not None:
+        metrics.registry.register(QuotaCollector(quota))
+    return ServerState(
+        config, engine, faults, admission, metrics, tracing=tracing, clock=clock, quota=quota
+    )
 
 
 def create_app(
@@ -138,6 +145,8 @@ def create_app(
     app.add_middleware(BodyLimitMiddleware, max_bytes=state.config.max_body_bytes)
     app.add_middleware(ErrorBoundaryMiddleware)
     app.add_middleware(LoadHeadersMiddleware, headers=state.load_headers)
+    if state.quota is not None:  # x-ratelimit-* on every answer of a keyed route
+        app.add_middleware(QuotaHeadersMiddleware, quota=state.quota)
     if state.tracing is not None:  # the request span covers everything but the count
         app.add_middleware(TraceMiddleware, tracer=state.tracing.tracer)
     # A raised x-priority only from trusted callers, and never the token past here

@@ -23,6 +23,7 @@ from stormguard_server.cli_config import (
     shared_engine_flags,
 )
 from stormguard_server.cli_flags import build_parser
+from stormguard_server.cli_quota import check_quota_flags
 from stormguard_server.logs import configure_logging
 from stormguard_server.serving import serve
 
@@ -33,6 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     check_http_limits(parser, args)
+    check_quota_flags(parser, args)
     admin_token_from_env(parser, args)
     priority_token_from_env(parser, args)
     if args.engine == "vllm":

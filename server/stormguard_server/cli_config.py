@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
+from stormguard_server.cli_quota import quota_config
 from stormguard_server.config import (
     AdmissionConfig,
     FaultConfig,
@@ -88,6 +89,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         engine=engine,
         faults=faults,
         admission=admission,
+        quota=quota_config(args),
     )
 
 

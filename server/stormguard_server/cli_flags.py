@@ -13,6 +13,7 @@ from typing import Any
 
 from stormguard import __version__
 from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
+from stormguard_server.cli_quota import add_quota_flags
 from stormguard_server.config import AdmissionConfig, ServerConfig, SimEngineConfig
 from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, split_networks
 
@@ -418,4 +419,5 @@ def build_parser() -> argparse.ArgumentParser:
         default=_ADMISSION.drain_period_s,
         help="seconds of releases over which the hold times behind Retry-After are measured",
     )
+    add_quota_flags(parser)
     return parser

@@ -10,6 +10,7 @@ a few seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +87,38 @@ class AdmissionConfig:
     drain_period_s: float = 5.0
 
 
+#: Where a quota 429 says when to come back (quota.py): nowhere, ``retry-after`` in
+#: whole seconds rounded up, ``retry-after-ms``, or Azure's ``x-ms-retry-after-ms``.
+RetryAfterMode = Literal["none", "seconds", "ms", "azure"]
+RETRY_AFTER_MODES: tuple[RetryAfterMode, ...] = ("none", "seconds", "ms", "azure")
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaConfig:
+    """A hosted API's quota per API key (quota.py): off unless a limit is set."""
+
+    tokens_per_minute: int | None = None
+    requests_per_minute: int | None = None
+    # Tokens one key may be charged in a day; past it, 429 insufficient_quota.
+    tokens_per_day: int | None = None
+    # Output tokens charged for a request that sends no max_tokens (OpenAI does not
+    # say what it charges then).
+    default_max_tokens: int = 256
+    retry_after: RetryAfterMode = "seconds"
+    # The x-ratelimit-* headers on every response of a keyed route.
+    headers: bool = True
+    # Refuse every keyed request with 429 insufficient_quota (out of credit).
+    insufficient_quota: bool = False
+    # Keys tracked at once; the least recently used is dropped past it.
+    max_keys: int = 1024
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any limit (or the forced insufficient_quota) is set."""
+        limits = (self.tokens_per_minute, self.requests_per_minute, self.tokens_per_day)
+        return self.insufficient_quota or any(limit is not None for limit in limits)
+
+
 # The networks trusted by default to raise a request's priority: this host's own.
 LOOPBACK_NETWORKS: tuple[str, ...] = ("127.0.0.0/8", "::1/128")
 
@@ -144,3 +177,4 @@ class ServerConfig:
     engine: SimEngineConfig = field(default_factory=SimEngineConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    quota: QuotaConfig = field(default_factory=QuotaConfig)

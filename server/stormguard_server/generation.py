@@ -1,11 +1,12 @@
 """One request to the engine, from parsed body to HTTP response, for every API.
 
 The flow reads top to bottom: size the request and refuse what can never fit
--> announce it to the observers -> wait for admission (shed, expired or
-disconnected requests stop here and never reach the engine) -> run it in the
-engine, racing the client's disconnect, with what is left of its deadline (the
-engine aborts it when that passes: a 504, or an error event in the stream) ->
-answer as JSON or as an SSE stream, in the shape of the request's API (its
+-> charge it to its API key's quota, when one is set (quota.py: a 429 there costs
+nothing and is no request record) -> announce it to the observers -> wait for
+admission (shed, expired or disconnected requests stop here and never reach the
+engine) -> run it in the engine, racing the client's disconnect, with what is left
+of its deadline (the engine aborts it when that passes: a 504, or an error event in
+the stream) -> answer as JSON or as an SSE stream, in the shape of the request's API (its
 ``answer.Answer``: chat, completions, embeddings, Responses).
 However it ends, ``_Flight.end`` runs exactly once: it releases the admission
 admission grant and hands the finished ``RequestRecord`` to the observers.
@@ -40,6 +41,8 @@ from stormguard_server.engine import (
     TokenDelta,
 )
 from stormguard_server.json_response import JSONResponse
+from stormguard_server.quota import key_label
+from stormguard_server.quota_http import quota_refusal_response
 from stormguard_server.records import GoneStage, Outcome, RequestRecord
 from stormguard_server.refusals import (
     engine_error_code,
@@ -69,7 +72,9 @@ class GenerationCall:
 
     ``max_tokens`` is 0 for a prefill-only request (embeddings): it costs its
     prompt tokens alone, and the engine runs only the prefill (``_engine_request``).
-    ``stream`` is the writer of its SSE events when the answer is streamed."""
+    ``stream`` is the writer of its SSE events when the answer is streamed.
+    ``quota_key`` is the label of the API key it is charged to, ``quota_tokens`` what
+    it is charged (quota.py)."""
 
     kind: RequestKind
     model: str
@@ -83,6 +88,8 @@ class GenerationCall:
     priority: Priority
     attempt: int | None
     deadline_ms: float | None
+    quota_key: str
+    quota_tokens: int
 
     @property
     def cost(self) -> int:
@@ -129,6 +136,12 @@ def size_call(
         ignore_eos=ignore_eos,
         answer=answer,
         stream=stream,
+        quota_tokens=prompt_tokens
+        + (
+            state.config.quota.default_max_tokens
+            if requested_max_tokens is None
+            else requested_max_tokens
+        ),
         **_wire_headers(headers),
     )
 
@@ -154,6 +167,7 @@ def prefill_call(
         ignore_eos=True,
         answer=answer,
         stream=None,
+        quota_tokens=prompt_tokens,
         **_wire_headers(headers),
     )
 
@@ -163,6 +177,7 @@ def _wire_headers(headers: Mapping[str, str]) -> dict[str, Any]:
         "priority": parse_priority(headers),
         "attempt": parse_attempt(headers),
         "deadline_ms": parse_deadline_ms(headers),
+        "quota_key": key_label(headers),
     }
 
 
@@ -268,6 +283,12 @@ class _Flight:
 async def serve_generation(state: ServerState, call: GenerationCall, receive: Receive) -> Response:
     """Admit, generate and answer one request (see the module docstring). Every answer
     carries ``x-request-id``: the completion's id, also in the logs and records."""
+    if state.quota is not None:
+        refusal = state.quota.charge(call.quota_key, call.quota_tokens)
+        if refusal is not None:
+            return quota_refusal_response(
+                state.quota, refusal, model=call.model, key=call.quota_key
+            )
     flight = _Flight(state, call)
     response = await _serve(flight, receive)
     response.headers[HEADER_REQUEST_ID] = flight.request_id

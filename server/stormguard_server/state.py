@@ -1,4 +1,5 @@
-"""What one running server holds: config, engine, faults, admission, metrics and clock.
+"""What one running server holds: config, engine, faults, admission, metrics, clock and
+the quota.
 
 Routes, the admin app and the middlewares all reach the same objects through
 one ``ServerState`` kept on ``app.state.stormguard``.
@@ -16,6 +17,7 @@ from stormguard_server.config import ServerConfig
 from stormguard_server.engine import Engine
 from stormguard_server.faults import FaultState
 from stormguard_server.metrics import ServerMetrics
+from stormguard_server.quota import Quota
 from stormguard_server.records import RequestObserver
 from stormguard_server.tracing import ServerTracing
 
@@ -36,6 +38,8 @@ class ServerState:
     # The clock every part of this server reads (clock.py): its engine, admission,
     # request limits, flights and spans were built with this one.
     clock: Clock = field(default_factory=Clock)
+    # Each API key's quota (quota.py): None unless a limit is set.
+    quota: Quota | None = None
 
     def __post_init__(self) -> None:
         if self.metrics not in self.observers:

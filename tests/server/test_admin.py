@@ -291,13 +291,20 @@ def get_routes(app: FastAPI) -> set[str]:
 async def test_a_get_never_changes_state(state: ServerState) -> None:
     app = create_admin_app(state, token=TOKEN)
     # Reads only: a new GET route must be added here on purpose.
-    assert get_routes(app) == {"/admin/faults", "/admin/engine"}
+    assert get_routes(app) == {"/admin/faults", "/admin/engine", "/admin/quota"}
     assert state.faults is not None
     before = state.faults.snapshot()
-    query = {"error_rate": "1", "seconds": "60", "added_latency_ms": "5000", "oom_crash": "false"}
-    for path in ("/admin/faults", "/admin/engine", "/admin/crash", "/admin/stall"):
+    query = {
+        "error_rate": "1",
+        "seconds": "60",
+        "added_latency_ms": "5000",
+        "oom_crash": "false",
+        "insufficient_quota": "true",
+    }
+    for path in ("/admin/faults", "/admin/engine", "/admin/crash", "/admin/stall", "/admin/quota"):
         response = await call(state, "GET", path, headers=AUTH, params=query)
-        assert response.status_code in (200, 405), (path, response.status_code)
+        # /admin/quota: 404 on this server, which has no quota.
+        assert response.status_code in (200, 404, 405), (path, response.status_code)
         head = await call(state, "HEAD", path, headers=AUTH, params=query)
         assert head.status_code in (200, 405)
     assert (await call(state, "GET", "/admin/crash", headers=AUTH)).status_code == 405
