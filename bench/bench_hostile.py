@@ -41,6 +41,54 @@ Server cases (``stormguard-server``, admission on, admin endpoint on):
   2,000 tokens to generate, read to its end: seconds until the server ends it
   (review: the server generated to the end).
 
+A second review's cases (``bench/hostile_cases.py``), SDK first:
+
+- ``abandoned-streams``: 60 streams read to their first chunk and dropped
+  (``break``, then ``del``), then one plain call with ``timeout=5``: its seconds
+  and outcome (review, async: every call after the 20th failed with
+  ``QueueTimeoutError``, the limiter at limit 20, in flight 20, for good);
+- ``stream-no-done``: 60 complete streams (every choice finished) whose body ends
+  without ``data: [DONE]``, sync from 6 threads, async as 6 tasks (review: sync not
+  done in 200 s); ``openai-no-done``: openai-python on ``stormguard.httpx_client``,
+  10 such streams one after another (review: 25 s);
+- ``poison-usage``, ``poison-quota``: a client of two endpoints sharing a
+  ``TokenRateLimiter`` gets one answer with ``usage.total_tokens = 10**15``, or
+  ``x-ratelimit-remaining-tokens: 0`` and a reset of 86,000 s: how many of the next 10
+  calls are refused without leaving the client (review: 10 of 10);
+- ``endpoint-churn``: 20,000 calls while a DNS name's 64 pods get new addresses every
+  10 calls (fake resolver, mock transport, fake clock): the limiter's entries and the
+  peak RSS (review: 18,228 entries for 64 live, RSS 32 -> 90 MB);
+- ``fork``: a client used before ``os.fork()``; 6 children make 30 calls each, 4 at a
+  time, while the parent calls too, against a server whose answer names its caller:
+  child answers that were another process's (review: 7 of 180 sync; async: untyped
+  ``RuntimeError``);
+- ``loop-reuse``: one ``AsyncClient`` in one ``asyncio.run()`` after another against a
+  keep-alive server: the second run's outcome (review: untyped ``RuntimeError``);
+- ``close-in-flight``: ``close()`` while a call (``timeout=10``) waits for an answer
+  that never comes: seconds from the close to the call's end (review, sync: not
+  before its deadline);
+- ``retry-after-skew``: 20 clients whose clocks run ahead are told to retry at an
+  HTTP-date already past: distinct retry delays (review: one, 0 s);
+- ``dns-huge``: a DNS answer of 32,768 addresses: CPU seconds of the call that reads
+  it (review: 9 s);
+- ``malformed-bodies``: ten 2xx bodies that break the API (``"choices": {"0": 1}``,
+  ``null`` choices, ``Infinity`` or ``"3"`` token counts, ...): how many reach the
+  caller, to fail at attribute access or hand on a wrong type, instead of failing
+  the call typed (review: all of them);
+- ``openai-non-sse``: openai-python on the transport asks for a stream and gets a
+  JSON 200: what it raises (review: ``APIConnectionError: Connection error.``).
+
+Server cases:
+
+- ``big-head``: 3,000 headers (94.5 KiB) in one write: the status (review: accepted;
+  ``bench/bench_slowloris.py --cases heads`` measures their memory and CPU);
+- ``ambiguous-length``: Content-Length and Transfer-Encoding together: the status
+  and whether the connection stays open (review: answered, kept open);
+- ``late-priority``: 120 standard calls, then 60 ``x-priority: critical`` ones from
+  a caller outside ``--trust-priority-from`` (loopback excluded; a server without
+  the flag believes everyone): standard shed / critical served (review: 106 of
+  120 / 60 of 60).
+
 Slow clients (slowloris, idle connections, partial bodies) are measured by
 ``bench/bench_slowloris.py``.
 """
@@ -78,6 +126,8 @@ from tests.e2e.hostile_server import (
     head,
     never_answer,
 )
+
+import hostile_cases  # beside this script: the second review's cases
 
 KEY = "sk-proj-Q3v9Xw2LrT8bYc1NfH6mKp0ZsD4gJ7aE5uVtR1yW"
 MESSAGES = [{"role": "user", "content": "hello there"}]
@@ -382,6 +432,70 @@ CASES = [
     Case("surrogate", ("-",), "500s", "3 of 3", surrogate),
     Case("admin-cross-site", ("-",), "obeyed", "2 of 2", admin_cross_site),
     Case("deadline-abort", ("-",), "s", "to the end", deadline_abort),
+    # The second review's (bench/hostile_cases.py).
+    Case(
+        "abandoned-streams",
+        ("sync", "async"),
+        "s",
+        "async: QueueTimeoutError",
+        hostile_cases.abandoned_streams,
+        deadline=10.0,
+    ),
+    Case(
+        "stream-no-done",
+        ("sync", "async"),
+        "s",
+        "sync >= 200 s",
+        hostile_cases.stream_without_done,
+        deadline=30.0,
+    ),
+    Case("openai-no-done", ("-",), "s", "25 s", hostile_cases.openai_without_done, deadline=30.0),
+    Case("poison-usage", ("sync", "async"), "refused", "10 of 10", hostile_cases.poison_usage),
+    Case("poison-quota", ("sync", "async"), "refused", "10 of 10", hostile_cases.poison_quota),
+    Case(
+        "endpoint-churn",
+        ("-",),
+        "entries",
+        "18,228 for 64; 32 -> 90 MB",
+        hostile_cases.endpoint_churn,
+        deadline=60.0,
+    ),
+    Case(
+        "fork",
+        ("sync", "async"),
+        "wrong",
+        "7 of 180; async RuntimeError",
+        hostile_cases.fork,
+        deadline=40.0,
+    ),
+    Case("loop-reuse", ("-",), "outcome", "RuntimeError", hostile_cases.loop_reuse),
+    Case(
+        "close-in-flight",
+        ("sync", "async"),
+        "s",
+        "sync: at its deadline",
+        hostile_cases.close_in_flight,
+        deadline=10.0,
+    ),
+    Case(
+        "retry-after-skew", ("sync", "async"), "delays", "1 (0 s)", hostile_cases.retry_after_skew
+    ),
+    Case("dns-huge", ("-",), "CPU s", "9 s", hostile_cases.dns_huge, deadline=30.0),
+    Case(
+        "malformed-bodies", ("sync", "async"), "untyped", "10 of 10", hostile_cases.malformed_bodies
+    ),
+    Case(
+        "openai-non-sse",
+        ("sync", "async"),
+        "raises",
+        "APIConnectionError",
+        hostile_cases.openai_non_sse,
+    ),
+    Case("big-head", ("-",), "status", "accepted", hostile_cases.big_head),
+    Case(
+        "ambiguous-length", ("-",), "status", "answered, kept open", hostile_cases.ambiguous_length
+    ),
+    Case("late-priority", ("-",), "shed/served", "106 / 60", hostile_cases.late_priority),
 ]
 _BY_NAME = {case.name: case for case in CASES}
 
