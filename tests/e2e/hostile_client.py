@@ -10,7 +10,8 @@ a :class:`Held`: when it was opened, when the server closed it (``recv`` gave
     hold(conns, trickle=b"x", interval=0.2, timeout=10)  # until the server closes all
     assert all(c.closed_after is not None for c in conns)
 
-Used by ``tests/e2e/test_hostile_client.py``, ``bench/bench_slowloris.py`` and ``bench/hostile_cases.py``.
+Used by ``tests/e2e/test_hostile_client.py``, ``bench/bench_slowloris.py`` and
+``bench/hostile_cases.py``.
 """
 
 from __future__ import annotations
