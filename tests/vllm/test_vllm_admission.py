@@ -73,7 +73,10 @@ async def test_a_flood_is_shed_with_our_headers_and_retry_after(guarded_vllm: Vl
     assert served and shed
     for err in shed:
         assert err.status_code == 503
-        assert err.server_load.load_shed in {"queue_full", "token_budget"}
+        # A shed before processing: the queue or the token budget full, or (on a machine
+        # busy enough that vLLM's measured pace makes the wait longer than the call's 60 s)
+        # the deadline the queue could not meet.
+        assert err.server_load.load_shed in {"queue_full", "token_budget", "deadline"}
         assert err.server_load.retry_after is not None and err.server_load.retry_after > 0
     depths = [
         r.server_load.queue_depth for r in served + shed if r.server_load.queue_depth is not None
