@@ -177,8 +177,9 @@ class _Walk:
         properties = schema.get("properties")
         properties = properties if isinstance(properties, dict) else {}
         required = [name for name in schema.get("required", []) if isinstance(name, str)]
+        must = set(required)
         lean = depth >= _LEAN_DEPTH
-        names = [name for name in properties if name in required or not lean]
+        names = [name for name in properties if name in must or not lean]
         names += [name for name in required if name not in properties]
         extra = schema.get("additionalProperties", True)
         out: dict[str, Any] = {}
@@ -219,7 +220,7 @@ class _Walk:
     def text(self, schema: dict[str, Any]) -> str:
         low = _int_or(schema.get("minLength"), 0)
         high = _int_or(schema.get("maxLength"), None)
-        if low > MAX_CHARS - self.chars:
+        if low > MAX_CHARS:
             raise self.too_big(f"'minLength' {low} is over the {MAX_CHARS} characters allowed")
         pattern, fmt = schema.get("pattern"), schema.get("format")
         if isinstance(pattern, str):
@@ -231,8 +232,10 @@ class _Walk:
             value = _FORMATS[fmt](self.rng)
         else:
             words = [self.rng.choice(OUTPUT_WORDS) for _ in range(self.rng.randint(1, 3))]
-            while sum(map(len, words)) + len(words) - 1 < low:
+            length = sum(map(len, words)) + len(words) - 1
+            while length < low:
                 words.append(self.rng.choice(OUTPUT_WORDS))
+                length += len(words[-1]) + 1
             value = " ".join(words)
             if high is not None:
                 value = value[:high]
