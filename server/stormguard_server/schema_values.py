@@ -273,7 +273,14 @@ class _Walk:
             raise _DeadEnd("no number lies within its bounds")
         first, last = _window(low, high, low is None, high is None)
         multiples = range(math.ceil(first / step), math.floor(last / step) + 1)[:101]
-        within = [k for k in multiples if _inside(float(k * step), schema)]
+        # A float is a multiple when value / multipleOf is a whole float: the test
+        # Python's jsonschema and pydantic make (1.19 / 0.01 is 118.99999999999999).
+        within = [
+            k
+            for k in multiples
+            if _inside(float(k * step), schema)
+            and (float(k * step) / float(step)).is_integer()
+        ]
         if not within:
             raise _DeadEnd("no multiple of multipleOf lies within its bounds")
         value = self.rng.choice(within) * step
