@@ -52,7 +52,7 @@ def integers(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def numbers(draw: st.DrawFn) -> dict[str, Any]:
     low = draw(st.floats(-1e6, 1e6, allow_nan=False))
-    width = draw(st.floats(0.5, 1e6))
+    width = draw(st.floats(1.5, 1e6))  # an open interval this wide holds a multiple of 0.5
     schema: dict[str, Any] = {"type": "number"}
     if draw(st.booleans()):
         schema["exclusiveMinimum" if draw(st.booleans()) else "minimum"] = low
