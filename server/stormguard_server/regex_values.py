@@ -26,6 +26,9 @@ else:  # pragma: no cover - Python 3.10
 
 MAX_CHARS = 1024  # a pattern's string is one value of a document: it stays short
 MAX_STEPS = 20_000  # nodes of the parsed pattern visited, repeats included
+# The parser and the walk recurse once per group: bounded here, not by whatever
+# recursion limit the process runs with.
+MAX_GROUP_DEPTH = 64
 _EXTRA_REPEATS = 2
 
 _READABLE = string.ascii_lowercase + string.digits
@@ -47,6 +50,8 @@ class PatternRefused(Exception):
 def string_for(pattern: str, rng: random.Random) -> str:
     """A string ``pattern`` probably matches (``re.search`` semantics: anchors are
     honoured by producing nothing around the match)."""
+    if _group_depth(pattern) > MAX_GROUP_DEPTH:
+        raise PatternRefused(f"the pattern nests groups over {MAX_GROUP_DEPTH} deep")
     try:
         parsed = sre_parse.parse(pattern)
     except (re.error, RecursionError, OverflowError, ValueError) as exc:
@@ -165,3 +170,24 @@ def _in_item(char: str, name: str, value: Any) -> bool:
         }
         return members.get(value.name, False)
     return False
+
+
+def _group_depth(pattern: str) -> int:
+    """How deeply ``(`` groups nest, escapes and character classes skipped."""
+    depth = deepest = 0
+    escaped = in_class = False
+    for char in pattern:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth -= 1
+    return deepest

@@ -71,6 +71,8 @@ def document(schema: CheckedSchema, seed: int) -> str:
             raise SchemaRefused(f"{exc.what} (at /{where} of the document)") from None
         except RecursionError:
             raise SchemaRefused("it nests too deeply to answer") from None
+        except (ArithmeticError, ValueError) as exc:  # a bound past what floats hold
+            raise SchemaRefused(f"its numbers are out of range ({exc})") from None
         error = schema.first_error(value)
         if error is None:
             return json.dumps(value, ensure_ascii=False, allow_nan=False)
@@ -272,7 +274,9 @@ class _Walk:
                     return candidate
             raise _DeadEnd("no number lies within its bounds")
         first, last = _window(low, high, low is None, high is None)
-        multiples = range(math.ceil(first / step), math.floor(last / step) + 1)[:101]
+        # In fractions: 1.7e308 / 1e-300 is no float.
+        low_k, high_k = math.ceil(Fraction(first) / step), math.floor(Fraction(last) / step)
+        multiples = range(low_k, high_k + 1)[:101]
         # A float is a multiple when value / multipleOf is a whole float: the test
         # Python's jsonschema and pydantic make (1.19 / 0.01 is 118.99999999999999).
         within = [

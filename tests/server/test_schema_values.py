@@ -245,7 +245,15 @@ def test_a_pattern_string_matches_its_pattern(pattern: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "pattern", ["a{2000}", "(?:){1000000}", "(" * 5000 + ")" * 5000, r"\p{L}", "[^\x00-\U0010ffff]"]
+    "pattern",
+    [
+        "a{2000}",
+        "(?:){1000000}",
+        "(" * 200 + ")" * 200,
+        "(" * 5000 + ")" * 5000,
+        r"\p{L}",
+        "[^\x00-\U0010ffff]",
+    ],
 )
 def test_a_pattern_past_the_bounds_is_refused(pattern: str) -> None:
     with pytest.raises(PatternRefused):

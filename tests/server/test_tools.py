@@ -571,6 +571,9 @@ HOSTILE: list[Any] = [
         "properties": {"a": {"type": "string", "format": "date-time", "maxLength": 3}},
         "required": ["a"],
     },
+    # Bounds near the float limit: 1.7e308 / 1e-300 overflows a float.
+    {"properties": {"a": {"type": "number", "minimum": 1.7e308, "multipleOf": 1e-300}}},
+    {"properties": {"a": {"type": "number", "maximum": -1.7e308, "multipleOf": 3e-300}}},
 ]
 
 
