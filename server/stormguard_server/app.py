@@ -54,8 +54,9 @@ from stormguard_server.schemas import (
 )
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
-from stormguard_server.structured import Plan, Refused, chat_spec, chat_turns, seed_of
+from stormguard_server.structured import Plan, Refused, off_the_loop, seed_of
 from stormguard_server.structured import plan as decide
+from stormguard_server.tool_requests import chat_spec, chat_turns
 from stormguard_server.tracing import ServerTracing, TraceMiddleware
 
 if TYPE_CHECKING:
@@ -264,19 +265,20 @@ def _install_routes(app: FastAPI) -> None:
         model = _resolve_model(state, body.model)
         if isinstance(model, Response):
             return model
-        try:
+
+        def decided() -> tuple[str, Plan]:
             spec = chat_spec(body)
             prompt = state.engine.chat_prompt(
                 [*spec.prompt_lines(), *((m.role, m.text()) for m in body.messages)],
                 add_generation_prompt=True,
             )
             last_role, user_text = chat_turns(body.messages)
-            plan = decide(
-                spec,
-                last_role=last_role,
-                user_text=user_text,
-                seed=seed_of(prompt, state.config.engine.seed),
-            )
+            seed = seed_of(prompt, state.config.engine.seed)
+            return prompt, decide(spec, last_role=last_role, user_text=user_text, seed=seed)
+
+        heavy = bool(body.tools) or body.response_format is not None
+        try:
+            prompt, plan = await off_the_loop(decided, heavy=heavy)
         except Refused as exc:
             return error_response(400, exc.message, code="invalid_request", param=exc.param)
         return await _generate(

@@ -39,11 +39,11 @@ from stormguard_server.structured import (
     Plan,
     Refused,
     ToolCall,
-    responses_spec,
-    responses_turns,
+    off_the_loop,
     seed_of,
 )
 from stormguard_server.structured import plan as decide
+from stormguard_server.tool_requests import responses_spec, responses_turns
 
 
 async def serve_responses(
@@ -55,14 +55,19 @@ async def serve_responses(
     receive: Receive,
 ) -> Response:
     """Size, admit, generate and answer one Responses API request."""
-    try:
+
+    def decided() -> tuple[str, Plan]:
         spec = responses_spec(body)
         prompt = state.engine.chat_prompt(
             [*spec.prompt_lines(), *body.messages()], add_generation_prompt=True
         )
         last_role, user_text = responses_turns(body)
         seed = seed_of(prompt, state.config.engine.seed)
-        plan = decide(spec, last_role=last_role, user_text=user_text, seed=seed)
+        return prompt, decide(spec, last_role=last_role, user_text=user_text, seed=seed)
+
+    heavy = bool(body.tools) or (body.text is not None and body.text.format is not None)
+    try:
+        prompt, plan = await off_the_loop(decided, heavy=heavy)
     except Refused as exc:
         return error_response(400, exc.message, code="invalid_request", param=exc.param)
     answer = ResponsesAnswer(
@@ -327,16 +332,18 @@ def _echo(body: ResponsesRequest) -> dict[str, Any]:
     if body.tools:
         echo["tools"] = [
             {"strict": None, "description": None, "parameters": None}
-            | tool.model_dump(by_alias=True, exclude_none=True)
+            | tool.model_dump(by_alias=True, exclude_unset=True)
             for tool in body.tools
         ]
     if body.tool_choice is not None:
         choice = body.tool_choice
-        echo["tool_choice"] = choice if isinstance(choice, str) else choice.model_dump()
+        echo["tool_choice"] = (
+            choice if isinstance(choice, str) else choice.model_dump(exclude_unset=True)
+        )
     if body.parallel_tool_calls is not None:
         echo["parallel_tool_calls"] = body.parallel_tool_calls
     if body.text is not None and body.text.format is not None:
-        echo["text"] = {"format": body.text.format.model_dump(by_alias=True, exclude_none=True)}
+        echo["text"] = {"format": body.text.format.model_dump(by_alias=True, exclude_unset=True)}
     return echo
 
 

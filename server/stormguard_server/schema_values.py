@@ -282,8 +282,7 @@ class _Walk:
         within = [
             k
             for k in multiples
-            if _inside(float(k * step), schema)
-            and (float(k * step) / float(step)).is_integer()
+            if _inside(float(k * step), schema) and (float(k * step) / float(step)).is_integer()
         ]
         if not within:
             raise _DeadEnd("no multiple of multipleOf lies within its bounds")
