@@ -8,6 +8,7 @@ the Responses API's function calls, events and ``parse``, and the 400s."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -600,3 +601,36 @@ async def test_a_hostile_schema_gets_a_400_or_a_bounded_answer_quickly(
         if response.status_code == 400:
             assert_openai_error(response, 400)
     assert time.monotonic() - started < 10  # three requests; each is bounded well below
+
+
+async def test_tools_are_checked_and_drawn_off_the_event_loop(
+    http: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large schema takes tens of milliseconds to check and draw from: a request with
+    tools or a format does it in a worker thread, a plain one inline."""
+    from stormguard_server import app as app_module
+    from stormguard_server import responses as responses_module
+
+    threads: list[str] = []
+
+    def recording(real: Any) -> Any:
+        def spec(body: Any) -> Any:
+            threads.append(threading.current_thread().name)
+            return real(body)
+
+        return spec
+
+    monkeypatch.setattr(app_module, "chat_spec", recording(app_module.chat_spec))
+    monkeypatch.setattr(
+        responses_module, "responses_spec", recording(responses_module.responses_spec)
+    )
+    loop_thread = threading.current_thread().name
+    for path, body in (
+        (CHAT, chat(tools=TOOLS, max_tokens=8)),
+        (CHAT, chat(response_format={"type": "json_object"}, max_tokens=8)),
+        (RESPONSES, {"input": "x", "tools": RESPONSES_TOOLS, "max_output_tokens": 8}),
+        (CHAT, chat(max_tokens=8)),
+        (RESPONSES, {"input": "x", "max_output_tokens": 8}),
+    ):
+        assert (await http.post(path, json=body)).status_code == 200
+    assert [name == loop_thread for name in threads] == [False, False, False, True, True]
