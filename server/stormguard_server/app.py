@@ -54,6 +54,9 @@ from stormguard_server.schemas import (
 )
 from stormguard_server.sim_engine import SimEngine
 from stormguard_server.state import ServerState, get_state
+from stormguard_server.structured import Plan, Refused, off_the_loop, seed_of
+from stormguard_server.structured import plan as decide
+from stormguard_server.tool_requests import chat_spec, chat_turns
 from stormguard_server.tracing import ServerTracing, TraceMiddleware
 
 if TYPE_CHECKING:
@@ -230,9 +233,12 @@ async def _generate(
     kind: Literal["chat", "completion"],
     model: str,
     prompt: str,
+    plan: Plan | None = None,
 ) -> Response:
-    """Size, admit and serve one chat or text completion."""
-    answer = ChoicesAnswer(kind, include_usage=body.include_usage)
+    """Size, admit and serve one chat or text completion (a chat one as ``plan`` says:
+    tool calls, a JSON document or text)."""
+    plan = plan or Plan()
+    answer = ChoicesAnswer(kind, include_usage=body.include_usage, plan=plan)
     call = size_call(
         state,
         kind=kind,
@@ -245,6 +251,7 @@ async def _generate(
         stream=answer if body.stream else None,
         headers=request.headers,
         prompt_param="messages" if kind == "chat" else "prompt",
+        script=plan.script,
     )
     if isinstance(call, Response):
         return call
@@ -258,10 +265,25 @@ def _install_routes(app: FastAPI) -> None:
         model = _resolve_model(state, body.model)
         if isinstance(model, Response):
             return model
-        prompt = state.engine.chat_prompt(
-            [(m.role, m.text()) for m in body.messages], add_generation_prompt=True
+
+        def decided() -> tuple[str, Plan]:
+            spec = chat_spec(body)
+            prompt = state.engine.chat_prompt(
+                [*spec.prompt_lines(), *((m.role, m.text()) for m in body.messages)],
+                add_generation_prompt=True,
+            )
+            last_role, user_text = chat_turns(body.messages)
+            seed = seed_of(prompt, state.config.engine.seed)
+            return prompt, decide(spec, last_role=last_role, user_text=user_text, seed=seed)
+
+        heavy = bool(body.tools) or body.response_format is not None
+        try:
+            prompt, plan = await off_the_loop(decided, heavy=heavy)
+        except Refused as exc:
+            return error_response(400, exc.message, code="invalid_request", param=exc.param)
+        return await _generate(
+            state, request, body, kind="chat", model=model, prompt=prompt, plan=plan
         )
-        return await _generate(state, request, body, kind="chat", model=model, prompt=prompt)
 
     @app.post("/v1/completions", tags=["openai"])
     async def completions(body: CompletionRequest, request: Request) -> Response:

@@ -33,6 +33,10 @@ class GenerationRequest:
     # Seconds the caller still waits, from when ``generate`` is called (its
     # x-request-deadline-ms less the time spent before); None: no deadline.
     timeout_s: float | None = None
+    # The output's tokens, when the answer is decided before generation (a JSON
+    # document, tool-call arguments: structured.py): the engine emits them in order
+    # instead of its own words and stops after the last (EOS), or at max_tokens.
+    script: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

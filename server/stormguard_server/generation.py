@@ -90,6 +90,7 @@ class GenerationCall:
     deadline_ms: float | None
     quota_key: str
     quota_tokens: int
+    script: tuple[str, ...] | None = None  # a decided answer's tokens (structured.py)
 
     @property
     def cost(self) -> int:
@@ -110,9 +111,12 @@ def size_call(
     stream: StreamAnswer | None,
     headers: Mapping[str, str],
     prompt_param: str = "messages",
+    script: tuple[str, ...] | None = None,
 ) -> GenerationCall | Response:
     """Count the prompt and fix max_tokens; a request over the context is a 400 too_long
-    (naming ``prompt_param``, the field that holds the prompt)."""
+    (naming ``prompt_param``, the field that holds the prompt). A ``script`` (a JSON
+    document, tool-call arguments) is what the engine will emit; ``stop`` strings do
+    not cut it."""
     engine = state.engine
     prompt_tokens = len(engine.encode(prompt))
     limit = engine.max_model_len
@@ -132,10 +136,11 @@ def size_call(
         prompt=prompt,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
-        stop=stop,
+        stop=() if script is not None else stop,
         ignore_eos=ignore_eos,
         answer=answer,
         stream=stream,
+        script=script,
         quota_tokens=prompt_tokens
         + (
             state.config.quota.default_max_tokens
@@ -195,6 +200,7 @@ def _engine_request(
         stop=call.stop,
         ignore_eos=call.ignore_eos,
         timeout_s=timeout_s,
+        script=call.script,
     )
 
 

@@ -3,7 +3,13 @@ stream chunks, usage.
 
 Pure functions from what was generated to the JSON the openai package parses
 (``chat.completion``, ``chat.completion.chunk``, ``text_completion``), and
-``ChoicesAnswer``, which writes them for the generation flow.
+``ChoicesAnswer``, which writes them for the generation flow. A chat answer that
+calls tools (``structured.Plan``) has ``content: null`` and ``tool_calls``, and
+``finish_reason: "tool_calls"`` once every call is whole (``"length"`` when
+``max_tokens`` cut one). Streamed, as OpenAI and vLLM stream them: a call's first
+fragment comes with its ``index``, ``id``, ``type`` and function ``name``, the
+later ones with ``index`` and an ``arguments`` fragment alone, and the
+``finish_reason`` in a chunk of its own with an empty delta.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from stormguard_server import sse
 from stormguard_server.answer import Output
 from stormguard_server.engine import TokenDelta
 from stormguard_server.errors import error_body
+from stormguard_server.structured import CallCursor, Plan, ToolCall
 
 Kind = Literal["chat", "completion"]
 
@@ -89,18 +96,37 @@ def delta_choice(kind: Kind, delta: TokenDelta, *, first: bool) -> dict[str, Any
     return choice
 
 
+def tool_call(call: ToolCall, arguments: str) -> dict[str, Any]:
+    """A chat message's tool call, with the ``arguments`` emitted so far."""
+    return {
+        "id": call.call_id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def calls_finish_reason(finish_reason: str | None) -> str | None:
+    """A plan of tool calls that ran to its end finished by calling them."""
+    return "tool_calls" if finish_reason == "stop" else finish_reason
+
+
 @dataclass
 class ChoicesAnswer:
     """Chat and text completions, as JSON or as chunks ending in ``data: [DONE]``."""
 
     kind: Kind
     include_usage: bool = False
+    plan: Plan = field(default_factory=Plan)
     created: int = field(default_factory=lambda: int(time.time()))
     _request_id: str = ""
     _model: str = ""
+    _cursor: CallCursor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._cursor = CallCursor(self.plan)
 
     def body(self, out: Output) -> dict[str, Any]:
-        return full_response(
+        body = full_response(
             self.kind,
             request_id=out.request_id,
             model=out.model,
@@ -109,13 +135,45 @@ class ChoicesAnswer:
             prompt_tokens=out.prompt_tokens,
             completion_tokens=out.output_tokens,
         )
+        if self.plan.calls:
+            choice = body["choices"][0]
+            choice["message"]["content"] = None
+            choice["message"]["tool_calls"] = [
+                tool_call(call, arguments) for call, arguments in self.plan.calls_in(out.text)
+            ]
+            choice["finish_reason"] = calls_finish_reason(out.finish_reason)
+        return body
 
     def opening(self, out: Output) -> list[bytes]:
         self._request_id, self._model = out.request_id, out.model
         return []
 
     def delta(self, delta: TokenDelta, *, first: bool) -> list[bytes]:
+        if self.plan.calls:
+            return self._calls_delta(delta, first=first)
         return [sse.event(self._chunk([delta_choice(self.kind, delta, first=first)]))]
+
+    def _calls_delta(self, delta: TokenDelta, *, first: bool) -> list[bytes]:
+        entries: list[dict[str, Any]] = []
+        for index, fragment, starts in self._cursor.advance(delta.text):
+            if starts:
+                entry = {"index": index, **tool_call(self.plan.calls[index], fragment)}
+            else:
+                entry = {"index": index, "function": {"arguments": fragment}}
+            entries.append(entry)
+        content: dict[str, Any] = {"tool_calls": entries}
+        if first:
+            content = {"role": "assistant", "content": None, **content}
+        events = []
+        if entries or first:
+            choice = {"index": 0, "logprobs": None, "finish_reason": None, "delta": content}
+            events.append(sse.event(self._chunk([choice])))
+        if delta.finish_reason is not None:
+            finish = calls_finish_reason(delta.finish_reason)
+            last: dict[str, Any] = {"index": 0, "logprobs": None, "delta": {}}
+            last["finish_reason"] = finish
+            events.append(sse.event(self._chunk([last])))
+        return events
 
     def closing(self, out: Output) -> list[bytes]:
         if not self.include_usage:

@@ -30,9 +30,20 @@ from starlette.types import Receive
 from stormguard_server import sse
 from stormguard_server.answer import Output
 from stormguard_server.engine import TokenDelta
+from stormguard_server.errors import error_response
 from stormguard_server.generation import serve_generation, size_call
 from stormguard_server.schemas import ResponsesRequest
 from stormguard_server.state import ServerState
+from stormguard_server.structured import (
+    CallCursor,
+    Plan,
+    Refused,
+    ToolCall,
+    off_the_loop,
+    seed_of,
+)
+from stormguard_server.structured import plan as decide
+from stormguard_server.tool_requests import responses_spec, responses_turns
 
 
 async def serve_responses(
@@ -44,17 +55,34 @@ async def serve_responses(
     receive: Receive,
 ) -> Response:
     """Size, admit, generate and answer one Responses API request."""
+
+    def decided() -> tuple[str, Plan]:
+        spec = responses_spec(body)
+        prompt = state.engine.chat_prompt(
+            [*spec.prompt_lines(), *body.messages()], add_generation_prompt=True
+        )
+        last_role, user_text = responses_turns(body)
+        seed = seed_of(prompt, state.config.engine.seed)
+        return prompt, decide(spec, last_role=last_role, user_text=user_text, seed=seed)
+
+    heavy = bool(body.tools) or (body.text is not None and body.text.format is not None)
+    try:
+        prompt, plan = await off_the_loop(decided, heavy=heavy)
+    except Refused as exc:
+        return error_response(400, exc.message, code="invalid_request", param=exc.param)
     answer = ResponsesAnswer(
         instructions=body.instructions,
         max_output_tokens=body.max_output_tokens,
         temperature=body.temperature,
         top_p=body.top_p,
+        plan=plan,
+        echo=_echo(body),
     )
     call = size_call(
         state,
         kind="response",
         model=model,
-        prompt=state.engine.chat_prompt(body.messages(), add_generation_prompt=True),
+        prompt=prompt,
         requested_max_tokens=body.max_output_tokens,
         stop=(),
         ignore_eos=body.ignore_eos,
@@ -62,6 +90,7 @@ async def serve_responses(
         stream=answer if body.stream else None,
         headers=headers,
         prompt_param="input",
+        script=plan.script,
     )
     if isinstance(call, Response):
         return call
@@ -76,9 +105,15 @@ class ResponsesAnswer:
     max_output_tokens: int | None
     temperature: float | None
     top_p: float | None
+    plan: Plan = field(default_factory=Plan)
+    echo: dict[str, Any] = field(default_factory=dict)
     created_at: int = field(default_factory=lambda: int(time.time()))
     message_id: str = field(default_factory=lambda: f"msg_{uuid.uuid4().hex}")
     _sequence: int = 0
+    _cursor: CallCursor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._cursor = CallCursor(self.plan)
 
     # -- JSON ---------------------------------------------------------------
 
@@ -89,9 +124,14 @@ class ResponsesAnswer:
 
     def opening(self, out: Output) -> list[bytes]:
         started = self._response(out, "in_progress", text=None)
-        return [
+        events = [
             self._event("response.created", response=started),
             self._event("response.in_progress", response=started),
+        ]
+        if self.plan.calls:  # each call's item opens with its first fragment
+            return events
+        return [
+            *events,
             self._event(
                 "response.output_item.added",
                 output_index=0,
@@ -107,6 +147,8 @@ class ResponsesAnswer:
         ]
 
     def delta(self, delta: TokenDelta, *, first: bool) -> list[bytes]:
+        if self.plan.calls:
+            return self._calls_delta(delta.text)
         if not delta.text:
             return []
         return [
@@ -120,8 +162,60 @@ class ResponsesAnswer:
             )
         ]
 
+    def _calls_delta(self, text: str) -> list[bytes]:
+        """A call's item is added with its first fragment, after the one before it is
+        done; then its arguments come as deltas."""
+        events = []
+        for index, fragment, starts in self._cursor.advance(text):
+            call = self.plan.calls[index]
+            if starts:
+                if index > 0:  # the call before is whole
+                    before = self.plan.calls[index - 1]
+                    events += self._call_done(index - 1, before.arguments, "completed")
+                item = _function_call(call, "", "in_progress")
+                events.append(
+                    self._event("response.output_item.added", output_index=index, item=item)
+                )
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=call.item_id,
+                    output_index=index,
+                    delta=fragment,
+                )
+            )
+        return events
+
+    def _call_done(self, index: int, arguments: str, status: str) -> list[bytes]:
+        call = self.plan.calls[index]
+        return [
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=call.item_id,
+                output_index=index,
+                name=call.name,
+                arguments=arguments,
+            ),
+            self._event(
+                "response.output_item.done",
+                output_index=index,
+                item=_function_call(call, arguments, status),
+            ),
+        ]
+
     def closing(self, out: Output) -> list[bytes]:
         status, text = self._final_status(out), out.text
+        if self.plan.calls:
+            started = self.plan.calls_in(text)
+            last = len(started) - 1
+            done = self._call_done(last, started[last][1], status) if started else []
+            return [
+                *done,
+                self._event(
+                    "response.completed" if status == "completed" else "response.incomplete",
+                    response=self._response(out, status, text=text),
+                ),
+            ]
         return [
             self._event(
                 "response.output_text.done",
@@ -183,7 +277,7 @@ class ResponsesAnswer:
             "instructions": self.instructions,
             "max_output_tokens": self.max_output_tokens,
             "model": out.model,
-            "output": [self._message(status, text=text)] if done else [],
+            "output": self._output(status, text) if text is not None else [],
             "parallel_tool_calls": True,
             "previous_response_id": None,
             "reasoning": None,
@@ -196,7 +290,15 @@ class ResponsesAnswer:
             "truncation": "disabled",
             "usage": _usage(out.prompt_tokens, out.output_tokens) if done else None,
             "metadata": {},
+            **self.echo,
         }
+
+    def _output(self, status: str, text: str) -> list[dict[str, Any]]:
+        if not self.plan.calls:
+            return [self._message(status, text=text)]
+        return [
+            _function_call(call, arguments, status) for call, arguments in self.plan.calls_in(text)
+        ]
 
     def _message(self, status: str, *, text: str | None) -> dict[str, Any]:
         return {
@@ -211,6 +313,38 @@ class ResponsesAnswer:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
         return sse.named_event(kind, data)
+
+
+def _function_call(call: ToolCall, arguments: str, status: str) -> dict[str, Any]:
+    return {
+        "type": "function_call",
+        "id": call.item_id,
+        "call_id": call.call_id,
+        "name": call.name,
+        "arguments": arguments,
+        "status": status,
+    }
+
+
+def _echo(body: ResponsesRequest) -> dict[str, Any]:
+    """The request's tools and formats, as the ``response`` object repeats them."""
+    echo: dict[str, Any] = {}
+    if body.tools:
+        echo["tools"] = [
+            {"strict": None, "description": None, "parameters": None}
+            | tool.model_dump(by_alias=True, exclude_unset=True)
+            for tool in body.tools
+        ]
+    if body.tool_choice is not None:
+        choice = body.tool_choice
+        echo["tool_choice"] = (
+            choice if isinstance(choice, str) else choice.model_dump(exclude_unset=True)
+        )
+    if body.parallel_tool_calls is not None:
+        echo["parallel_tool_calls"] = body.parallel_tool_calls
+    if body.text is not None and body.text.format is not None:
+        echo["text"] = {"format": body.text.format.model_dump(by_alias=True, exclude_unset=True)}
+    return echo
 
 
 def _output_text(text: str) -> dict[str, Any]:

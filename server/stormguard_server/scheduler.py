@@ -60,7 +60,10 @@ class SequenceState:
 
 
 def natural_output_tokens(request: GenerationRequest, natural: int) -> int:
-    """Output length without ignore_eos: stable per prompt, natural/2 .. 1.5*natural."""
+    """Output length without ignore_eos: stable per prompt, natural/2 .. 1.5*natural;
+    a scripted output's length is its script's (its last token is the EOS)."""
+    if request.script is not None:
+        return max(1, min(request.max_tokens, len(request.script)))
     if request.ignore_eos:
         return request.max_tokens
     spread = max(1, natural)

@@ -260,7 +260,11 @@ class SimEngine:
                 self.scheduler.finish(seq)
                 continue
             self._stats.output_tokens += 1
-            stream.text += tokenizer.output_piece(seq.text_seed, seq.output_tokens)
+            script = seq.request.script
+            if script is not None:
+                stream.text += script[seq.output_tokens - 1]
+            else:
+                stream.text += tokenizer.output_piece(seq.text_seed, seq.output_tokens)
             finish = self._finish_reason(seq, stream)
             delta = TokenDelta(
                 text=stream.text[stream.emitted_chars :],
@@ -285,6 +289,9 @@ class SimEngine:
                 stream.text = stream.text[:at]
                 return "stop"
         if seq.is_done:
+            script = seq.request.script
+            if script is not None and seq.output_tokens >= len(script):
+                return "stop"  # a script's last token is its EOS, even at max_tokens
             return "length" if seq.output_tokens >= seq.request.max_tokens else "stop"
         return None
 

@@ -45,8 +45,7 @@ def request(
         prompt=f"prompt {name}",
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
-        ignore_eos=True,
-        **kw,  # type: ignore[arg-type]
+        **{"ignore_eos": True, **kw},  # type: ignore[arg-type]
     )
 
 
@@ -91,6 +90,32 @@ async def test_stop_string_ends_with_stop(engine: SimEngine, clock: FakeClock) -
     stopped = await clock.drive(collect(engine.generate(request("s", max_tokens=10, stop=(word,)))))
     assert stopped[-1].finish_reason == "stop"
     assert word not in "".join(d.text for d in stopped)
+
+
+SCRIPT = ('{"', "city", '":', ' "', "Paris", '"}')
+
+
+@pytest.mark.parametrize("ignore_eos", [True, False])
+async def test_a_scripted_output_is_emitted_token_by_token_and_ends_with_stop(
+    engine: SimEngine, clock: FakeClock, ignore_eos: bool
+) -> None:
+    """A decided answer (a JSON document, tool-call arguments) comes out one token a step,
+    in order, and its last token is the end: ``stop``, even when it fills max_tokens
+    exactly and whatever ignore_eos says."""
+    for max_tokens in (len(SCRIPT), 50):
+        scripted = request("j", max_tokens=max_tokens, script=SCRIPT, ignore_eos=ignore_eos)
+        deltas = await clock.drive(collect(engine.generate(scripted)))
+        assert [d.text for d in deltas] == list(SCRIPT)
+        assert [d.output_tokens for d in deltas] == list(range(1, len(SCRIPT) + 1))
+        assert deltas[-1].finish_reason == "stop"
+
+
+async def test_a_scripted_output_cut_by_max_tokens_ends_with_length(
+    engine: SimEngine, clock: FakeClock
+) -> None:
+    deltas = await clock.drive(collect(engine.generate(request("j", max_tokens=3, script=SCRIPT))))
+    assert "".join(d.text for d in deltas) == "".join(SCRIPT[:3])
+    assert deltas[-1].finish_reason == "length" and deltas[-1].output_tokens == 3
 
 
 async def test_abort_takes_effect_within_a_step(engine: SimEngine, clock: FakeClock) -> None:

@@ -4,6 +4,7 @@ template of two tokens per message plus two for the generation prompt."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -18,10 +19,18 @@ class WordTokenizer:
         return [0] * (len(text.split()) + add_special_tokens)
 
     def apply_chat_template(
-        self, messages: list[dict[str, str]], *, add_generation_prompt: bool, tokenize: bool
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        add_generation_prompt: bool,
+        tokenize: bool,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, list[int]]:
+        """Two tokens per message and its words; a tool, as chat templates list them:
+        two tokens and the words of its JSON."""
         assert tokenize and add_generation_prompt
-        words = sum(2 + len(m["content"].split()) for m in messages)
+        words = sum(2 + len((m.get("content") or "").split()) for m in messages)
+        words += sum(2 + len(json.dumps(tool).split()) for tool in tools or ())
         return {"input_ids": [0] * (words + 2)}  # a BatchEncoding, as transformers 5's
 
 
@@ -136,6 +145,18 @@ def test_an_embeddings_input_over_the_context_is_too_long_unless_truncated() -> 
 )
 def test_embeddings_shapes_not_counted_are_left_to_vllm(request_: dict[str, Any]) -> None:
     assert cost("/v1/embeddings", request_) is None
+
+
+def test_a_chat_requests_tools_are_prompt_tokens() -> None:
+    """vLLM renders a request's tools with the chat template (each one's name, description
+    and JSON Schema): admission counts them, or a request with large tools would be
+    admitted at a fraction of the KV cache it takes."""
+    messages = [{"role": "user", "content": "a b"}]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    with_tools = cost("/v1/chat/completions", {"messages": messages, "tools": [tool] * 3})
+    assert with_tools is not None
+    assert with_tools.prompt_tokens == 6 + 3 * (2 + len(json.dumps(tool).split()))
+    assert cost("/v1/chat/completions", {"messages": messages, "tools": "f"}) is None
 
 
 def test_chat_and_completions_as_before() -> None:

@@ -38,6 +38,7 @@ class FakeVllm:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.bodies: list[bytes] = []  # each request's body, byte for byte
         self.headers: list[dict[str, str]] = []
         self.holding = asyncio.Event()
         self.release = asyncio.Event()
@@ -58,6 +59,7 @@ class FakeVllm:
         self.app.state.engine_client = self.engine_client
 
     async def answer(self, request: Request) -> Response:
+        self.bodies.append(await request.body())
         body = await request.json()
         self.seen.append((request.url.path, body))
         self.headers.append(dict(request.headers))
@@ -215,6 +217,88 @@ async def test_shapes_not_counted_go_to_vllm_unadmitted(
     assert answered.status_code == 200
     load_of(answered)
     assert fake.seen == [("/v1/responses", tool_output)]
+
+
+TOOLS_AND_FORMATS = [
+    (
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "user", "content": "use get_weather"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": "call_1",
+                            "type": "function",
+                            "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+            ],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": "get_weather",
+                        "parameters": {
+                            "type": "object",
+                            "properties": {"city": {"type": "string"}},
+                        },
+                        "strict": True,
+                    },
+                }
+            ],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": False,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "A", "schema": {"type": "object"}, "strict": True},
+            },
+            "max_tokens": 8,
+        },
+    ),
+    (
+        "/v1/responses",
+        {
+            "input": [
+                {"role": "user", "content": "use f"},
+                {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c", "output": "x"},
+            ],
+            "tools": [{"type": "function", "name": "f", "parameters": None, "strict": False}],
+            "tool_choice": "required",
+            "text": {"format": {"type": "json_schema", "name": "A", "schema": {"type": "object"}}},
+            "max_output_tokens": 8,
+        },
+    ),
+    (
+        "/v1/responses",
+        {
+            "input": "hi",
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+            "text": {"format": {"type": "json_object"}},
+            "max_output_tokens": 8,
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "request_"), TOOLS_AND_FORMATS)
+async def test_tools_and_formats_reach_vllm_byte_for_byte(
+    vllm: Served, path: str, request_: dict[str, Any]
+) -> None:
+    """The middleware reads the body to count it, and hands vLLM the very bytes it was
+    sent: vLLM's own tool parser and guided decoding read them."""
+    fake, client = vllm
+    # Spacing and key order json.dumps would not reproduce: a re-encoded body would differ.
+    raw = json.dumps(request_, indent=1, sort_keys=True).encode() + b"\n  "
+    answered = await client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert answered.status_code == 200
+    load_of(answered)
+    assert fake.bodies == [raw]
 
 
 async def test_refusals_are_the_reference_servers(

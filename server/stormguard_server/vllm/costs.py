@@ -4,8 +4,8 @@ The admission middleware asks ``request_cost`` before it lets a request through.
 The cost is the reference server's: prompt tokens (with vLLM's own tokenizer
 and the model's chat template) plus the tokens the request may generate. Per route:
 
-* ``/v1/chat/completions``: ``messages`` through the chat template, plus
-  ``max_completion_tokens`` or ``max_tokens``;
+* ``/v1/chat/completions``: ``messages`` and ``tools`` through the chat template,
+  plus ``max_completion_tokens`` or ``max_tokens``;
 * ``/v1/completions``: ``prompt`` (a string or token ids), plus ``max_tokens``;
 * ``/v1/responses``: ``instructions`` as the system message and ``input`` (a string,
   or messages whose content is a string or text parts) through the chat template,
@@ -61,10 +61,10 @@ def request_cost(
     if path == EMBEDDINGS:
         return _embeddings_cost(request, tokenizer, max_model_len)
     if path == CHAT:
-        messages = request.get("messages")
-        if not isinstance(messages, list):
+        messages, tools = request.get("messages"), request.get("tools")
+        if not isinstance(messages, list) or not isinstance(tools, list | None):
             return None
-        prompt_tokens, param = _template_tokens(tokenizer, messages), "messages"
+        prompt_tokens, param = _template_tokens(tokenizer, messages, tools), "messages"
         max_tokens = request.get("max_completion_tokens", request.get("max_tokens"))
     elif path == COMPLETIONS:
         prompt = request.get("prompt")
@@ -103,8 +103,13 @@ def _generation_cost(
     return Cost(prompt_tokens, max_tokens, param, too_long)
 
 
-def _template_tokens(tokenizer: Any, messages: list[Any]) -> int:
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+def _template_tokens(tokenizer: Any, messages: list[Any], tools: list[Any] | None = None) -> int:
+    """The prompt's tokens as vLLM renders it: the chat template over the messages and,
+    when the request has them, its tools (vLLM passes them to the template as ``tools``)."""
+    extra = {"tools": tools} if tools else {}
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, **extra
+    )
     # transformers 5 returns a BatchEncoding (a Mapping), older ones a list.
     return len(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
