@@ -74,8 +74,8 @@ def retrying(
     wait: float,
     redactor: Redactor,
 ) -> None:
-    """One INFO line for an attempt that another follows (``retry``, ``failover``
-    or ``requeued``)."""
+    """One INFO line for an attempt that another follows (``retry``, ``failover``,
+    ``requeued`` or ``paced``)."""
     if not logger.isEnabledFor(logging.INFO):
         return
     # The path without its query (which may hold a credential), and the endpoint's
@@ -83,6 +83,8 @@ def retrying(
     where = "/" + path.partition("?")[0].lstrip("/")
     if outcome == "requeued":
         then = f"requeued locally, next attempt in {wait:.3f} s"
+    elif outcome == "paced":
+        then = "back to the key's quota pacer, next attempt when the key has room"
     elif outcome == "failover":
         then = f"failing over to another endpoint in {wait:.3f} s"
     else:

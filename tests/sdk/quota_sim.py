@@ -27,6 +27,8 @@ from stormguard._policies.quota._signals import Reading, Refusal
 
 __all__ = ["Outcome", "SimKey", "run"]
 
+KEY = QuotaKey("k", "h", "m")
+
 
 @dataclass
 class SimKey:
@@ -118,10 +120,16 @@ def run(
     rng = random.Random(seed)
     policy = policy or QuotaPolicy()
     key = SimKey(tpm, rpm)
-    quotas = [
-        KeyQuota(QuotaKey("k", "h", "m"), policy, random.Random(seed * 1000 + i))
-        for i in range(processes)
-    ]
+    # As in a client, a process's ``KeyQuota`` is made by the key's first quota signal
+    # (an answer with headers, a 429); until then its calls go unpaced.
+    made: list[KeyQuota | None] = [None] * processes
+
+    def quota(p: int) -> KeyQuota:
+        state = made[p]
+        if state is None:
+            state = made[p] = KeyQuota(KEY, policy, random.Random(seed * 1000 + p))
+        return state
+
     events: list[tuple[float, int, Callable[[], None]]] = []
     seq = iter(range(10**9))
     clock = [0.0]
@@ -139,8 +147,12 @@ def run(
 
     def attempt(p: int, start: float, ticket: tuple[int, int], waited: float) -> None:
         now = clock[0]
+        state = made[p]
+        if state is None:
+            send(p, start, ticket, waited)
+            return
         try:
-            pace = quotas[p].reserve(ticket, cost, now, start + deadline)
+            pace = state.reserve(ticket, cost, now, start + deadline, waited)
         except QuotaWaitError:
             out.failed += 1
             at(now, lambda: worker(p))
@@ -148,7 +160,7 @@ def run(
         if not pace.granted:
             at(now + pace.seconds, lambda: attempt(p, start, ticket, waited + pace.seconds))
             return
-        at(now + pace.seconds, lambda: send(p, start, ticket, waited + pace.seconds))
+        at(now + pace.seconds, lambda: send(p, start, ticket, 0.0))
 
     def send(p: int, start: float, ticket: tuple[int, int], waited: float) -> None:
         t_send = clock[0]
@@ -157,7 +169,8 @@ def run(
             found = key.readings() if headers else (None, None)
 
             def answered() -> None:
-                quotas[p].observe(t_send, clock[0], found, cost)
+                if headers or made[p] is not None:
+                    quota(p).observe(t_send, clock[0], found, cost)
                 out.ok += 1
                 out.last = clock[0]
                 out.waits.append(waited)
@@ -177,8 +190,8 @@ def run(
 
         def refused() -> None:
             if headers:
-                quotas[p].observe(t_send, clock[0], found, 0.0)
-            quotas[p].refused(t_send, clock[0], refusal, wait or refusal.retry_in, headers)
+                quota(p).observe(t_send, clock[0], found, 0.0)
+            quota(p).refused(t_send, clock[0], refusal, wait or refusal.retry_in, headers)
             attempt(p, start, ticket, waited)
 
         at(t_send + 0.02, refused)

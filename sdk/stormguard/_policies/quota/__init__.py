@@ -20,11 +20,10 @@ from ._config import QuotaPolicy
 from ._gate import CREDENTIAL_HEADERS, CallQuota, QuotaGate, estimate_cost
 from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
 from ._registry import QuotaRegistry, fingerprint, registry_for
-from ._signals import QUOTA_CODES, Refusal, is_too_large, refusal_of
+from ._signals import Refusal, refusal_of
 
 __all__ = [
     "CREDENTIAL_HEADERS",
-    "QUOTA_CODES",
     "CallQuota",
     "KeyQuota",
     "KeyState",
@@ -37,7 +36,6 @@ __all__ = [
     "Refusal",
     "estimate_cost",
     "fingerprint",
-    "is_too_large",
     "refusal_of",
     "registry_for",
 ]

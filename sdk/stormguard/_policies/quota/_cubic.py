@@ -4,8 +4,10 @@ puts on a rate they allow: a 429 always wins over a header that says there is
 room).
 
 AWS's adaptive retry mode (botocore ``retries/adaptive.py``) made scale-free: off
-until the first throttle; on a throttle, remember the rate being sent at
-(``w_max``, this process's measured send rate) and drop to ``BETA`` times it; then
+until the first throttle (the first with a send rate measured: a key is paced
+from its first quota signal, so the rate is measured from then); on a throttle,
+remember the rate being sent at (``w_max``, this process's measured send rate)
+and drop to ``BETA`` times it; then
 grow back along a cubic, flat near ``w_max`` and reaching it ``RECOVER_S`` after
 the throttle, whatever the rate's scale (botocore's ``C = 0.4`` is in requests per
 second; a token rate is thousands), and never above ``MAX_GROWTH`` times the rate
@@ -66,6 +68,11 @@ class CubicRate:
         if t_send < self.t_throttle:
             return False
         measured = self.measured(now)
+        if not self.on and measured <= 0:
+            # The first 429 of a key this process has not paced yet: no rate of its
+            # own to drop from. Its sends are measured from now, for the next one.
+            self.t_throttle = now
+            return False
         current = self.rate(now) if self.on else measured
         self.w_max = max(1e-3, min(current, measured) if measured > 0 else current)
         if not self.on:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..._aimd_limit import MAX_PAUSE_S
@@ -61,6 +61,14 @@ class QuotaKey:
     model: str
     #: False: no credential was sent; the host stands for the key.
     keyed: bool = True
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Looked up on every call: hashed once, not four fields each time.
+        object.__setattr__(self, "_hash", hash((self.fingerprint, self.host, self.model)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)

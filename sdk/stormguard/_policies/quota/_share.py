@@ -15,12 +15,13 @@ plus the surplus above a small reserve (``low``) spent over ``drain`` seconds; b
 the reserve, less than rho, so the bucket refills to it. This process paces its
 sends to f * A with a local token bucket holding at most half a second of its rate.
 
-Before any share is measured, the first header gives a guess: what this process
-sent before it / what the key had spent (L - R). A measured share moves halfway
-to each new measurement (noise); a share not measured for a window (this process
-sent little, so saw little) doubles per window of silence, so a process never
-starves on an old low share. Ported from the prototype chosen in simulation
-(docs/quotas.md). No lock: ``KeyQuota`` holds its key's.
+Before any share is measured, the headers give a guess: what this process's
+requests were charged / what the key has spent (L - the lowest R seen). A
+measured share moves halfway to each new measurement (noise); a share not
+measured for a window (this process sent little, so saw little) doubles per
+window of silence, so a process never starves on an old low share. Ported from
+the prototype chosen in simulation (docs/quotas.md). No lock: ``KeyQuota`` holds
+its key's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["MIN_SHARE", "SOFTNESS", "ShareController"]
+from ..._aimd_limit import MAX_PAUSE_S
+
+__all__ = ["MIN_SHARE", "SOFTNESS", "STALE_S", "ShareController"]
 
 #: The least share: 256 processes on one key.
 MIN_SHARE = 1 / 256
@@ -37,6 +40,9 @@ MIN_SHARE = 1 / 256
 SOFTNESS = 0.5
 #: Observations and admitted sends kept (each also by time: a window, two windows).
 _MAX_SAMPLES = 512
+#: Seconds a dimension paces on its last answer: past them without another, it
+#: paces nothing until the next (one answer, however wrong, holds calls no longer).
+STALE_S = MAX_PAUSE_S
 #: A bucket at 98 % of its limit or more wastes its refill: no share is measured on it.
 _FULL = 0.98
 #: A share read between two 429s (no headers) needs this many of the largest
@@ -50,13 +56,16 @@ class ShareController:
 
     __slots__ = (
         "_admitted",
+        "_charged",
         "_drain",
         "_from_refusals",
         "_level",
         "_level_t",
         "_low_fraction",
+        "_lowest",
         "_measured",
         "_obs",
+        "_observed_t",
         "_window",
         "limit",
         "remaining",
@@ -78,6 +87,7 @@ class ShareController:
         #: The key's last ``remaining``, and the send time it answered.
         self.remaining = 0.0
         self.remaining_t = -math.inf
+        self._observed_t = -math.inf
         self._obs: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
         self._admitted: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
         #: This process's share of the key, and the send time it was measured at.
@@ -87,13 +97,20 @@ class ShareController:
         self._from_refusals = False
         self._level = 0.0
         self._level_t = 0.0
-        #: Own spend (the first guess's numerator, before the first header).
+        #: Own spend granted, and charged (answers with headers), for the guess.
         self.sent_total = 0.0
+        self._charged = 0.0
+        self._lowest = math.inf
 
     @property
     def known(self) -> bool:
         """Whether a header has told this dimension its limit."""
         return self.limit is not None
+
+    def paces(self, now: float) -> bool:
+        """Whether this dimension paces calls now: its limit is known, and its last
+        answer is at most ``STALE_S`` old."""
+        return self.limit is not None and now - self._observed_t <= STALE_S
 
     def observe(
         self,
@@ -112,6 +129,7 @@ class ShareController:
         sends no headers. Returns whether the limit changed (a new rate learned)."""
         first = self.limit is None
         self._from_refusals = refusal
+        self._observed_t = max(self._observed_t, now)
         changed = limit != self.limit
         if changed:
             self.limit, self.rho = limit, limit / 60.0
@@ -128,16 +146,34 @@ class ShareController:
         self._measure()
         if first:
             self._level, self._level_t = 0.0, now
-            spent = limit - remaining
-            own = max(self.sent_total, 1e-9)
-            self.share = min(1.0, max(MIN_SHARE, own / max(spent, own)))
-            self.share_t = t_send
+            self._lowest = remaining
+        if not self._measured:
+            self._guess(t_send, remaining, admitted)
         return changed
+
+    def _guess(self, t_send: float, remaining: float, admitted: float) -> None:
+        """The share before one is measured: what this process's requests were
+        charged, over what the key spent (its limit less the lowest ``remaining``
+        seen). Refreshed by each answer until a share is measured: the first
+        answers to a batch arrive together, each one more of this process's own."""
+        assert self.limit is not None
+        self._charged += admitted
+        self._lowest = min(self._lowest, remaining)
+        own = max(self.sent_total, self._charged)
+        if own <= 0 or self._from_refusals:
+            # Read from 429s (no headers): the key's spend since this process began
+            # to count its own is not known, so nothing to divide. The 429's pause
+            # and the 429-learned rate hold the process until a share is measured.
+            self.share, self.share_t = 1.0, t_send
+            return
+        self.share = min(1.0, max(MIN_SHARE, own / max(self.limit - self._lowest, own)))
+        self.share_t = t_send
 
     def admitted(self, t_send: float, cost: float) -> None:
         """A request sent at ``t_send`` was charged ``cost`` and its answer said
         nothing of the key (no headers): it counts in this process's share."""
         self._admitted.append((t_send, cost))
+        self._charged += cost
         while self._admitted and self._admitted[0][0] < t_send - 2 * self._window:
             self._admitted.popleft()
 
@@ -180,8 +216,9 @@ class ShareController:
         return self.current_share(now) * self.key_rate()
 
     def wait(self, now: float, cost: float) -> float:
-        """Seconds until the local bucket holds ``cost`` (0: now). Unknown limit: 0."""
-        if self.limit is None:
+        """Seconds until the local bucket holds ``cost`` (0: now). Unknown limit, or
+        no answer for ``STALE_S``: 0."""
+        if not self.paces(now):
             return 0.0
         rate = self.rate(now)
         cap = max(cost, rate * 0.5)
@@ -207,7 +244,7 @@ class ShareController:
         """A lower bound of the wait for ``cost``: the whole key's bucket, refilled at
         rho since its last ``remaining``, serving it alone (a cost above the limit
         counts as the limit: the provider's "too large" answer says the rest)."""
-        if self.limit is None:
+        if self.limit is None or not self.paces(now):
             return 0.0
         level = min(self.limit, self.remaining + max(0.0, now - self.remaining_t) * self.rho)
         return max(0.0, min(cost, self.limit) - level) / self.rho

@@ -6,8 +6,8 @@ for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 2993
 Requested 385. Please try again in 644ms." (the reference server writes the same
 text). Without headers that is the only word of the key's limit and level, so it
 is read as a fallback for them; its "try again in" (a Go duration) is the wait
-when no Retry-After header came. Azure writes "Please retry after 6 seconds". A
-429 whose message starts "Request too large" can never be served by waiting.
+when no Retry-After header came. Azure writes "Please retry after 6 seconds". (Which
+429s are a quota's, and which are too large to wait for, ``_verdict.py`` says.)
 Every number is bounded as the headers' parsers bound theirs: a malformed or
 absurd value is None, never an exception.
 """
@@ -21,29 +21,16 @@ from typing import Literal
 
 from ..._rate_limit_headers import RateLimit, parse_reset
 
-__all__ = [
-    "QUOTA_CODES",
-    "Dimension",
-    "Reading",
-    "Refusal",
-    "is_too_large",
-    "readings",
-    "refusal_of",
-]
+__all__ = ["Dimension", "Reading", "Refusal", "readings", "refusal_of"]
 
 Dimension = Literal["tokens", "requests"]
 
-#: The ``code`` or ``type`` of a 429 that refuses a rate, not the server's load:
-#: OpenAI's ``rate_limit_exceeded`` (its ``type`` names the limit: ``tokens``,
-#: ``requests``), Anthropic's ``rate_limit_error``, Azure's code ``"429"``.
-QUOTA_CODES = frozenset({"rate_limit_exceeded", "rate_limit_error", "tokens", "requests", "429"})
 #: How much of a message is read (OpenAI's are ~250 characters).
 _MAX_MESSAGE = 2000
 _DIMENSION = re.compile(r"on (tokens|requests) per (?:min|minute)\b|\((TPM|RPM)\)")
 _NUMBERS = re.compile(r"Limit (\d{1,15}), Used (\d{1,15}), Requested (\d{1,15})")
 _TRY_AGAIN = re.compile(r"try again in ((?:\d{1,12}(?:\.\d{1,12})?(?:h|ms|m|s|us|µs|ns))+)")
 _RETRY_AFTER = re.compile(r"retry after (\d{1,6}) seconds?")
-_TOO_LARGE = "request too large"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,12 +59,6 @@ class Refusal:
         if self.dimension is None or self.limit is None or self.used is None:
             return None
         return _checked(self.dimension, self.limit, self.limit - self.used)
-
-
-def is_too_large(message: str | None) -> bool:
-    """A 429 that says the request alone is over the limit (OpenAI's "Request too
-    large for ... on tokens per min"): no wait makes it fit."""
-    return message is not None and message[:40].lower().lstrip().startswith(_TOO_LARGE)
 
 
 def refusal_of(message: str | None) -> Refusal:
