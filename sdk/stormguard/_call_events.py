@@ -98,5 +98,7 @@ class CallEvents(CallBase):
                 response=response,
                 budget=self.core.budget.state(),
                 queued=self.queued_s,
+                quota_wait=0.0 if self._quota is None else self._quota.wait_s,
+                paced_429s=0 if self._quota is None else self._quota.paced,
             )
         )

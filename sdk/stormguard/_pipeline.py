@@ -286,6 +286,9 @@ class LogicalCall(CallResults):
         )
         state = None if permit is None else ("half_open" if permit.probe else "closed")
         lease = self._lease
+        quota = self._quota
+        paced = None if quota is None else quota.state()
+        share, tokens, requests = (None, None, None) if paced is None else paced.view()
         return AttemptStarted(
             number=self.attempt_number,
             model=self.spec.model,
@@ -298,6 +301,10 @@ class LogicalCall(CallResults):
             queued=self._queued_before,
             concurrency_limit=None if lease is None else lease.limit,
             failover=self._failover,
+            quota_wait=0.0 if quota is None else quota.attempt_wait,
+            quota_share=share,
+            quota_remaining_tokens=tokens,
+            quota_remaining_requests=requests,
         )
 
     def _check_throttle(self) -> None:

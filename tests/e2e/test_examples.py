@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,20 @@ def test_discovery_example_keeps_each_class_in_its_pool_and_spills_batch_work() 
     assert spilled and all(line.rstrip().endswith("(ok)") for line in spilled)
     assert all(".3:" not in line.split("->")[-1] for line in spilled)
     assert "10 calls" in out
+
+
+def test_quota_batch_example_paces_processes_on_one_key_without_429s() -> None:
+    # 3 processes x 4 threads, 60 calls of ~215 tokens on 12,000 TPM: past the first
+    # minute's bucket, ~6 s at the key's rate. Unpaced, 12 calls in flight spend the
+    # bucket in ~3 s and then meet a 429 per call.
+    out = run(
+        "quota_batch.py",
+        *("--processes", "3", "--threads", "4", "--calls", "60"),
+        *("--tpm", "12000", "--max-tokens", "200"),
+    )
+    assert "calls: 60 of 60 succeeded; failed: 0" in out, out
+    refused = re.search(r"quota 429s: (\d+)", out)
+    sent = re.search(r"requests: (\d+) sent", out)
+    assert refused is not None and sent is not None, out
+    assert int(refused[1]) <= 2 and int(sent[1]) <= 62, out
+    assert out.count("share of the key 0.") == 3, out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -386,3 +387,35 @@ async def test_openai_python_over_the_transport_is_paced_too(mode: str) -> None:
         assert json.loads(sent.content)["model"] == "m"
         stats = http._transport.client.stats()
         assert stats.quota[0].key == stormguard._policies.quota.fingerprint("sk-openai")
+
+
+async def test_a_result_says_how_long_its_call_waited_for_the_quota(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(
+        side_effect=[ok(**quota_headers()), refused(**{"retry-after": "1"}), ok()]
+    )
+    client = api.client()
+    first = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    assert first.call_info.quota_wait_s == 0.0 and first.call_info.paced_429s == 0
+    second = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    info = second.call_info
+    assert info.paced_429s == 1
+    assert info.quota_wait_s == pytest.approx(sum(a.quota_wait for a in second.attempt_history))
+    assert info.quota_wait_s == pytest.approx(api.clock.now())
+
+
+async def test_the_log_says_when_a_key_s_rate_is_learned_and_calls_first_wait(
+    api: Api, mock: respx.MockRouter, caplog: pytest.LogCaptureFixture
+) -> None:
+    mock.post("/chat/completions").mock(return_value=ok(**quota_headers()))
+    client = api.client()
+    with caplog.at_level(logging.INFO, logger="stormguard"):
+        for _ in range(3):
+            await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    lines = [r.getMessage() for r in caplog.records if "quota" in r.getMessage()]
+    label = stormguard._policies.quota.fingerprint("sk-test-secret-key")
+    assert len(lines) == 2, lines  # learned once, first wait once
+    assert any("600 tokens per minute" in line for line in lines)
+    assert any("the first waits" in line for line in lines)
+    assert all(label in line and "sk-test" not in line for line in lines)

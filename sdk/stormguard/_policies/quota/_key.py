@@ -352,6 +352,20 @@ class KeyQuota:
                 paused_for=max(0.0, self._not_before - now),
             )
 
+    def view(self) -> tuple[float, float | None, float | None]:
+        """This process's share of the key (the smaller of its dimensions') and what
+        the key had left at the last answer, per dimension: read without the lock,
+        for an attempt's span."""
+        tokens, requests = self.tokens, self.requests
+        share = min(
+            tokens.share if tokens.known else 1.0, requests.share if requests.known else 1.0
+        )
+        return (
+            share,
+            tokens.remaining if tokens.known else None,
+            requests.remaining if requests.known else None,
+        )
+
     @property
     def active(self) -> bool:
         """Whether anything of this key is in use: a waiter, or a pause not over."""
