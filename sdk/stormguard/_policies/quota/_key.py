@@ -209,6 +209,7 @@ class KeyQuota:
                 self.cubic.wait(now, cost + ahead),
                 0.0,
             )
+            estimate = wait
             if waited + wait >= MAX_PAUSE_S:
                 # No call is held past MAX_PAUSE_S for one attempt, whatever the
                 # headers said: past it, the provider's own answer decides.
@@ -229,7 +230,7 @@ class KeyQuota:
                 if present:
                     self._remove(index)
                 self._refused += 1
-                raise self._refusal(cost, wait, least, deadline - now)
+                raise self._refusal(cost, estimate, least, deadline - now)
             if not present:
                 if len(self._order) >= self._policy.max_waiting:
                     self._refused += 1
