@@ -419,3 +419,35 @@ async def test_the_log_says_when_a_key_s_rate_is_learned_and_calls_first_wait(
     assert any("600 tokens per minute" in line for line in lines)
     assert any("the first waits" in line for line in lines)
     assert all(label in line and "sk-test" not in line for line in lines)
+
+
+async def test_a_call_waits_in_its_x_priority_class_before_later_arrivals(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    from stormguard._client_options import CallExtras
+    from stormguard._pipeline import LogicalCall
+
+    mock.post("/chat/completions").mock(return_value=ok(**quota_headers()))
+    client = api.client()
+    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    core = client._core
+
+    def call(priority: str) -> LogicalCall:
+        extras = CallExtras(extra_headers={"x-priority": priority})
+        spec = core.chat_spec(
+            messages=MESSAGES, model=None, stream=None, extras=extras, params={"max_tokens": 10}
+        )
+        return LogicalCall(core, spec)
+
+    sheddable, critical = call("sheddable"), call("critical")
+    first = sheddable.pace()  # it waits first...
+    ahead = critical.pace()  # ...but a critical call asked after it goes before it
+    assert first is not None and ahead is not None and not first.granted
+    assert sheddable._quota is not None and critical._quota is not None
+    assert sheddable._quota.ticket[0] == stormguard.Priority.SHEDDABLE.rank
+    assert critical._quota.ticket[0] == stormguard.Priority.CRITICAL.rank
+    behind = sheddable.pace()
+    assert behind is not None and behind.seconds >= ahead.seconds
+    for one in (sheddable, critical):
+        one.left_pacing()
+    assert client.stats().quota[0].waiting == 0

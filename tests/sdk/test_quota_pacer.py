@@ -580,3 +580,12 @@ def test_a_call_that_leaves_gives_back_its_place_and_what_it_never_sent() -> Non
     assert pace is not None and not pace.granted and state.snapshot(0.0).waiting == 1
     call.leave()
     assert state.snapshot(0.0).waiting == 0
+
+
+def test_a_forked_child_forgets_the_parent_s_waiting_calls() -> None:
+    quota = paced(key(), 6_000, 0)
+    quota.reserve((0, 1), 100, 0.0, FAR)
+    assert quota.snapshot(0.0).waiting == 1
+    quota._forget_parent_calls()  # what os.register_at_fork runs in a child
+    assert quota.snapshot(0.0).waiting == 0
+    assert quota.reserve((1, 2), 100, 0.0, FAR).seconds <= 0.5  # first in line now

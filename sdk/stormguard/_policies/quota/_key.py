@@ -34,7 +34,7 @@ from typing import Protocol
 
 from ..._aimd_limit import MAX_PAUSE_S
 from ..._exceptions import QuotaWaitError
-from ..._fork import fork_safe_lock
+from ..._fork import forget_in_child, fork_safe_lock
 from ._config import QuotaPolicy
 from ._cubic import CubicRate
 from ._share import ShareController
@@ -183,6 +183,13 @@ class KeyQuota:
         self._refused = 0
         #: Whether a call has had to wait yet (the first wait is logged).
         self.waited = False
+        forget_in_child(self)
+
+    def _forget_parent_calls(self) -> None:
+        """In a forked child: the parent's waiting calls will never ask again here."""
+        self._order.clear()
+        self._costs.clear()
+        self._asks.clear()
 
     # -- the call's side -----------------------------------------------------------
 
