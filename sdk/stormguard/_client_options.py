@@ -21,6 +21,7 @@ from ._events import Observer
 from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, Unset
+from ._policies.quota import QuotaPolicy
 from ._retry import RetryPolicy
 from ._stream_timeouts import StreamTimeouts
 from ._throttle import AdaptiveThrottle
@@ -133,7 +134,10 @@ class ClientOptions(TypedDict, total=False):
     ``stormguard.openai_errors``, docs/errors.md). ``stream_timeouts`` bounds each
     stream's wait for its first chunk (retried when it passes) and its gaps, and with
     ``idle`` lets a stream that keeps sending outlive ``timeout`` (``StreamTimeouts``,
-    also per call; docs/retries.md).
+    also per call; docs/retries.md). ``quota`` paces every call to its API key's
+    quota (tokens and requests per minute), learned from the provider's
+    ``x-ratelimit-*`` headers and 429s (``QuotaPolicy()`` by default; None turns it
+    off; docs/quotas.md).
     """
 
     base_url: BaseURL | None
@@ -166,6 +170,7 @@ class ClientOptions(TypedDict, total=False):
     spill_over: SpillOver | None
     openai_errors: bool
     stream_timeouts: StreamTimeouts | None
+    quota: QuotaPolicy | None
 
 
 class ClientChanges(TypedDict, total=False):
