@@ -41,9 +41,23 @@ def import_litellm() -> Any:
 class LiteLLMClient:
     """``litellm.acompletion`` with 2 retries, or a ``litellm.Router`` with 2 retries
     over one deployment per server of ``base_url`` (one, or several: the fleet); the
-    caller's timeout is LiteLLM's ``timeout``."""
+    caller's timeout is LiteLLM's ``timeout``.
 
-    def __init__(self, base_url: str | Sequence[str], timeout_s: float, *, router: bool) -> None:
+    The quota scenario sets more of the Router: ``num_retries=None`` leaves LiteLLM's
+    default, ``deployment`` adds to each deployment's ``litellm_params`` (its ``tpm`` and
+    ``rpm``), ``router_options`` to the Router's own arguments (its routing strategy, its
+    Redis settings)."""
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        timeout_s: float,
+        *,
+        router: bool,
+        num_retries: int | None = _LITELLM_RETRIES,
+        deployment: dict[str, Any] | None = None,
+        router_options: dict[str, Any] | None = None,
+    ) -> None:
         self.name: ClientName = "litellm-router" if router else "litellm"
         self._litellm = import_litellm()
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
@@ -58,13 +72,15 @@ class LiteLLMClient:
                         "model": f"openai/{MODEL}",
                         "api_base": url,
                         "api_key": API_KEY,
+                        **(deployment or {}),
                     },
                 }
                 for url in urls
             ]
-            self._router = self._litellm.Router(
-                model_list=deployments, num_retries=_LITELLM_RETRIES, timeout=timeout_s
-            )
+            options: dict[str, Any] = {"timeout": timeout_s, **(router_options or {})}
+            if num_retries is not None:
+                options["num_retries"] = num_retries
+            self._router = self._litellm.Router(model_list=deployments, **options)
         elif len(urls) > 1:
             raise ValueError("litellm.acompletion takes one server: use the Router for several")
 
