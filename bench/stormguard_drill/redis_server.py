@@ -142,8 +142,8 @@ def start_redis(*, ready_timeout_s: float = 10.0, log_path: Path | None = None) 
                 return server
             time.sleep(0.02)
         exited = process.poll()
+        tail = log.read_text(errors="replace")[-1500:]  # before stop() removes the directory
         server.stop()
-        tail = log.read_text(errors="replace")[-1500:]
         if exited is None:
             failures.append(f"not answering PING after {ready_timeout_s} s:\n{tail}")
             break  # a server that runs but does not answer will not on another port
