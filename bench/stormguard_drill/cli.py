@@ -167,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--calls", type=int, default=None, help="calls in the batch (default: the size's)"
     )
     quota.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream every call (default: whole answers, as a batch job asks for them)",
+    )
+    quota.add_argument(
         "--workers",
         type=int,
         default=None,
@@ -409,6 +414,7 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
         variants=_quota_variants(args, mode),
         calls=args.calls,
         workers=args.workers,
+        stream=args.stream,
     )
     out: Path = args.out or Path("bench/results") / f"drill-quota-{mode}"
     skipped: dict[str, str] = {}
@@ -426,7 +432,9 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
     print(
         f"\nbatch: {workload.calls} calls ({demand} tokens at the server, "
         f"~{demand / workload.calls:.0f} a call), {workload.workers} workers a process, "
-        f"{workload.deadline_s:.0f} s a call; wall time {document['wall_time_s']} s"
+        f"{workload.deadline_s:.0f} s a call, "
+        f"{'streamed' if config.stream else 'whole answers'}; "
+        f"wall time {document['wall_time_s']} s"
     )
     print(f"targets: {quota_targets_line(config.targets)}")
     print(f"JSON: {out / 'drill.json'}")

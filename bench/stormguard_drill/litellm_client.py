@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stormguard_drill.drill_client import API_KEY, MODEL, CallOutcome, ClientName, ClientUnavailable
-from stormguard_drill.stream_tally import StreamTally
+from stormguard_drill.stream_tally import StreamTally, whole_answer
 from stormguard_drill.workload import Arrival
 
 _LITELLM_RETRIES = 2
@@ -46,7 +46,7 @@ class LiteLLMClient:
     The quota scenario sets more of the Router: ``num_retries=None`` leaves LiteLLM's
     default, ``deployment`` adds to each deployment's ``litellm_params`` (its ``tpm`` and
     ``rpm``), ``router_options`` to the Router's own arguments (its routing strategy, its
-    Redis settings)."""
+    Redis settings), and ``stream=False`` asks for whole answers."""
 
     def __init__(
         self,
@@ -57,12 +57,14 @@ class LiteLLMClient:
         num_retries: int | None = _LITELLM_RETRIES,
         deployment: dict[str, Any] | None = None,
         router_options: dict[str, Any] | None = None,
+        stream: bool = True,
     ) -> None:
         self.name: ClientName = "litellm-router" if router else "litellm"
         self._litellm = import_litellm()
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self._base_url = urls[0]
         self._timeout_s = timeout_s
+        self._stream = stream
         self._router: Any = None
         if router:
             deployments = [
@@ -95,17 +97,14 @@ class LiteLLMClient:
 
     async def call(self, arrival: Arrival) -> CallOutcome:
         tally = StreamTally()
-        request: dict[str, Any] = {
-            "messages": arrival.messages,
-            "max_tokens": arrival.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        request: dict[str, Any] = {"messages": arrival.messages, "max_tokens": arrival.max_tokens}
+        if self._stream:
+            request.update(stream=True, stream_options={"include_usage": True})
         try:
             if self._router is not None:
-                stream = await self._router.acompletion(model=MODEL, **request)
+                answer = await self._router.acompletion(model=MODEL, **request)
             else:
-                stream = await self._litellm.acompletion(
+                answer = await self._litellm.acompletion(
                     model=f"openai/{MODEL}",
                     api_base=self._base_url,
                     api_key=API_KEY,
@@ -113,7 +112,9 @@ class LiteLLMClient:
                     timeout=self._timeout_s,
                     **request,
                 )
-            async for chunk in stream:
+            if not self._stream:
+                return whole_answer(answer)
+            async for chunk in answer:
                 tally.saw(chunk)
         except Exception as exc:  # LiteLLM's errors subclass openai's, and more
             return CallOutcome(ok=False, error=type(exc).__name__)

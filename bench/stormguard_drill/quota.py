@@ -60,6 +60,7 @@ async def quota_drill(
         "engine": "sim",
         "engine_args": list(config.engine_args),
         "concurrency": config.concurrency,
+        "stream": config.stream,
         "workload": asdict(config.workload),
         "variants": [{**asdict(v), "name": v.name} for v in config.variants],
         "clients": {c: QUOTA_CLIENT_TITLES[c] for c in clients},

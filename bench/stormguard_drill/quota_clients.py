@@ -20,6 +20,11 @@
 All but ``stormguard-sync`` are the drill's own builders (``clients.py``), in tasks; the
 call's deadline is their ``timeout`` too (openai's and LiteLLM's apply to each attempt),
 and the caller gives up on a call at its deadline (``app.run_logical``).
+
+A batch job wants whole answers: calls are not streamed unless ``--stream`` asks. It
+matters to LiteLLM: its usage-based routing counts a call's tokens in its success
+callback, and (LiteLLM 1.110.2, measured) a streamed call's never reach its count,
+so with streams only its RPM limit is enforced.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from stormguard_drill.clients import (
 from stormguard_drill.drill_client import API_KEY, MODEL
 from stormguard_drill.quota_config import QuotaLimits
 from stormguard_drill.stormguard_figures import stormguard_stats
-from stormguard_drill.stream_tally import StreamTally
+from stormguard_drill.stream_tally import StreamTally, whole_answer
 from stormguard_drill.workload import Arrival
 
 QuotaClientName = Literal[
@@ -76,12 +81,13 @@ LITELLM_ROUTING_STRATEGY = "usage-based-routing-v2"
 
 
 class SyncStormguardClient:
-    """``stormguard.Client`` with its defaults: one streamed chat call at a time per
-    thread; the call's deadline is its ``timeout``."""
+    """``stormguard.Client`` with its defaults: one chat call at a time per thread
+    (streamed, or the whole answer at once); the call's deadline is its ``timeout``."""
 
     name: QuotaClientName = "stormguard-sync"
 
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, *, stream: bool = False) -> None:
+        self._stream = stream
         self._client = stormguard.Client(
             base_url=base_url, api_key=API_KEY, model=MODEL, timeout=timeout_s
         )
@@ -95,6 +101,11 @@ class SyncStormguardClient:
     def call(self, arrival: Arrival) -> CallOutcome:
         tally = StreamTally()
         try:
+            if not self._stream:
+                response = self._client.chat.completions.create(
+                    messages=arrival.messages, max_tokens=arrival.max_tokens
+                )
+                return whole_answer(response)
             stream = self._client.chat.completions.create(
                 messages=arrival.messages,
                 max_tokens=arrival.max_tokens,
@@ -145,14 +156,17 @@ def make_async_quota_client(
     timeout_s: float,
     limits: QuotaLimits,
     redis: tuple[str, int] | None = None,
+    *,
+    stream: bool = False,
 ) -> DrillClient:
     """``name``'s client in tasks (every client but ``stormguard-sync``)."""
     if name == "stormguard-async":
-        return StormguardClient(base_url, timeout_s)
+        return StormguardClient(base_url, timeout_s, stream=stream)
     if name in ("openai", "openai+tenacity"):
-        return OpenAIClient(base_url, timeout_s, tenacity_wrapper=name == "openai+tenacity")
+        tenacity_wrapper = name == "openai+tenacity"
+        return OpenAIClient(base_url, timeout_s, tenacity_wrapper=tenacity_wrapper, stream=stream)
     if name == "openai+sg-httpx":
-        return OpenAIOnStormguardClient(base_url, timeout_s)
+        return OpenAIOnStormguardClient(base_url, timeout_s, stream=stream)
     if name in LITELLM_QUOTA_CLIENTS:
         options: dict[str, object] = {"routing_strategy": LITELLM_ROUTING_STRATEGY}
         if name in REDIS_CLIENTS:
@@ -166,5 +180,6 @@ def make_async_quota_client(
             num_retries=None,
             deployment={"tpm": limits.tpm, "rpm": limits.rpm},
             router_options=options,
+            stream=stream,
         )
     raise ValueError(f"{name} does not run in tasks: choose from {', '.join(QUOTA_CLIENTS)}")

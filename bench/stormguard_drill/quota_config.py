@@ -157,6 +157,7 @@ class QuotaRunConfig:
     variants: tuple[QuotaVariant, ...]
     targets: QuotaTargets = QuotaTargets()
     concurrency: int = 1  # runs at once, each on its own server (1: no CPU contention)
+    stream: bool = False  # whole answers, as a batch job asks for them (True: streamed)
     sample_hz: float = 2.0
     engine_args: tuple[str, ...] = QUOTA_ENGINE_ARGS
     scenario: Literal["quota"] = "quota"
@@ -260,6 +261,7 @@ def quota_preset(
     variants: tuple[QuotaVariant, ...] | None = None,
     calls: int | None = None,
     workers: int | None = None,
+    stream: bool = False,
 ) -> QuotaRunConfig:
     """The quota drill at one size (``variants``: the default matrix when None)."""
     workload = _WORKLOADS[mode]
@@ -273,4 +275,5 @@ def quota_preset(
         workload=workload,
         variants=variants or default_variants(mode),
         concurrency=concurrency,
+        stream=stream,
     )

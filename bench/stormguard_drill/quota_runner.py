@@ -160,6 +160,7 @@ async def run_quota_pairing(
                 arrivals=[a for a in schedule if a.index % variant.processes == k],
                 redis_host=None if redis is None else redis.host,
                 redis_port=None if redis is None else redis.port,
+                stream=config.stream,
             )
             for k in range(variant.processes)
         ]

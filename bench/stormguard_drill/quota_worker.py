@@ -66,6 +66,7 @@ class QuotaJob:
     arrivals: list[Arrival]
     redis_host: str | None = None
     redis_port: int | None = None
+    stream: bool = False  # streamed calls, or whole answers (a batch job's)
 
     @property
     def limits(self) -> QuotaLimits:
@@ -201,12 +202,12 @@ def _index(result: LogicalResult) -> int:
 
 
 def _run_sync(job: QuotaJob) -> QuotaWorkerResult:
-    warm = SyncStormguardClient(job.warmup_url, job.deadline_s)
+    warm = SyncStormguardClient(job.warmup_url, job.deadline_s, stream=job.stream)
     try:
         warm.call(_warmup_arrival(job))
     finally:
         warm.close()
-    client = SyncStormguardClient(job.base_url, job.deadline_s)
+    client = SyncStormguardClient(job.base_url, job.deadline_s, stream=job.stream)
     try:
         send({"ready": True})
         t0 = _wait_for_t0()
@@ -255,7 +256,9 @@ async def run_tasks(
 
 
 def _async_client(job: QuotaJob, base_url: str) -> DrillClient:
-    return make_async_quota_client(job.client, base_url, job.deadline_s, job.limits, job.redis)
+    return make_async_quota_client(
+        job.client, base_url, job.deadline_s, job.limits, job.redis, stream=job.stream
+    )
 
 
 async def _run_async(job: QuotaJob) -> QuotaWorkerResult:
