@@ -51,7 +51,7 @@ class OpenAIClient:
     async def call(self, arrival: Arrival) -> CallOutcome:
         try:
             if not self._tenacity:
-                return await self._stream(arrival)
+                return await self._call(arrival)
             # The tutorial decorator: retry on anything, 5 attempts, 1-2-4-8 s apart.
             retrying = tenacity.AsyncRetrying(
                 stop=tenacity.stop_after_attempt(5),
@@ -60,12 +60,12 @@ class OpenAIClient:
             )
             async for attempt in retrying:
                 with attempt:
-                    return await self._stream(arrival)
+                    return await self._call(arrival)
             raise AssertionError("unreachable: tenacity reraises")
         except openai.OpenAIError as exc:
             return CallOutcome(ok=False, error=type(exc).__name__)
 
-    async def _stream(self, arrival: Arrival) -> CallOutcome:
+    async def _call(self, arrival: Arrival) -> CallOutcome:
         return await openai_call(self._client, arrival, stream=self._streamed)
 
     async def aclose(self) -> None:

@@ -9,11 +9,12 @@ import socket
 from collections.abc import Iterator
 
 import pytest
-import redis
 
 from stormguard_drill import redis_server
 from stormguard_drill.redis_server import RedisUnavailable, running_redis
 from stormguard_drill.servers import free_port
+
+redis = pytest.importorskip("redis")  # the bench extra's client
 
 pytestmark = [
     pytest.mark.e2e,
