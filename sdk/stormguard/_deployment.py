@@ -280,6 +280,9 @@ class Pin:
         if self.deployment is not None:
             _text(self.deployment, "deployment")
 
+    def describe(self) -> str:
+        return f"tier {self.tier}" if self.tier is not None else f"deployment {self.deployment!r}"
+
     def admits(self, state: EndpointState) -> bool:
         if self.tier is not None:
             return state.tier == self.tier

@@ -46,7 +46,9 @@ class EndpointChoice(CallPacing):
             avoid=avoid,
             usable=self._usable,
         )
-        if core.tiered and self.spec.pin is None:
+        if self.spec.pin is not None:
+            self._serving()  # a clear error when the pin leaves none of the model's
+        elif core.tiered:
             self._watch_tiers()
         if retry:
             untried = [s for s in candidates if s.name not in self._tried]
@@ -171,7 +173,14 @@ class EndpointChoice(CallPacing):
         included), those its ``Pin`` admits."""
         serving = self.core.picker.serving(self.spec.model, self.priority, self.core.spill_over)
         pin = self.spec.pin
-        return serving if pin is None else [s for s in serving if pin.admits(s)]
+        if pin is None:
+            return serving
+        pinned = [s for s in serving if pin.admits(s)]
+        if not pinned:  # a configuration mistake, as a model no endpoint serves
+            raise ValueError(
+                f"no endpoint pinned to {pin.describe()} serves model {self.spec.model!r}"
+            )
+        return pinned
 
     def _usable(self, state: EndpointState) -> bool:
         """Whether an attempt may go to ``state`` now: admitted by the call's pin, not

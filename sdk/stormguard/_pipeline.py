@@ -166,6 +166,9 @@ class LogicalCall(CallResults):
         self._resending = False
         self._next_target = None
         self._failover = False
+        # A deployment passed over for this model's quota may have room for the next
+        # model's (a provider's limits are per model); one out of credit is ejected.
+        self._skipped = frozenset()
         self.retry_stopped_by = None
         self._delay_before = 0.0
         self.core.stats.fallback()

@@ -623,3 +623,55 @@ async def test_plain_endpoints_failing_half_their_calls_are_not_ejected_by_the_f
             await chat(api, client)
     assert {h.status for h in client.stats().endpoints} == {"active"}
     assert sum(counts.values()) == 40 and min(counts.values()) >= 10
+
+
+async def test_a_pin_that_leaves_no_endpoint_of_the_model_is_a_clear_error(
+    api: Api, router: respx.MockRouter
+) -> None:
+    router.post(url__regex=ANY).mock(side_effect=Providers())
+    both = {"chat-large": "gpt-4.1", "chat-small": "gpt-4.1-mini"}
+    client = client_of(
+        api, base_url=[Deployment(OPENAI, name="openai", models=both), deployments()[2]]
+    )
+    with pytest.raises(ValueError, match="no endpoint pinned to deployment 'vllm' serves"):
+        await chat(api, client, model="chat-small", pin=Pin(deployment="vllm"))
+    assert (await chat(api, client, model="chat-small")).call_info.deployment == "openai"
+
+
+async def test_a_deployment_passed_over_for_one_models_quota_serves_the_fallback_model(
+    api: Api, router: respx.MockRouter
+) -> None:
+    """OpenAI's quota for chat-large cannot take the call in time, and Azure fails
+    it: the call falls back to chat-small, whose quota at OpenAI is another key's
+    (OpenAI's limits are per model), so OpenAI serves it."""
+
+    def openai(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["model"] == "gpt-4.1":
+            return httpx.Response(
+                429,
+                headers={"retry-after": "30"},
+                json={"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+            )
+        return ok(request)
+
+    providers = Providers(openai=openai, azure=failing)
+    router.post(url__regex=ANY).mock(side_effect=providers)
+    both = [
+        Deployment(
+            OPENAI,
+            name="openai",
+            models={"chat-large": "gpt-4.1", "chat-small": "gpt-4.1-mini"},
+            api_key=OPENAI_KEY,
+        ),
+        Deployment(
+            AZURE,
+            name="azure",
+            tier=2,
+            models={"chat-large": "prod-gpt41", "chat-small": "prod-gpt41-mini"},
+            api_key=AZURE_KEY,
+        ),
+    ]
+    client = client_of(api, base_url=both, fallback_models=["chat-small"], timeout=10.0)
+    resp = await chat(api, client)
+    assert resp.served_model == "chat-small" and resp.call_info.deployment == "openai"
+    assert [body["model"] for _, _, body in providers.seen][-1] == "gpt-4.1-mini"
