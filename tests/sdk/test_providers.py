@@ -8,6 +8,7 @@ name) and a self-hosted vLLM (tier 3).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -36,6 +37,7 @@ from stormguard import (
 )
 from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import MESSAGES, Api, chat_json, unreachable
+from tests.sdk.test_failover import _until
 from tests.sdk.test_stream_timeouts import DONE, event, streaming
 
 OPENAI, AZURE, VLLM = (
@@ -675,3 +677,31 @@ async def test_a_deployment_passed_over_for_one_models_quota_serves_the_fallback
     resp = await chat(api, client)
     assert resp.served_model == "chat-small" and resp.call_info.deployment == "openai"
     assert [body["model"] for _, _, body in providers.seen][-1] == "gpt-4.1-mini"
+
+
+async def test_a_healthy_tier_that_is_full_keeps_its_calls_in_its_queue(
+    router: respx.MockRouter,
+) -> None:
+    """Only a tier ramping back up sends what it cannot take to the next tier: a
+    healthy one at its limit queues the call locally, as one provider would."""
+    api = Api("async")
+    fast = [(0.1, event("hi")), (0.0, DONE)]
+    providers = Providers(
+        openai=lambda request: streaming(api.clock, fast),
+        azure=lambda request: streaming(api.clock, fast),
+    )
+    router.post(url__regex=ANY).mock(side_effect=providers)
+    limiter = ConcurrencyLimiter(initial_limit=1, clock=api.clock)
+    client = client_of(api, concurrency=limiter)
+    try:
+        held = await chat(api, client, stream=True)  # OpenAI's one slot
+        waiting = asyncio.create_task(chat(api, client, stream=True))
+        await _until(lambda: limiter.endpoint("openai").state().waiting == 1)
+        assert providers.hosts() == ["openai"]
+        await api.collect(held)  # gives the slot back: the queued call takes it
+        second = await waiting
+        await api.collect(second)
+        assert second.call_info.deployment == "openai"
+        assert providers.hosts() == ["openai", "openai"]
+    finally:
+        await api.close_all()
