@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._client import Client
     from ._clock import Clock
     from ._deadline_transport import DeadlineTransport
+    from ._deployment import Deployment, Pin
     from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoverySnapshot
     from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
     from ._endpoints import Endpoint, SpillOver
@@ -102,6 +103,7 @@ if TYPE_CHECKING:
     from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
     from ._streaming import AsyncStream, Stream
     from ._throttle import AdaptiveThrottle
+    from ._tiers import DeploymentSnapshot
     from ._transport import (
         AsyncStormguardTransport,
         StormguardTransport,
@@ -159,6 +161,8 @@ __all__ = [
     "ContextWindowExceededError",
     "CreateEmbeddingResponse",
     "DeadlineTransport",
+    "Deployment",
+    "DeploymentSnapshot",
     "DiscoveryChange",
     "DiscoveryConfig",
     "DiscoveryError",
@@ -182,6 +186,7 @@ __all__ = [
     "Omit",
     "OpenAI",
     "PermissionDeniedError",
+    "Pin",
     "Priority",
     "QueueTimeoutError",
     "QuotaPolicy",
@@ -240,6 +245,9 @@ _MODULES: dict[str, str] = {
     "Client": "._client",
     "Clock": "._clock",
     "DeadlineTransport": "._deadline_transport",
+    "Deployment": "._deployment",
+    "Pin": "._deployment",
+    "DeploymentSnapshot": "._tiers",
     "DiscoveryChange": "._discovery",
     "DiscoveryConfig": "._discovery",
     "DiscoveryError": "._discovery",

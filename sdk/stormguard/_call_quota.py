@@ -67,21 +67,47 @@ class CallPacing(CallEvents):
             self._quota.leave()
 
     def _key(self) -> QuotaKey | None:
+        if self.core.tiered:
+            return self._deployment_key()
         key = self._quota_key
         if key is None:
-            core, spec = self.core, self.spec
-            gate, model = core.quota, spec.model
-            if gate is None or model is None or spec.method != "POST":
+            key = self._quota_key = self._client_key()
+        return key
+
+    def _client_key(self) -> QuotaKey | None:
+        """The key of an attempt with the client's (or the call's) credential."""
+        core, spec = self.core, self.spec
+        gate, model = core.quota, spec.model
+        if gate is None or model is None or spec.method != "POST":
+            return None
+        if spec.headers or spec.absolute_url is not None:
+            return gate.key_for(self._credential(), self._host(), model)
+        # The client's own credential and service: one key per model.
+        key = core.quota_keys.get(model)
+        if key is None:
+            key = gate.key_for(self._credential(), self._host(), model)
+            if len(core.quota_keys) >= _MAX_MODELS:
+                core.quota_keys.clear()
+            core.quota_keys[model] = key
+        return key
+
+    def _deployment_key(self) -> QuotaKey | None:
+        """The key of the deployment the attempt goes to (in flight, or chosen for
+        the next attempt): its credential, its host, its name for the model. When
+        the call moves to another deployment, its place in the last key's quota is
+        given back and the next key's taken."""
+        target = self._endpoint or self._next_target or self._endpoint_choice
+        provider = None if target is None else target.provider
+        if provider is None or self.spec.absolute_url is not None:
+            key = self._client_key()
+        else:
+            gate, model = self.core.quota, self.spec.model
+            if gate is None or model is None or self.spec.method != "POST":
                 return None
-            if spec.headers or spec.absolute_url is not None:
-                key = gate.key_for(self._credential(), self._host(), model)
-            else:  # the client's own credential and service: one key per model
-                key = core.quota_keys.get(model)
-                if key is None:
-                    key = gate.key_for(self._credential(), self._host(), model)
-                    if len(core.quota_keys) >= _MAX_MODELS:
-                        core.quota_keys.clear()
-                    core.quota_keys[model] = key
+            key = gate.key_for(provider.credential(), provider.host, provider.model_for(model))
+        if key is not self._quota_key:
+            self.left_pacing()
+            self._quota = self._quota_cost = None
             self._quota_key = key
         return key
 
