@@ -154,11 +154,16 @@ class CallPacing(CallEvents):
         if type(prompt) is int:
             self._quota_calibrate(float(prompt))
 
+    def quota_learns(self) -> bool:
+        """Whether an answer's usage would correct the key's estimate: the call is
+        paced, and no pre-check counted its prompt (that count is the provider's
+        tokenizer's, not an estimate)."""
+        return self.core.quota is not None and self._quota is not None and self.precheck is None
+
     def _quota_calibrate(self, counted: float) -> None:
         gate, quota = self.core.quota, self._quota
-        if gate is None or quota is None or self.precheck is not None:
-            return  # a pre-check's count is the provider's tokenizer's, not an estimate
-        gate.calibrate(quota.key, prompt_estimate(self._content), counted)
+        if gate is not None and quota is not None and self.precheck is None:
+            gate.calibrate(quota.key, prompt_estimate(self._content), counted)
 
     def _quota_call(self, gate: QuotaGate) -> CallQuota | None:
         """The call's place in its key's quota, made now if it was not."""

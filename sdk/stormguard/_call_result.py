@@ -138,8 +138,12 @@ class CallResults(RetryLoop):
             info = self.info(result)
             self.succeeded_info(info)
             result.extensions[CALL_INFO_EXTENSION] = info
-            if self._trace is not None:
+            payload = None
+            if self._trace is not None or self._reservation is not None or self.quota_learns():
                 payload = parse_json_object(result.content)
+                if payload is not None:
+                    self.settle(payload.get("usage"))
+            if self._trace is not None:
                 self.ended(response=None if payload is None else summarize(payload))
         return result
 

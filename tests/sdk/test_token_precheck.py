@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
+import openai
 import pytest
 import respx
 
 import stormguard
+from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy, TokenRateLimiter
-from tests.sdk.helpers import Api, chat_json, chunk, event_stream, sse
+from tests.sdk.helpers import BASE, Api, chat_json, chunk, event_stream, sse
 
 LONG = [{"role": "user", "content": "word " * 400}]
 SHORT = [{"role": "user", "content": "hi"}]
@@ -138,3 +141,28 @@ async def test_stream_usage_settles_the_reservation(api: Api, mock: respx.MockRo
         )
         await api.collect(stream)
     assert api.clock.sleeps == []
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_openai_python_over_the_transport_settles_the_reservation(mode: str) -> None:
+    usage = {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}
+    clock = FakeClock()
+    limiter = TokenRateLimiter(tokens_per_minute=60, burst=60, clock=clock.now)
+    options: dict[str, Any] = {
+        "base_url": BASE,
+        "clock": clock,
+        "token_policy": offline_policy(rate_limiter=limiter),
+    }
+    with respx.mock(base_url=BASE) as mock:
+        mock.post("/chat/completions").respond(200, json=chat_json(usage=usage))
+        for _ in range(2):  # 2 x 48 reserved would not fit 60; 10 used + 48 does
+            if mode == "sync":
+                http: Any = stormguard.httpx_client(**options)
+                openai.OpenAI(base_url=BASE, api_key="k", http_client=http).chat.completions.create(
+                    model="gpt-4o", messages=SHORT, max_tokens=40
+                )
+            else:
+                http = stormguard.async_httpx_client(**options)
+                client = openai.AsyncOpenAI(base_url=BASE, api_key="k", http_client=http)
+                await client.chat.completions.create(model="gpt-4o", messages=SHORT, max_tokens=40)
+    assert clock.sleeps == []
