@@ -79,8 +79,11 @@ __all__ = [
     "AsyncStormguardTransport",
     "Library",
     "StormguardTransport",
+    "async_http_client_over",
     "async_httpx_client",
+    "http_client_over",
     "httpx_client",
+    "pipeline_of",
 ]
 
 
@@ -216,7 +219,12 @@ def httpx_client(
     ``library="httpx"`` or ``"httpx2"`` asks for one by name. Options as for
     ``Client``."""
     _check_transport_options(options)
-    client = Client(**options)
+    return http_client_over(Client(**options), library)
+
+
+def http_client_over(client: Client, library: Library = "openai") -> httpx.Client | httpx2.Client:
+    """A client of ``library`` (as :func:`httpx_client`) whose transport runs
+    ``client``'s pipeline."""
     if _library(library) == "httpx2":
         from ._httpx2_transport import httpx2_client
 
@@ -239,9 +247,25 @@ def async_httpx_client(
 ) -> httpx.AsyncClient | httpx2.AsyncClient:
     """The async twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
     _check_transport_options(options)
-    client = AsyncClient(**options)
+    return async_http_client_over(AsyncClient(**options), library)
+
+
+def async_http_client_over(
+    client: AsyncClient, library: Library = "openai"
+) -> httpx.AsyncClient | httpx2.AsyncClient:
+    """The async twin of :func:`http_client_over`."""
     if _library(library) == "httpx2":
         from ._httpx2_transport import async_httpx2_client
 
         return async_httpx2_client(client)
     return httpx.AsyncClient(transport=AsyncStormguardTransport(client), timeout=None)
+
+
+def pipeline_of(http_client: object) -> Client | AsyncClient | None:
+    """The stormguard client under an HTTP client this module made (None for any
+    other): what ``stormguard.OpenAI`` shares with the copies openai's
+    ``with_options`` makes over the same HTTP client."""
+    transport = getattr(http_client, "_transport", None)
+    if isinstance(transport, (StormguardTransport, AsyncStormguardTransport)):
+        return transport.client
+    return None
