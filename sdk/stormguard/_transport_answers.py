@@ -121,6 +121,10 @@ def response_for_error(
     extensions; an error that is not answered by a response is raised
     (:func:`raised_for`)."""
     response = _answer_for(error, request)
+    # Final: stormguard retried it within its policy and budget, or judged it not
+    # worth a retry. openai-python obeys this header over the status it would retry
+    # (its ``_should_retry``), so its own retries do not stack on stormguard's.
+    response.headers[HEADER_SHOULD_RETRY] = "false"
     response.extensions[CALL_INFO_EXTENSION] = error_info(error, model)
     response.extensions[ERROR_EXTENSION] = error
     return response
