@@ -37,7 +37,7 @@ def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
         if raised is error:  # openai-python's caller: the call's own error
             raise
         raise raised from error
-    state.passed_through()
+    _end(request, state.passed_through())
 
 
 async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
@@ -72,7 +72,16 @@ async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIter
         if raised is error:  # openai-python's caller: the call's own error
             raise
         raise raised from error
-    state.passed_through()
+    _end(request, state.passed_through())
+
+
+def _end(request: httpx.Request, error: StormguardError | None) -> None:
+    """The body ended: a stream that is not complete (no ``[DONE]``, a choice not
+    finished) is the call's error to openai-python, which would end it quietly and
+    hand its caller half an answer as the whole; any other caller has the bytes as
+    the server sent them."""
+    if error is not None and from_openai(request):
+        raise raised_for(error, request)
 
 
 def _cut(
