@@ -55,8 +55,7 @@ from ._http import httpx
 from ._models import CALL_INFO_EXTENSION
 from ._options import NOT_GIVEN, is_omitted
 from ._transport import async_http_client_over, http_client_over, pipeline_of
-from ._transport_answers import ERROR_EXTENSION
-from .openai_errors import as_openai_error
+from ._transport_answers import ERROR_EXTENSION, for_openai
 
 if TYPE_CHECKING:
     from ._http import LimitsLike
@@ -220,7 +219,7 @@ class OpenAI(openai.OpenAI):
         if error is None:
             return super()._make_status_error(err_msg, body=body, response=response)
         # The call's own error, as stormguard.Client(openai_errors=True) raises it.
-        return as_openai_error(error)  # type: ignore[return-value]
+        return for_openai(error, response.request)  # type: ignore[return-value]
 
     def _process_response(self, **kwargs: Any) -> Any:
         return _with_call_info(super()._process_response(**kwargs), kwargs.get("response"))
@@ -271,7 +270,7 @@ class AsyncOpenAI(openai.AsyncOpenAI):
         error = _stormguard_error(response)
         if error is None:
             return super()._make_status_error(err_msg, body=body, response=response)
-        return as_openai_error(error)  # type: ignore[return-value]
+        return for_openai(error, response.request)  # type: ignore[return-value]
 
     async def _process_response(self, **kwargs: Any) -> Any:
         result = await super()._process_response(**kwargs)

@@ -36,6 +36,7 @@ from .protocol import (
 __all__ = [
     "CALL_INFO_EXTENSION",
     "ERROR_EXTENSION",
+    "for_openai",
     "from_openai",
     "httpx_error_for",
     "in_library_of",
@@ -67,10 +68,21 @@ def raised_for(error: StormguardError, request: httpx.Request) -> Exception:
     gets the very error ``stormguard.Client(openai_errors=True)`` raises. To any
     other caller: an error of its HTTP library (:func:`httpx_error_for`)."""
     if from_openai(request):
-        from .openai_errors import as_openai_error
-
-        return as_openai_error(error)
+        return for_openai(error, request)
     return httpx_error_for(error, request)
+
+
+def for_openai(error: StormguardError, request: httpx.Request) -> StormguardError:
+    """``error`` as the class that is also openai's, with a ``request``: openai's errors
+    always have one, and code that builds its own from them reads its headers
+    (LangChain's ``OpenAIConnectionError(request=e.request)``). Where no request went
+    out for the error itself (a wait for a slot, a refusal, a cut found at the end of
+    a body), it is the caller's request the call answered."""
+    from .openai_errors import as_openai_error
+
+    if getattr(error, "request", None) is None:
+        error.request = request  # type: ignore[attr-defined]
+    return as_openai_error(error)
 
 
 def _refusal(
