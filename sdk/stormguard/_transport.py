@@ -240,7 +240,8 @@ def _check_transport_options(options: Mapping[str, object]) -> None:
     if options.get("openai_errors"):
         raise TypeError(
             "openai_errors applies to stormguard's Client: under httpx_client, openai-python"
-            " raises its own errors from the responses and httpx errors the transport hands it"
+            " raises its own errors for an error status, and gets the call's own error as"
+            " openai's class for a failure with no response"
         )
 
 
