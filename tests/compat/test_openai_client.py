@@ -217,3 +217,22 @@ def test_no_error_shows_the_key_a_server_echoes() -> None:
         client.chat.completions.create(model=MODEL, messages=HI)
     error = raised.value
     assert not leaks(str(error)) and not leaks(repr(error)) and not leaks(str(error.code))
+
+
+def test_a_stormguard_http_client_is_shared_and_carries_its_options(
+    server: RunningServer,
+) -> None:
+    http = stormguard.httpx_client(base_url=server.base_url, max_retries=4)
+    with stormguard.OpenAI(base_url=server.base_url, api_key="k", http_client=http) as client:
+        assert client.stormguard is http._transport.client  # type: ignore[attr-defined]
+        assert client.max_retries == 4
+        bounded = client.with_options(timeout=openai.Timeout(20, connect=1.5))
+        assert bounded.stormguard is not client.stormguard  # its attempts' bounds changed
+        assert bounded.stormguard.retry_budget is client.stormguard.retry_budget
+        assert bounded.chat.completions.create(model=MODEL, messages=HI, max_tokens=4).choices
+    with pytest.raises(TypeError, match="carries its options"):
+        stormguard.OpenAI(base_url=server.base_url, api_key="k", http_client=http, priority="x")
+    with pytest.raises(TypeError, match="AsyncClient"):
+        stormguard.OpenAI(
+            api_key="k", http_client=stormguard.async_httpx_client(base_url=server.base_url)
+        )
