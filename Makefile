@@ -8,6 +8,9 @@
 # openai 3.x) and LlamaIndex, instructor (on openai 2.x) in two venvs of their own and
 # runs each over stormguard against the reference server (marker `frameworks`, left out
 # of `make test`; docs/frameworks.md).
+# `make setup-redis` installs redis-server from the system's packages where it is not on
+# PATH: the quota drill's LiteLLM row with Redis, and tests that need a real Redis,
+# start their own on a free loopback port (bench/stormguard_drill/redis_server.py).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -22,7 +25,7 @@ FW2_VENV ?= .venv-frameworks-openai2
 FW2_PY := $(FW2_VENV)/bin/python
 FW2_STAMP := $(FW2_VENV)/.installed
 
-.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-frameworks test-frameworks clean
+.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +54,12 @@ unasync: $(STAMP)
 
 test-drill: $(STAMP)
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)
+
+# No sudo: run as root (as CI does), or install redis-server yourself.
+setup-redis:
+	@command -v redis-server >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+	@redis-server --version
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -10,6 +10,9 @@ also decodes the JSON body, the least any client does.
 
 Targets: stormguard <= 1.10x raw httpx, and below openai. ``--profile``
 runs cProfile over stormguard's sync calls and prints where the time goes.
+``--quota-ab`` compares the process's CPU time per sync call with the quota
+policy on (the default) and off (``quota=None``), in interleaved rounds: what
+a call to a server that sends no quota signal pays for it.
 Not a timed test: numbers depend on the machine.
 """
 
@@ -148,13 +151,42 @@ async def profile_async(call: Callable[[], Awaitable[object]], calls: int) -> No
     print(out.getvalue())
 
 
+def quota_ab(base_url: str, calls: int, rounds: int) -> None:
+    """CPU time per call with ``quota=QuotaPolicy()`` (the default) and ``quota=None``."""
+    clients = {
+        "quota on": stormguard.Client(base_url=base_url, api_key=KEY, model="zero", timeout=30),
+        "quota=None": stormguard.Client(
+            base_url=base_url, api_key=KEY, model="zero", timeout=30, quota=None
+        ),
+    }
+    per_round: dict[str, list[float]] = {name: [] for name in clients}
+    for client in clients.values():
+        for _ in range(100):
+            client.chat.completions.create(messages=MESSAGES, max_tokens=16)
+    for i in range(rounds):
+        order = list(clients.items())
+        for name, client in order if i % 2 == 0 else reversed(order):
+            start = time.process_time()
+            for _ in range(calls):
+                client.chat.completions.create(messages=MESSAGES, max_tokens=16)
+            per_round[name].append((time.process_time() - start) / calls)
+    print("quota A/B: CPU time per sync call (median, best of the rounds)")
+    for name, values in per_round.items():
+        median, best = statistics.median(values) * 1e6, min(values) * 1e6
+        print(f"  {name:<11} {median:8.1f} us  {best:8.1f} us")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=400, help="calls per client per round")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile stormguard's calls")
+    parser.add_argument("--quota-ab", action="store_true", help="quota policy on vs None")
     args = parser.parse_args()
     with zero_server() as base_url:
+        if args.quota_ab:
+            quota_ab(base_url, args.calls, args.rounds)
+            return
         sync = sync_callers(base_url)
         report("sync", measure_sync(sync, args.calls, args.rounds))
         report(

@@ -47,6 +47,14 @@ DECISION_MODULES = [
     "stormguard._ejection_config",
     "stormguard._ejection_rules",
     "stormguard._ejection_status",
+    "stormguard._policies.quota",
+    "stormguard._policies.quota._config",
+    "stormguard._policies.quota._cubic",
+    "stormguard._policies.quota._gate",
+    "stormguard._policies.quota._key",
+    "stormguard._policies.quota._registry",
+    "stormguard._policies.quota._share",
+    "stormguard._policies.quota._signals",
 ]
 HTTP_LIBRARIES = {"httpx", "httpx2", "httpcore", "httpcore2", "h11"}
 

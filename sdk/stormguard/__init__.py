@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         NotFoundError,
         PermissionDeniedError,
         QueueTimeoutError,
+        QuotaWaitError,
         RateLimitError,
         RefusedBeforeSendError,
         ServiceUnavailableError,
@@ -93,6 +94,7 @@ if TYPE_CHECKING:
         ResponseUsage,
     )
     from ._options import Omit, TimeoutLike, omit
+    from ._policies.quota import QuotaPolicy, QuotaSnapshot
     from ._rate_limit_headers import RateLimit
     from ._raw_response import LegacyAPIResponse
     from ._retry import RetryPolicy
@@ -184,6 +186,9 @@ __all__ = [
     "PermissionDeniedError",
     "Priority",
     "QueueTimeoutError",
+    "QuotaPolicy",
+    "QuotaSnapshot",
+    "QuotaWaitError",
     "RateLimit",
     "RateLimitError",
     "Record",
@@ -265,6 +270,7 @@ _MODULES: dict[str, str] = {
     "NotFoundError": "._exceptions",
     "PermissionDeniedError": "._exceptions",
     "QueueTimeoutError": "._exceptions",
+    "QuotaWaitError": "._exceptions",
     "RateLimitError": "._exceptions",
     "RefusedBeforeSendError": "._exceptions",
     "ServiceUnavailableError": "._exceptions",
@@ -299,6 +305,8 @@ _MODULES: dict[str, str] = {
     "Omit": "._options",
     "TimeoutLike": "._options",
     "omit": "._options",
+    "QuotaPolicy": "._policies.quota",
+    "QuotaSnapshot": "._policies.quota",
     "RateLimit": "._rate_limit_headers",
     "LegacyAPIResponse": "._raw_response",
     "RetryPolicy": "._retry",

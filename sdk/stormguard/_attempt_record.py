@@ -13,11 +13,11 @@ from ._call_state import ATTEMPT_OPEN, IN_FLIGHT
 from ._ejection import evidence_of
 from ._endpoint_choice import EndpointChoice
 from ._events import AttemptEnded
-from ._exceptions import APIError, APITimeoutError
+from ._exceptions import APIError, APIStatusError, APITimeoutError
 from ._history import AttemptRecord
 from ._http import httpx
 from ._rate_limit_headers import RateLimit
-from ._verdict import classify
+from ._verdict import LimitOutcome, classify
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ class AttemptRecords(EndpointChoice):
         bucket = policy.rate_limiter if policy is not None else None
         if bucket is not None and self.rate_limit.remaining_tokens is not None:
             self._tokens_left(bucket, self.rate_limit.remaining_tokens)
+        self._quota_observed(response.status_code)
         self._note(response.status_code, None)
 
     def _tokens_left(self, bucket: TokenRateLimiter, remaining: int) -> None:
@@ -70,6 +71,8 @@ class AttemptRecords(EndpointChoice):
             error.rate_limit = self.rate_limit
         self.redactor.scrub_error(error)
         self._attempt_error = error
+        if isinstance(error, APIStatusError) and error.status_code == 429:
+            self._quota_refusal = self._quota_refused(error)
         self.machine.step("failed")
         self._settle(None, error)
         if self._pending is None or self._pending[1] is None:
@@ -121,6 +124,9 @@ class AttemptRecords(EndpointChoice):
             self._trace.on_event(
                 AttemptEnded(outcome, status, error_type, self.server_load, duration)
             )
+        quota_wait = 0.0
+        if self._quota is not None:
+            quota_wait, self._quota.attempt_wait = self._quota.attempt_wait, 0.0
         endpoint = self._endpoint
         if endpoint is not None:
             self.core.picker.finished(endpoint)
@@ -139,6 +145,7 @@ class AttemptRecords(EndpointChoice):
                 queued=self._queued_before,
                 concurrency_limit=None if lease is None else lease.limit,
                 started_at=self._started,
+                quota_wait=quota_wait,
             )
         )
         self._pending = None
@@ -157,7 +164,9 @@ class AttemptRecords(EndpointChoice):
         if self._lease is not None:
             # A stream settles at its first chunk: the time so far is its first token's.
             ttft = self.core.clock.now() - self._started if self.spec.stream else None
-            self._lease.mark(verdict.limit, self.server_load, ttft)
+            # A quota 429 the pacer paces is the caller's rate, not the server's load.
+            limit = LimitOutcome.IGNORED if self._quota_refusal else verdict.limit
+            self._lease.mark(limit, self.server_load, ttft)
         if permit is not None:
             permit.settle(error, verdict=verdict)
             if self._endpoint is not None and verdict.breaker_failure:

@@ -148,9 +148,10 @@ class BaseClient:
         return self._core.limiter
 
     def stats(self) -> CallStats:
-        """Logical calls, attempts, retries, failovers, requeues, budget refusals,
-        fallbacks, retry amplification, every breaker's state, every endpoint's limit
-        and ejection status, and what DNS discovery found."""
+        """Logical calls, attempts, retries, failovers, requeues, paced 429s, budget
+        refusals, fallbacks, retry amplification, every breaker's state, every
+        endpoint's limit and ejection status, what DNS discovery found, and the
+        quota of each key paced."""
         core = self._core
         breakers, limiter, ejection = core.breakers, core.limiter, core.ejection
         return core.stats.snapshot(
@@ -159,6 +160,7 @@ class BaseClient:
             endpoints=ejection.snapshot() if ejection is not None else (),
             endpoint_names=tuple(state.name for state in core.picker.states),
             discovery=core.discovery.snapshot() if core.discovery is not None else (),
+            quota=core.quota.snapshot() if core.quota is not None else (),
         )
 
     def __repr__(self) -> str:

@@ -31,16 +31,19 @@ if TYPE_CHECKING:
     from ._call_spec import CallSpec
     from ._endpoints import EndpointState
     from ._events import CallObserver
+    from ._policies.quota import CallQuota, QuotaKey
     from .tokens import Precheck, Reservation
 
 
-__all__ = ["FAILOVER", "OK", "REQUEUED", "RETRY", "CallBase"]
+__all__ = ["FAILOVER", "OK", "PACED", "REQUEUED", "RETRY", "CallBase"]
 
 #: The outcomes of an attempt besides the stop reasons (``AttemptRecord.outcome``).
 OK = "ok"
 RETRY = "retry"
 FAILOVER = "failover"
 REQUEUED = "requeued"
+#: A quota 429: the call went back to its key's pacer (``_call_quota.py``).
+PACED = "paced"
 
 
 class CallBase:
@@ -93,6 +96,16 @@ class CallBase:
     #: Requeues on the current model (sheds sent back to the local queue).
     _requeues = 0
     _requeue_next = False
+    #: Paced retries on the current model (quota 429s sent back to the key's pacer).
+    _paced = 0
+    _paced_next = False
+    #: The call's key (None: not asked yet, or the call has none: no quota policy,
+    #: no model, not a POST), and its place in the key's quota once the key is paced.
+    _quota_key: QuotaKey | None = None
+    _quota: CallQuota | None = None
+    _quota_cost: float | None = None
+    #: The current attempt failed with a quota refusal the pacer paces.
+    _quota_refusal = False
     #: The next attempt resends a requeued call (not a retry).
     _resending = False
     #: The last failed attempt is worth a retry (its ``Verdict``), and whether a

@@ -76,6 +76,8 @@ class CallEvents(CallBase):
     ) -> None:
         """The call is over (result, final error, or the caller left); only the first
         report counts. A cancellation is the caller's choice, not the call's failure."""
+        if self._quota is not None:
+            self._quota.leave()  # a flow dropped while it waited for the quota
         if error is not None and self._lease is not None:
             # A stream that failed after its first chunk (cut by a crash, timed out):
             # its success at the first chunk must not raise the limit.
@@ -96,5 +98,7 @@ class CallEvents(CallBase):
                 response=response,
                 budget=self.core.budget.state(),
                 queued=self.queued_s,
+                quota_wait=0.0 if self._quota is None else self._quota.wait_s,
+                paced_429s=0 if self._quota is None else self._quota.paced,
             )
         )

@@ -51,7 +51,8 @@ class CheckTokens:
 
 @dataclass(frozen=True, slots=True)
 class Sleep:
-    """Sleep ``seconds`` (a backoff, or the token rate limiter's wait); cancellable."""
+    """Sleep ``seconds`` (a backoff, the token rate limiter's wait, or a wait for the
+    key's quota); cancellable."""
 
     seconds: float
 
@@ -126,13 +127,21 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
 
 
 def _attempt(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
-    """One attempt: ``(its result, None)``, or ``(None, the exc_info of its failure)``
-    for the retry strategy to judge, as tenacity's own loop catches it."""
+    """One attempt, after the call's share of its key's quota (``call.pace``: a
+    ``Sleep`` until it is granted, re-asked at least every ``recheck`` seconds):
+    ``(its result, None)``, or ``(None, the exc_info of its failure)`` for the
+    retry strategy to judge, as tenacity's own loop catches it."""
     try:
+        pace = call.pace()
+        while pace is not None:
+            yield Sleep(pace.seconds)
+            pace = None if pace.granted else call.pace()
         return (yield from attempt_flow(call, http)), None
     except GeneratorExit:
+        call.left_pacing()
         raise  # the driver dropped the flow: nothing more may be asked of it
     except BaseException:
+        call.left_pacing()
         return None, sys.exc_info()
 
 

@@ -110,13 +110,17 @@ class CallResults(RetryLoop):
 
     def info(self, response: httpx.Response) -> CallInfo:
         """What the result will say about this call (history completed on success)."""
-        return CallInfo(
+        info = CallInfo(
             server_load=self.server_load,
             attempt_history=(),
             request_id=request_id_of(response, redactor=self.redactor),
             model=self.spec.model,
             rate_limit=self.rate_limit,
         )
+        quota = self._quota
+        if quota is not None:
+            info.quota_wait_s, info.paced_429s = quota.wait_s, quota.paced
+        return info
 
     def finish(self, result: R | httpx.Response | object) -> Any:
         """The call's answer: a record gets the history attached; a transport-mode

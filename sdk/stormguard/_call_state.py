@@ -9,10 +9,15 @@ or the server's, so it is outside the ``StormguardError`` tree.
 
           IDLE ◀───────────────────────── fall_back ──────────────────────┐
            │ └── precheck ──▶ PRECHECK                                    │
-        reserve                  │ reserve                                │
+           │                     │                                        │
+           │   pace (from IDLE, PRECHECK, BACKING_OFF; again from PACING) │
            ▼                     ▼                                        │
+         PACING ─────────── stop (its deadline cannot be met) ─────▶ STOPPED
+           │                                                              ▲
+        reserve (also from IDLE, PRECHECK, without a paced key)           │
+           ▼                                                              │
       WAITING_FOR_SLOT ◀─────────────────── reserve ─── BACKING_OFF       │
-           │   └──────────── stop (a refusal here) ─────────────────▶ STOPPED
+           │   └──────────── stop (a refusal here) ───────────────────────┤
       begin_attempt                                          ▲            ▲
            ▼                                              back_off        │
         SENDING ──────── failed ───────▶ ATTEMPT_FAILED ─────┘── stop ────┤
@@ -27,10 +32,13 @@ or the server's, so it is outside the ``StormguardError`` tree.
 
 ``SENDING`` and ``RECEIVING`` are an attempt in flight (its breaker permit and
 throttle not yet told); ``ATTEMPT_FAILED`` is an attempt settled as failed whose
-record the retry loop has yet to close (as a retry, a requeue, a failover, or
-with the stop reason). ``HANDED_OVER``: the attempt succeeded and the caller
-holds the answer (a result, a stream after its first chunk, a body not yet
-read); the call ends when the caller is done with it. A cancellation or an
+record the retry loop has yet to close (as a retry, a requeue, a paced retry, a
+failover, or with the stop reason). ``PACING``: the call waits for its share of
+its key's quota before an attempt (only once a quota signal turned the key's
+pacing on; otherwise the call goes straight to ``reserve``). ``HANDED_OVER``:
+the attempt succeeded and the caller holds the answer (a result, a stream after
+its first chunk, a body not yet read); the call ends when the caller is done
+with it. A cancellation or an
 unexpected error stops the loop from an attempt still in flight, and a local
 refusal (open breakers, the throttle, a full or slow local queue, a deadline
 that passed) from ``WAITING_FOR_SLOT``.
@@ -50,6 +58,8 @@ class CallState(enum.Enum):
     IDLE = "idle"
     #: The token pre-check runs (lookups, the rate limiter's reservation).
     PRECHECK = "precheck"
+    #: The call waits for its share of its key's quota (``_policies/quota``).
+    PACING = "pacing"
     #: An endpoint is chosen; the call waits for (or just got) a concurrency slot.
     WAITING_FOR_SLOT = "waiting_for_slot"
     #: The attempt's request is built and going out; no response yet.
@@ -78,8 +88,9 @@ _ANY = frozenset(S)
 #: step -> (the states it may be taken from, the state it leads to).
 TRANSITIONS: dict[str, tuple[frozenset[CallState], CallState]] = {
     "precheck": (frozenset({S.IDLE}), S.PRECHECK),
+    "pace": (frozenset({S.IDLE, S.PRECHECK, S.BACKING_OFF, S.PACING}), S.PACING),
     "reserve": (
-        frozenset({S.IDLE, S.PRECHECK, S.WAITING_FOR_SLOT, S.BACKING_OFF}),
+        frozenset({S.IDLE, S.PRECHECK, S.PACING, S.WAITING_FOR_SLOT, S.BACKING_OFF}),
         S.WAITING_FOR_SLOT,
     ),
     "begin_attempt": (frozenset({S.WAITING_FOR_SLOT}), S.SENDING),
@@ -88,7 +99,7 @@ TRANSITIONS: dict[str, tuple[frozenset[CallState], CallState]] = {
     # A retry after an error raised before the attempt went out (a deadline that
     # passed while choosing the endpoint) backs off from WAITING_FOR_SLOT.
     "back_off": (frozenset({S.ATTEMPT_FAILED, S.WAITING_FOR_SLOT}), S.BACKING_OFF),
-    "stop": (frozenset({S.WAITING_FOR_SLOT}) | ATTEMPT_OPEN, S.STOPPED),
+    "stop": (frozenset({S.WAITING_FOR_SLOT, S.PACING}) | ATTEMPT_OPEN, S.STOPPED),
     # Again from HANDED_OVER: a body read after the hand-over completes the result.
     "succeeded": (frozenset({S.RECEIVING, S.HANDED_OVER}), S.HANDED_OVER),
     # A fallback replaces a stopped model, or one whose pre-check or discovery failed.

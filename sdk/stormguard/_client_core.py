@@ -30,6 +30,7 @@ from ._events import Observer
 from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
+from ._policies.quota import QuotaGate, QuotaPolicy
 from ._retry import RetryPolicy
 from ._spec_builder import SpecBuilder
 from ._stats import StatsRecorder
@@ -47,6 +48,7 @@ __all__ = [
     "DEFAULT_BASE_URL",
     "DEFAULT_BREAKER",
     "DEFAULT_EJECTION",
+    "DEFAULT_QUOTA",
     "DEFAULT_TELEMETRY",
     "DEFAULT_TIMEOUT",
     "ClientCore",
@@ -59,6 +61,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_BREAKER = BreakerConfig()
 DEFAULT_EJECTION = EjectionConfig()
+#: Pacing to each key's quota, on by default (it costs nothing until a quota signal).
+DEFAULT_QUOTA = QuotaPolicy()
 #: Spans and metrics through the global OpenTelemetry providers (no-ops until configured).
 DEFAULT_TELEMETRY = Telemetry()
 
@@ -127,6 +131,7 @@ class ClientCore(SpecBuilder):
         spill_over: SpillOver | None = None,
         openai_errors: bool = False,
         stream_timeouts: StreamTimeouts | None = None,
+        quota: QuotaPolicy | None = DEFAULT_QUOTA,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -237,6 +242,14 @@ class ClientCore(SpecBuilder):
         #: ``client.base_url`` use it.
         self.base_url = normalize_base_url(self.endpoints[0].base_url)[0]
         first = httpx.URL(self.base_url)
+        if quota is not None and not isinstance(quota, QuotaPolicy):
+            raise TypeError(
+                f"quota must be a stormguard.QuotaPolicy or None, got {type(quota).__name__}"
+            )
+        #: The quotas of the keys this client's calls use (None: turned off).
+        self.quota = None if quota is None else QuotaGate(quota, self.clock)
+        #: The service a call's key belongs to, when it goes to the client's endpoints.
+        self.quota_host = first.netloc.decode("ascii")
         #: ``server.address`` / ``server.port`` of the call spans.
         self.server_address: str | None = first.host or None
         self.server_port: int | None = first.port or (443 if first.scheme == "https" else 80)

@@ -21,6 +21,7 @@ from ._events import Observer
 from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, Unset
+from ._policies.quota import QuotaPolicy
 from ._retry import RetryPolicy
 from ._stream_timeouts import StreamTimeouts
 from ._throttle import AdaptiveThrottle
@@ -119,6 +120,7 @@ class StormguardOptions(TypedDict, total=False):
     discovery_listeners: Sequence[DiscoveryListener]
     spill_over: SpillOver | None
     stream_timeouts: StreamTimeouts | None
+    quota: QuotaPolicy | None
 
 
 class ClientOptions(StormguardOptions, total=False):
@@ -162,7 +164,10 @@ class ClientOptions(StormguardOptions, total=False):
     ``stormguard.openai_errors``, docs/errors.md). ``stream_timeouts`` bounds each
     stream's wait for its first chunk (retried when it passes) and its gaps, and with
     ``idle`` lets a stream that keeps sending outlive ``timeout`` (``StreamTimeouts``,
-    also per call; docs/retries.md).
+    also per call; docs/retries.md). ``quota`` paces every call to its API key's
+    quota (tokens and requests per minute), learned from the provider's
+    ``x-ratelimit-*`` headers and 429s (``QuotaPolicy()`` by default; None turns it
+    off; docs/quotas.md).
     """
 
     base_url: BaseURL | None

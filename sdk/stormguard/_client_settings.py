@@ -36,6 +36,7 @@ from .protocol import (
 
 if TYPE_CHECKING:
     from ._clock import Clock
+    from ._policies.quota import QuotaKey
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "ClientSettings"]
 
@@ -113,6 +114,9 @@ class ClientSettings:
             headers["openai-project"] = self.project
         headers.update({k.lower(): v for k, v in default_headers.items()})
         self.headers = headers
+        #: The quota key of each model called with these settings' credential
+        #: (``_call_quota.py``): a call finds its key with one look-up.
+        self.quota_keys: dict[str, QuotaKey] = {}
         #: Query parameters of every request (``extra_query`` adds to them per call).
         self.default_query: Mapping[str, object] = drop_omitted(settings.default_query or {})
         #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.

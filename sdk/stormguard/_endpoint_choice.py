@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._call_events import CallEvents
+from ._call_quota import CallPacing
 from ._exceptions import CircuitOpenError
 
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 __all__ = ["EndpointChoice"]
 
 
-class EndpointChoice(CallEvents):
+class EndpointChoice(CallPacing):
     """The endpoint of each attempt."""
 
     def _pick_endpoint(self, *, retry: bool = False, untried_only: bool = False) -> EndpointState:

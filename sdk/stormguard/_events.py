@@ -105,6 +105,13 @@ class AttemptStarted:
     concurrency_limit: int | None = None
     #: A retry that went to an endpoint the call had not tried, outside the retry budget.
     failover: bool = False
+    #: Seconds waited for the share of the key's quota before this attempt, and what
+    #: the key's pacer knew then: this process's share of the key, what the key had
+    #: left (None: the key is not paced, or the provider did not say).
+    quota_wait: float = 0.0
+    quota_share: float | None = None
+    quota_remaining_tokens: float | None = None
+    quota_remaining_requests: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +188,9 @@ class CallEnded:
     budget: BudgetSnapshot
     #: Seconds the call waited in local queues for concurrency slots, all attempts.
     queued: float = 0.0
+    #: Seconds it waited for its key's quota, and the quota 429s it was paced after.
+    quota_wait: float = 0.0
+    paced_429s: int = 0
 
 
 CallEvent = PrecheckPassed | AttemptEnded | BudgetRefused | FellBack | FirstChunk | CallEnded

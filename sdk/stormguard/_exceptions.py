@@ -26,6 +26,7 @@ Names and attributes follow openai-python so that ``except RateLimitError`` and
     └── RefusedBeforeSendError          stopped in this process, no I/O happened
         ├── ContextWindowExceededError  (also a BadRequestError, as LiteLLM's is)
         ├── TokenRateLimitedError       the client-side token rate limit said wait too long
+        ├── QuotaWaitError              the key's quota cannot take the call before its deadline
         ├── CircuitOpenError            the endpoint's breaker is open
         ├── ThrottledError              adaptive throttling refused it locally
         └── LocalQueueFullError         too many calls already wait for a slot
@@ -91,6 +92,7 @@ __all__ = [
     "NotFoundError",
     "PermissionDeniedError",
     "QueueTimeoutError",
+    "QuotaWaitError",
     "RateLimitError",
     "RefusedBeforeSendError",
     "ServiceUnavailableError",
@@ -422,6 +424,34 @@ class TokenRateLimitedError(RefusedBeforeSendError):
         super().__init__(message)
         self.tokens = tokens
         self.wait = wait
+
+
+class QuotaWaitError(RefusedBeforeSendError):
+    """The quota of the call's API key (and model) cannot take the call before its
+    deadline: even the whole key's rate, not only this process's share of it, would
+    need ``least_wait`` seconds more than the call has left (``remaining``), or too
+    many calls already wait for the key. ``wait`` is when it would have fitted at
+    this process's share (None: not estimated). Nothing was sent for this attempt;
+    ``retry_stopped_by`` is ``"deadline"``. ``key`` is the key's fingerprint (the
+    first 12 hex digits of its SHA-256, as the reference server labels keys), never
+    the key."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str,
+        model: str,
+        wait: float | None,
+        least_wait: float,
+        remaining: float,
+    ) -> None:
+        super().__init__(message)
+        self.key = key
+        self.model = model
+        self.wait = wait
+        self.least_wait = least_wait
+        self.remaining = remaining
 
 
 class CircuitOpenError(RefusedBeforeSendError):

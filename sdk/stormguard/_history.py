@@ -18,8 +18,11 @@ class AttemptRecord:
     ``"failover"`` (a retry followed on an endpoint the call had not tried, outside
     the retry budget), ``"requeued"`` (shed before processing, the call went back
     to the local queue) or the reason the call stopped here (see
-    ``StormguardError.retry_stopped_by``); ``started_at`` is when it was sent, on
-    the client's clock (``time.monotonic()`` unless a test's clock was given).
+    ``StormguardError.retry_stopped_by``), or ``"paced"`` (a quota 429: the call
+    went back to its key's pacer, outside the retry budget); ``started_at`` is when
+    it was sent, on the client's clock (``time.monotonic()`` unless a test's clock
+    was given); ``quota_wait`` the seconds it waited for its share of its key's
+    quota (docs/quotas.md).
     """
 
     number: int
@@ -33,3 +36,4 @@ class AttemptRecord:
     queued: float = 0.0
     concurrency_limit: int | None = None
     started_at: float | None = None
+    quota_wait: float = 0.0

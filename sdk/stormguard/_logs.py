@@ -7,7 +7,9 @@ application that configures logging itself can set the ``stormguard`` logger's
 level instead.
 
 At INFO, one line per retry, failover and requeue: which attempt failed, why,
-where the next one goes and after how long. At DEBUG also one line when the loop
+where the next one goes and after how long; and for a key's quota, one line when
+calls first wait for it and one when its limit is learned (or changes), naming the
+key by its fingerprint, never the key. At DEBUG also one line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
 key a server echoes back is logged as ``[redacted]``.
@@ -23,7 +25,14 @@ if TYPE_CHECKING:
     from ._redact import Redactor
     from ._stop_reason import StopReason
 
-__all__ = ["logger", "retry_stopped", "retrying", "setup_logging"]
+__all__ = [
+    "logger",
+    "quota_learned",
+    "quota_waiting",
+    "retry_stopped",
+    "retrying",
+    "setup_logging",
+]
 
 logger: logging.Logger = logging.getLogger("stormguard")
 
@@ -65,8 +74,8 @@ def retrying(
     wait: float,
     redactor: Redactor,
 ) -> None:
-    """One INFO line for an attempt that another follows (``retry``, ``failover``
-    or ``requeued``)."""
+    """One INFO line for an attempt that another follows (``retry``, ``failover``,
+    ``requeued`` or ``paced``)."""
     if not logger.isEnabledFor(logging.INFO):
         return
     # The path without its query (which may hold a credential), and the endpoint's
@@ -74,6 +83,8 @@ def retrying(
     where = "/" + path.partition("?")[0].lstrip("/")
     if outcome == "requeued":
         then = f"requeued locally, next attempt in {wait:.3f} s"
+    elif outcome == "paced":
+        then = "back to the key's quota pacer, next attempt when the key has room"
     elif outcome == "failover":
         then = f"failing over to another endpoint in {wait:.3f} s"
     else:
@@ -100,3 +111,20 @@ def retry_stopped(
             _reason(error, redactor),
             reason,
         )
+
+
+def quota_waiting(*, key: str, model: str, wait: float) -> None:
+    """One INFO line when calls first wait for a key's quota (``key``: its fingerprint)."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "pacing calls to the quota of key %s (model %s): the first waits %.3f s",
+            key,
+            model,
+            wait,
+        )
+
+
+def quota_learned(*, key: str, model: str, dimension: str, limit: float) -> None:
+    """One INFO line when a key's limit is learned or changes."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("quota of key %s (model %s): %g %s per minute", key, model, limit, dimension)

@@ -221,7 +221,9 @@ class CallInfo:
         "attempt_history",
         "degraded_from",
         "model",
+        "paced_429s",
         "precheck",
+        "quota_wait_s",
         "rate_limit",
         "request_id",
         "server_load",
@@ -254,6 +256,11 @@ class CallInfo:
         #: Why the call stopped retrying, when it failed (``StopReason``); None when
         #: it succeeded. Set on the ``CallInfo`` of a failed call the transport answers.
         self.stop_reason: StopReason | None = None
+        #: Seconds the call waited for its share of its API key's quota (all
+        #: attempts), and the quota 429s it went back to the key's pacer after
+        #: (docs/quotas.md).
+        self.quota_wait_s = 0.0
+        self.paced_429s = 0
 
     @property
     def attempts(self) -> int:

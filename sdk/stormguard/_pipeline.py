@@ -152,6 +152,9 @@ class LogicalCall(CallResults):
         self._switch_model(model)
         self.attempt_number = 0
         self._requeues = 0
+        self._paced = 0
+        self.left_pacing()  # the next model's key is another quota
+        self._quota_key = self._quota = self._quota_cost = None
         self._resending = False
         self._next_target = None
         self._failover = False
@@ -234,10 +237,11 @@ class LogicalCall(CallResults):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
+        self._quota_sent()
         # Lower-case names, as the client's own: a call's "Authorization" replaces the
         # client's "authorization" instead of going out beside it.
         headers = {name.lower(): value for name, value in self.spec.headers.items()}
-        headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues)
+        headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues - self._paced)
         if self._requeues:
             headers[HEADER_REQUEUE] = str(self._requeues)
         bounds = self.stream_bounds
@@ -282,6 +286,9 @@ class LogicalCall(CallResults):
         )
         state = None if permit is None else ("half_open" if permit.probe else "closed")
         lease = self._lease
+        quota = self._quota
+        paced = None if quota is None else quota.state()
+        share, tokens, requests = (None, None, None) if paced is None else paced.view()
         return AttemptStarted(
             number=self.attempt_number,
             model=self.spec.model,
@@ -294,6 +301,10 @@ class LogicalCall(CallResults):
             queued=self._queued_before,
             concurrency_limit=None if lease is None else lease.limit,
             failover=self._failover,
+            quota_wait=0.0 if quota is None else quota.attempt_wait,
+            quota_share=share,
+            quota_remaining_tokens=tokens,
+            quota_remaining_requests=requests,
         )
 
     def _check_throttle(self) -> None:

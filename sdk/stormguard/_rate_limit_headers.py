@@ -25,6 +25,7 @@ __all__ = [
     "HEADER_REMAINING_TOKENS",
     "HEADER_RESET_REQUESTS",
     "HEADER_RESET_TOKENS",
+    "NO_RATE_LIMIT",
     "RateLimit",
     "parse_reset",
 ]
@@ -136,3 +137,6 @@ _HEADERS = (
     HEADER_RESET_REQUESTS,
 )
 _NONE = RateLimit()
+#: What ``from_headers`` returns for a response without any of the headers (the
+#: same object each time: a cheap check).
+NO_RATE_LIMIT = _NONE

@@ -1,6 +1,15 @@
 """The retry loop's strategies for tenacity (``retry``, ``wait``, ``stop``,
-``before_sleep``): whether a failure is retried or requeued, how long to wait,
-where the retry goes, and when and why the loop stops.
+``before_sleep``): whether a failure is retried, requeued or paced, how long to
+wait, where the retry goes, and when and why the loop stops.
+
+A **paced retry** follows a quota 429 (``_call_quota.py``): the call goes back to
+its key's pacer, which holds it until the key has room (the 429's wait, jittered,
+then the call's share of the key's rate). It is not a retry: the provider never
+processed the request, so it spends no retry budget and does not count against
+``max_attempts``; it keeps its ``x-stormguard-attempt``. At most
+``QuotaPolicy.max_paced_retries`` per call, and within the deadline (the pacer
+fails a call its deadline cannot fit with ``QuotaWaitError``); past the cap, a
+quota 429 is an ordinary retry.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import tenacity
 
 from . import _logs
 from ._attempt_record import AttemptRecords
-from ._call_base import FAILOVER, REQUEUED, RETRY
+from ._call_base import FAILOVER, PACED, REQUEUED, RETRY
 from ._events import BudgetRefused
 from ._exceptions import CircuitOpenError
 from ._stop_reason import StopReason
@@ -52,6 +61,11 @@ class RetryLoop(AttemptRecords):
             return False
         verdict = classify(error, self.core.retry_policy)
         self._retryable, self._failure_limit = verdict.retry, verdict.limit
+        # A quota 429 the key's pacer takes, while the call has paced retries left.
+        self._paced_next = self._quota_refusal and verdict.retry and self._paced_left()
+        if self._paced_next:
+            self._requeue_next = False
+            return True
         # A shed the server says came before any processing, with a limiter to queue in.
         self._requeue_next = self.core.limiter is not None and verdict.requeue
         if not (self._requeue_next or verdict.retry):
@@ -68,6 +82,9 @@ class RetryLoop(AttemptRecords):
         error = _outcome_error(state)
         self._forced_stop = None
         self._next_target, self._failover = None, False
+        if self._paced_next:
+            self._next_delay = 0.0  # the key's pacer holds the call (``pace``)
+            return 0.0
         if self._requeue_next:
             # Back in the local queue at once when the limit is full of other calls:
             # the slot it waits for is one the server has room behind.
@@ -143,12 +160,25 @@ class RetryLoop(AttemptRecords):
             return False
         return not limiter.endpoint(endpoint.name).full_without(1 if self._lease else 0)
 
+    def _paced_left(self) -> bool:
+        gate, quota = self.core.quota, self._quota
+        return (
+            gate is not None and quota is not None and quota.paced <= gate.policy.max_paced_retries
+        )
+
     def _stop(self, state: tenacity.RetryCallState) -> bool:
-        if self._requeue_next:
+        if self._paced_next:
+            if not self.deadline.expired:
+                return False  # the pacer fails the call its deadline cannot fit
+            reason = StopReason.DEADLINE
+        elif self._requeue_next:
             return False  # ``_wait`` checked it
-        if self._forced_stop is not None:
+        elif self._forced_stop is not None:
             reason = self._forced_stop
-        elif self.attempt_number - self._requeues >= self.core.retry_policy.max_attempts:
+        elif (
+            self.attempt_number - self._requeues - self._paced
+            >= self.core.retry_policy.max_attempts
+        ):
             reason = StopReason.MAX_ATTEMPTS
         # tenacity (>= 8.3) computes the wait before it asks stop: the wait this stop
         # decides on is the one about to be slept.
@@ -169,8 +199,12 @@ class RetryLoop(AttemptRecords):
         return True
 
     def _before_sleep(self, state: tenacity.RetryCallState) -> None:
-        self._resending = self._requeue_next
-        if self._requeue_next:
+        self._resending = self._requeue_next or self._paced_next
+        if self._paced_next:
+            self._paced += 1
+            self.core.stats.paced()
+            outcome = PACED
+        elif self._requeue_next:
             self._requeues += 1
             self.core.stats.requeue()
             outcome = REQUEUED

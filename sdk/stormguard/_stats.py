@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from ._discovery import DiscoverySnapshot
     from ._ejection import EndpointHealth
     from ._limiter import LimitSnapshot
+    from ._policies.quota import QuotaSnapshot
 
 __all__ = ["CallStats", "StatsRecorder"]
 
@@ -45,6 +46,13 @@ class CallStats:
     endpoint_names: tuple[str, ...] = ()
     #: Each DNS name's endpoints, looks and last failure (DNS discovery).
     discovery: tuple[DiscoverySnapshot, ...] = ()
+    #: Quota 429s this client's calls went back to their key's pacer for (paced
+    #: retries: counted in ``attempts``, not in ``retries``).
+    paced_429s: int = 0
+    #: Each key this client's calls used whose quota is paced: its learned limits,
+    #: this process's share and rate, the key's last ``remaining``, the waits
+    #: (at most ``QuotaPolicy.max_keys``).
+    quota: tuple[QuotaSnapshot, ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -58,7 +66,7 @@ class StatsRecorder:
     def __init__(self) -> None:
         self._lock = fork_safe_lock()
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
-        self._requeues = self._requeues_refused = self._failovers = 0
+        self._requeues = self._requeues_refused = self._failovers = self._paced = 0
 
     def call(self) -> None:
         with self._lock:
@@ -82,6 +90,10 @@ class StatsRecorder:
         with self._lock:
             self._requeues += 1
 
+    def paced(self) -> None:
+        with self._lock:
+            self._paced += 1
+
     def failover(self) -> None:
         with self._lock:
             self._failovers += 1
@@ -98,6 +110,7 @@ class StatsRecorder:
         endpoints: tuple[EndpointHealth, ...] = (),
         endpoint_names: tuple[str, ...] = (),
         discovery: tuple[DiscoverySnapshot, ...] = (),
+        quota: tuple[QuotaSnapshot, ...] = (),
     ) -> CallStats:
         with self._lock:
             return CallStats(
@@ -114,4 +127,6 @@ class StatsRecorder:
                 endpoints,
                 endpoint_names,
                 discovery,
+                self._paced,
+                quota,
             )

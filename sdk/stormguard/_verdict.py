@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from ._exceptions import (
     EventLoopMismatchError,
     LocalQueueFullError,
     QueueTimeoutError,
+    QuotaWaitError,
     RefusedBeforeSendError,
     StreamInterruptedError,
     ThrottledError,
@@ -50,12 +52,16 @@ if TYPE_CHECKING:
     from ._retry import RetryPolicy
 
 __all__ = [
+    "QUOTA_CODES",
     "REFUSAL_STATUSES",
     "TRANSIENT_STATUSES",
     "LimitOutcome",
     "Verdict",
     "classify",
     "is_out_of_quota",
+    "is_quota_refusal",
+    "is_too_large_for_quota",
+    "refusal_message",
 ]
 
 #: "This server cannot serve you now": worth a later attempt, or another model.
@@ -63,6 +69,11 @@ TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: "Alive, but refusing": a shed (the server's load) or the caller's rate.
 REFUSAL_STATUSES = frozenset({429, 503})
 _OUT_OF_QUOTA = "insufficient_quota"
+#: The ``code`` or ``type`` of a 429 that refuses the caller's rate (a quota), not
+#: the server's load: OpenAI's ``rate_limit_exceeded`` (its ``type`` names the
+#: limit, ``tokens`` or ``requests``), Anthropic's ``rate_limit_error``, Azure
+#: OpenAI's code ``"429"``.
+QUOTA_CODES = frozenset({"rate_limit_exceeded", "rate_limit_error", "tokens", "requests", "429"})
 _RESTART_REASONS = frozenset(
     {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
 )
@@ -113,6 +124,9 @@ class Verdict:
     too_long: bool
     #: A 429 ``insufficient_quota``: the account has no credit.
     out_of_quota: bool
+    #: A 429 that refuses the caller's rate (``is_quota_refusal``): with a quota
+    #: policy, a congestion signal for the key's pacer, not a shed.
+    quota: bool = False
 
 
 _SUCCESS = Verdict(
@@ -169,6 +183,41 @@ def is_out_of_quota(error: BaseException | None) -> bool:
     )
 
 
+def is_quota_refusal(error: BaseException | None) -> bool:
+    """A 429 that refuses the caller's rate, not the server's load: no ``x-load-shed``,
+    not out of credit (``is_out_of_quota``) nor too large for the quota
+    (``is_too_large_for_quota``), and a quota's own mark: its ``code`` or ``type``
+    (``QUOTA_CODES``), or ``x-ratelimit-*`` headers. The quota policy paces it
+    (docs/quotas.md); a bare 429 counts only once its key's pacing is on."""
+    if not isinstance(error, APIStatusError) or error.status_code != 429:
+        return False
+    if error.server_load.load_shed is not None or is_out_of_quota(error):
+        return False
+    if is_too_large_for_quota(error):
+        return False
+    return bool({error.code, error.type} & QUOTA_CODES) or not error.rate_limit.is_empty
+
+
+def is_too_large_for_quota(error: BaseException | None) -> bool:
+    """A 429 whose message says the request alone is over the key's limit
+    (OpenAI's "Request too large for MODEL ... on tokens per min"): no wait makes it
+    fit, so it is never retried."""
+    if not isinstance(error, APIStatusError) or error.status_code != 429:
+        return False
+    return refusal_message(error)[:40].lower().lstrip().startswith("request too large")
+
+
+def refusal_message(error: APIStatusError) -> str:
+    """The server's own message of an error answer (its body's ``message``, scrubbed),
+    without the ``Error code: 429 - `` that ``message`` starts with."""
+    body = error.body
+    if isinstance(body, Mapping):
+        message = body.get("message")
+        if isinstance(message, str):
+            return message
+    return error.message
+
+
 def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> Verdict:
     """Judge one attempt's outcome (None: it succeeded). ``policy`` supplies the
     retryable statuses (default: ``TRANSIENT_STATUSES``); nothing else depends on it.
@@ -189,8 +238,9 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
     status = error if isinstance(error, APIStatusError) else None
     too_long = status is not None and status.server_load.load_shed == ShedReason.TOO_LONG.value
     quota = is_out_of_quota(error)
+    too_large = is_too_large_for_quota(error)
     shed = status is not None and status.status_code in REFUSAL_STATUSES and not too_long
-    shed = shed and not quota
+    shed = shed and not quota and not too_large
     breaker_failure = _breaker_rule(error)
     sent = _sent(error)
     accepted = sent and not breaker_failure
@@ -213,6 +263,7 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
         limit_after_first_chunk=_stream_cut_rule(error),
         too_long=too_long,
         out_of_quota=quota,
+        quota=is_quota_refusal(error),
     )
 
 
@@ -234,7 +285,8 @@ def _retry_rule(
     reason. A timeout or a cut before the answer began is retried (nothing was
     delivered, the server did no work the caller keeps); after it began, a retry
     would generate twice. A 429 out of quota is never retried, whatever
-    ``x-should-retry`` says: no wait of seconds refills an account. Otherwise the
+    ``x-should-retry`` says: no wait of seconds refills an account; nor is a
+    request too large for the key's quota: no wait makes it fit. Otherwise the
     server's ``x-should-retry`` wins, then the policy's ``retry_statuses``.
     """
     if isinstance(error, _cancellations()):
@@ -243,8 +295,8 @@ def _retry_rule(
         return False, StopReason.CIRCUIT_OPEN
     if isinstance(error, ThrottledError):
         return False, StopReason.THROTTLED
-    if isinstance(error, QueueTimeoutError):
-        return False, StopReason.DEADLINE  # no slot in time: nothing was sent
+    if isinstance(error, (QueueTimeoutError, QuotaWaitError)):
+        return False, StopReason.DEADLINE  # no slot, or no room in the quota, in time
     if isinstance(error, LocalQueueFullError):
         return False, StopReason.QUEUE_FULL
     if isinstance(error, StreamInterruptedError):
@@ -256,7 +308,7 @@ def _retry_rule(
     if isinstance(error, APIConnectionError):
         return True, None
     if isinstance(error, APIStatusError):
-        if is_out_of_quota(error):
+        if is_out_of_quota(error) or is_too_large_for_quota(error):
             return False, StopReason.NOT_RETRYABLE
         should_retry = error.server_load.should_retry
         if should_retry is False:
@@ -279,8 +331,8 @@ def _fallback_rule(error: BaseException, *, too_long: bool, quota: bool) -> bool
     falls back. A timeout or cut after the answer began does not: the caller's
     deadline was spent on generation, not on a refusal.
     """
-    if isinstance(error, CircuitOpenError):
-        return True
+    if isinstance(error, (CircuitOpenError, QuotaWaitError)):
+        return True  # a model's quota is its own (OpenAI's limits are per model)
     if isinstance(error, StreamInterruptedError):
         return error.chunks_received == 0
     if isinstance(error, APIConnectionError):  # timeouts included

@@ -72,6 +72,7 @@ OPENAI_CLASSES: dict[type[sg.StormguardError], str] = {
     sg.ThrottledError: "APIConnectionError",
     sg.LocalQueueFullError: "APIConnectionError",
     sg.TokenRateLimitedError: "APITimeoutError",
+    sg.QuotaWaitError: "APITimeoutError",
 }
 
 #: openai's ``APIError`` attributes that a stormguard error outside ``APIError`` lacks.

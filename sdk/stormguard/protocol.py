@@ -27,6 +27,7 @@ __all__ = [
     "HEADER_INFLIGHT_TOKENS",
     "HEADER_KV_CACHE_USAGE",
     "HEADER_LOAD_SHED",
+    "HEADER_MS_RETRY_AFTER_MS",
     "HEADER_PRIORITY",
     "HEADER_QUEUE_DEPTH",
     "HEADER_QUEUE_TOKENS",
@@ -69,6 +70,8 @@ HEADER_TOKEN_CAPACITY = "x-token-capacity"
 HEADER_KV_CACHE_USAGE = "x-kv-cache-usage"
 HEADER_RETRY_AFTER = "retry-after"
 HEADER_RETRY_AFTER_MS = "retry-after-ms"
+#: Azure OpenAI's name for ``retry-after-ms`` on a 429.
+HEADER_MS_RETRY_AFTER_MS = "x-ms-retry-after-ms"
 HEADER_SHOULD_RETRY = "x-should-retry"
 HEADER_LOAD_SHED = "x-load-shed"
 HEADER_REQUEST_ID = "x-request-id"
@@ -211,14 +214,17 @@ def _parse_seconds(value: str, now: float, sent: str | None) -> float | None:
 
 
 def parse_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """Seconds the server asks us to wait, from ``retry-after-ms`` (preferred, finer)
-    or ``retry-after`` (seconds or HTTP-date). None when absent, not a number,
+    """Seconds the server asks us to wait, from ``retry-after-ms`` (preferred, finer;
+    Azure OpenAI also names it ``x-ms-retry-after-ms``) or ``retry-after`` (seconds
+    or HTTP-date). None when absent, not a number,
     absurd (over a day), or no wait at all (zero, negative, a date in the past):
     then the caller's own jittered backoff applies, as openai-python's
     (``0 < retry_after <= 60``) and urllib3's (``if retry_after:``) do; a zero under
     clock skew would bring every skewed client back in the same instant. ``now``
     is the wall clock, for an HTTP-date without the response's ``Date``."""
     ms = _get(headers, HEADER_RETRY_AFTER_MS)
+    if ms is None:
+        ms = _get(headers, HEADER_MS_RETRY_AFTER_MS)
     if ms is not None:
         number = _parse_finite_float(ms)
         if number is not None and 0 < number <= ABSURD_RETRY_AFTER_S * 1000:
@@ -392,6 +398,7 @@ _LOAD_HEADERS = (
     HEADER_INFLIGHT_TOKENS,
     HEADER_TOKEN_CAPACITY,
     HEADER_RETRY_AFTER_MS,
+    HEADER_MS_RETRY_AFTER_MS,
     HEADER_RETRY_AFTER,
     HEADER_SHOULD_RETRY,
 )

@@ -65,7 +65,8 @@ def test_quota_batch_example_paces_processes_on_one_key_without_429s() -> None:
         *("--tpm", "12000", "--max-tokens", "200"),
     )
     assert "calls: 60 of 60 succeeded; failed: 0" in out, out
-    refused = int(re.search(r"quota 429s: (\d+)", out)[1])  # type: ignore[index]
-    sent = int(re.search(r"requests: (\d+) sent", out)[1])  # type: ignore[index]
-    assert refused <= 2 and sent <= 62, out
+    refused = re.search(r"quota 429s: (\d+)", out)
+    sent = re.search(r"requests: (\d+) sent", out)
+    assert refused is not None and sent is not None, out
+    assert int(refused[1]) <= 2 and int(sent[1]) <= 62, out
     assert out.count("share of the key 0.") == 3, out

@@ -58,8 +58,14 @@ async def test_over_the_rate_still_falls_back(api: Api, mock: respx.MockRouter) 
             httpx.Response(200, json=chat_json()),
         ]
     )
+    # Without the quota's pacer (which would hold the call for the key's room, as
+    # test_quota_flow.py shows), a 429 over the rate is a refusal like a shed.
     client = api.client(
-        model="big", fallback_models=["small"], retry_policy=NO_RETRY, concurrency=None
+        model="big",
+        fallback_models=["small"],
+        retry_policy=NO_RETRY,
+        concurrency=None,
+        quota=None,
     )
     resp = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert models_sent(route) == ["big", "small"] and resp.degraded

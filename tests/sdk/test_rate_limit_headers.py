@@ -145,7 +145,9 @@ async def test_a_429_with_a_spent_quota_waits_for_its_reset(
             httpx.Response(200, json=chat_json()),
         ]
     )
-    client = api.client(concurrency=None)  # a retry, not a requeue: the policy's wait
+    # A retry, neither a requeue nor a paced retry: the policy's own wait
+    # (test_quota_flow.py has the pacer's).
+    client = api.client(concurrency=None, quota=None)
     result = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert route.call_count == 2
     assert result.attempt_history[1].delay_before == pytest.approx(2.5)

@@ -116,6 +116,9 @@ def test_no_single_answer_stops_calls_to_another_endpoint(
             retry_budget=stormguard.RetryBudget(ratio=1.0, min_retries_per_second=10, clock=clock),
             ejection=stormguard.EjectionConfig(probe=unreachable),
             telemetry=None,
+            # A key's quota is the key's on every endpoint: a quota 429 paces them
+            # all, at most MAX_PAUSE_S (test_quota_flow.py holds that bound).
+            quota=None,
         )
         try:
             if stream:

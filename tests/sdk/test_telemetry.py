@@ -628,3 +628,40 @@ def test_precheck_lookups_are_traced_by_httpx_instrumentation_under_the_call(ote
     lookups = [s for s in children if s.name != "POST /v1/chat/completions"]
     assert len(ours) == 1 and lookups  # the pre-check's lookups are not attempts
     assert logical.attributes is not None and logical.attributes["stormguard.attempts"] == 1
+
+
+async def test_quota_waits_and_paced_429s(api: Api, mock: respx.MockRouter, otel: Otel) -> None:
+    quota = {
+        "x-ratelimit-limit-tokens": "600",
+        "x-ratelimit-remaining-tokens": "0",
+        "x-ratelimit-limit-requests": "100",
+        "x-ratelimit-remaining-requests": "7",
+    }
+    rate = {"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}}
+    mock.post("/chat/completions").mock(
+        side_effect=[
+            httpx.Response(200, json=chat_json(), headers=quota),
+            httpx.Response(429, json=rate, headers={**quota, "retry-after": "1"}),
+            httpx.Response(200, json=chat_json(), headers=quota),
+        ]
+    )
+    client = api.client(telemetry=otel.telemetry)
+    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    otel.exporter.clear()
+    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    logical = otel.logical()
+    attrs = logical.attributes or {}
+    assert attrs["stormguard.quota.paced_429s"] == 1
+    assert attrs["stormguard.quota.wait_s"] > 1.0  # the share's wait, then the 429's
+    first, second = otel.attempts(logical)
+    assert (first.attributes or {})["stormguard.attempt.outcome"] == "paced"
+    for span in (first, second):
+        seen = span.attributes or {}
+        assert seen["stormguard.attempt.quota_wait_s"] > 0
+        assert 0 < seen["stormguard.quota.share"] <= 1
+        assert seen["stormguard.quota.remaining_tokens"] == 0
+        assert seen["stormguard.quota.remaining_requests"] == 7
+    assert otel.counter("stormguard.client.quota.paced_429s") == 1
+    waits = otel.metrics()["stormguard.client.quota.wait.duration"]
+    assert sum(point.count for point in waits) == 2
+    no_secret(otel.spans())

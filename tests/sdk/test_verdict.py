@@ -109,6 +109,34 @@ CASES = [
         id="429-rate",
     ),
     pytest.param(
+        status(429, body={"message": "Rate limit reached", "code": "rate_limit_exceeded"}),
+        replace(SENT, **SHED, limit=LimitOutcome.DROPPED, quota=True),
+        id="429-rate-limit-exceeded",
+    ),
+    pytest.param(
+        status(429, body={"message": "busy", "code": "rate_limit_exceeded"}, load_shed="x"),
+        replace(SENT, **SHED, limit=LimitOutcome.DROPPED),
+        id="429-rate-limit-exceeded-with-a-shed-marker",
+    ),
+    pytest.param(
+        status(
+            429,
+            body={
+                "message": "Request too large for m in organization org-x on tokens per min",
+                "code": "rate_limit_exceeded",
+            },
+        ),
+        replace(SENT, fallback=True),
+        id="429-request-too-large",
+    ),
+    pytest.param(
+        stormguard.QuotaWaitError(
+            "no room", key="k", model="m", wait=9.0, least_wait=9.0, remaining=1.0
+        ),
+        replace(LOCAL, stop=StopReason.DEADLINE, fallback=True),
+        id="quota-wait",
+    ),
+    pytest.param(
         status(429, body=QUOTA),
         replace(SENT, out_of_quota=True),
         id="429-quota",

@@ -143,6 +143,8 @@ class _CallTrace:
         if self.instruments is not None and event.concurrency_limit is not None:
             self.instruments.queue_duration.record(event.queued, self._metric_attributes())
             self.instruments.concurrency_limit(event.endpoint, event.concurrency_limit)
+        if self.instruments is not None and event.quota_share is not None:
+            self.instruments.quota_wait.record(event.quota_wait, self._metric_attributes())
         if self.tracer is None:
             return {}
         url = httpx.URL(event.url)
@@ -176,6 +178,13 @@ class _CallTrace:
                 attributes[n.ATTEMPT_QUEUED] = event.queued
             if event.failover:
                 attributes[n.ATTEMPT_FAILOVER] = True
+            if event.quota_share is not None:
+                attributes[n.ATTEMPT_QUOTA_WAIT] = event.quota_wait
+                attributes[n.QUOTA_SHARE] = event.quota_share
+                if event.quota_remaining_tokens is not None:
+                    attributes[n.QUOTA_REMAINING_TOKENS] = event.quota_remaining_tokens
+                if event.quota_remaining_requests is not None:
+                    attributes[n.QUOTA_REMAINING_REQUESTS] = event.quota_remaining_requests
             attempt.set_attributes(attributes)
         headers: dict[str, str] = {}
         propagate.inject(headers, context=trace.set_span_in_context(attempt))
@@ -184,6 +193,8 @@ class _CallTrace:
     def _attempt_ended(self, event: AttemptEnded) -> None:
         if self.instruments is not None:
             self.instruments.attempts.add(1, self._metric_attributes(outcome=event.outcome))
+            if event.outcome == "paced":
+                self.instruments.paced_429s.add(1, self._metric_attributes())
         attempt = self.attempt
         if attempt is None:
             return
@@ -291,6 +302,8 @@ class _CallTrace:
             n.ATTEMPTS: event.attempts,
             n.CALL_QUEUED: event.queued,
             n.DEGRADED: event.degraded_from is not None,
+            n.QUOTA_WAIT: event.quota_wait,
+            n.QUOTA_PACED_429S: event.paced_429s,
             **_budget_attributes(event.budget),
         }
         if event.retry_stopped_by is not None:

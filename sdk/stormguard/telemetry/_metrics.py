@@ -81,6 +81,17 @@ class ClientMetrics:
             description="Time an attempt waited in the local queue for a concurrency slot.",
             explicit_bucket_boundaries_advisory=[0.0, *n.DURATION_BUCKETS],
         )
+        self.quota_wait = meter.create_histogram(
+            n.METRIC_QUOTA_WAIT,
+            unit="s",
+            description="Time an attempt waited for its share of its API key's quota.",
+            explicit_bucket_boundaries_advisory=[0.0, *n.DURATION_BUCKETS],
+        )
+        self.paced_429s = meter.create_counter(
+            n.METRIC_QUOTA_PACED_429S,
+            unit="{response}",
+            description="Quota 429s after which a call went back to its key's pacer.",
+        )
         self._breaker_states: dict[str, int] = {}
         self._endpoint_statuses: dict[str, int] = {}
         self._limits: dict[str, int] = {}

@@ -75,6 +75,14 @@ DEGRADED = "stormguard.degraded"
 CANCELLED = "stormguard.cancelled"
 CALL_OUTCOME = "stormguard.call.outcome"
 THROTTLE_PROBABILITY = "stormguard.throttle.probability"
+# A key's quota (docs/quotas.md): the wait for it, per attempt and per call; the
+# process's share of the key and what the key had left when the attempt went out.
+ATTEMPT_QUOTA_WAIT = "stormguard.attempt.quota_wait_s"
+QUOTA_WAIT = "stormguard.quota.wait_s"
+QUOTA_PACED_429S = "stormguard.quota.paced_429s"
+QUOTA_SHARE = "stormguard.quota.share"
+QUOTA_REMAINING_TOKENS = "stormguard.quota.remaining_tokens"
+QUOTA_REMAINING_REQUESTS = "stormguard.quota.remaining_requests"
 # The load headers an attempt received (docs/protocol.md).
 LOAD_QUEUE_DEPTH = "stormguard.server.queue_depth"
 LOAD_QUEUE_TOKENS = "stormguard.server.queue_tokens"
@@ -106,6 +114,8 @@ METRIC_DISCOVERY_CHANGES = "stormguard.client.discovery.changes"
 METRIC_DISCOVERY_ENDPOINTS = "stormguard.client.discovery.endpoints"
 METRIC_QUEUE_DURATION = "stormguard.client.queue.duration"
 METRIC_CONCURRENCY_LIMIT = "stormguard.client.concurrency.limit"
+METRIC_QUOTA_WAIT = "stormguard.client.quota.wait.duration"
+METRIC_QUOTA_PACED_429S = "stormguard.client.quota.paced_429s"
 
 # Explicit bucket boundaries the GenAI metric conventions (v1.41.0) give.
 DURATION_BUCKETS = (

@@ -1,0 +1,167 @@
+"""The call's side of its key's quota (``_policies/quota``): before each attempt it
+waits for its share of the key's rate (``pace``), each response's
+``x-ratelimit-*`` headers tell the key's pacer what is left, and a quota 429 sends
+the call back to the pacer instead of spending a retry (``_retry_loop.py``).
+
+A call whose key has sent no quota signal yet pays a dict look-up and nothing
+else: no ``CallQuota`` is made until the key is paced, or its first answer
+carries the headers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._call_events import CallEvents
+from ._exceptions import APIStatusError
+from ._policies.quota import CREDENTIAL_HEADERS, CallQuota, Pace, QuotaKey, estimate_cost
+from ._rate_limit_headers import NO_RATE_LIMIT
+from ._verdict import (
+    is_out_of_quota,
+    is_quota_refusal,
+    is_too_large_for_quota,
+    refusal_message,
+)
+
+if TYPE_CHECKING:
+    from ._policies.quota import QuotaGate
+
+__all__ = ["CallPacing"]
+
+#: Models whose key a client keeps at hand (past them, it starts again).
+_MAX_MODELS = 256
+
+
+class CallPacing(CallEvents):
+    """The call's place in its key's quota, and what it tells the key's pacer."""
+
+    def pace(self) -> Pace | None:
+        """Before an attempt: None, go now; else sleep ``seconds``, then send
+        (``granted``) or ask again. Raises ``QuotaWaitError`` when the call's
+        deadline cannot be met even at the whole key's rate."""
+        quota = self._quota
+        if quota is None:
+            gate, key = self.core.quota, self._key()
+            if gate is None or key is None or gate.registry.get(key) is None:
+                return None  # the key is not paced: nothing to wait for
+            quota = self._quota = gate.call(key, self.priority.rank)
+        elif quota.state() is None:
+            return None
+        self.machine.step("pace")
+        return quota.pace(self.quota_cost(), self.core.clock.now(), self.deadline.at)
+
+    def left_pacing(self) -> None:
+        """The attempt ended before it was sent (refused, cancelled): the call's place
+        and any cost it was granted go back to the key."""
+        if self._quota is not None:
+            self._quota.leave()
+
+    def _key(self) -> QuotaKey | None:
+        key = self._quota_key
+        if key is None:
+            core, spec = self.core, self.spec
+            gate, model = core.quota, spec.model
+            if gate is None or model is None or spec.method != "POST":
+                return None
+            if spec.headers or spec.absolute_url is not None:
+                key = gate.key_for(self._credential(), self._host(), model)
+            else:  # the client's own credential and service: one key per model
+                key = core.quota_keys.get(model)
+                if key is None:
+                    key = gate.key_for(self._credential(), self._host(), model)
+                    if len(core.quota_keys) >= _MAX_MODELS:
+                        core.quota_keys.clear()
+                    core.quota_keys[model] = key
+            self._quota_key = key
+        return key
+
+    def _credential(self) -> str | None:
+        """The credential the call sends: its own header before the client's."""
+        for name, value in self.spec.headers.items():
+            if name.lower() in CREDENTIAL_HEADERS:
+                return value
+        headers = self.core.headers
+        for name in CREDENTIAL_HEADERS:
+            given = headers.get(name)
+            if given is not None:
+                return given
+        return None
+
+    def _host(self) -> str:
+        url = self.spec.absolute_url
+        if url is None:
+            return self.core.quota_host
+        return url.partition("://")[2].partition("/")[0].rpartition("@")[2]
+
+    def quota_cost(self) -> float:
+        """What the provider charges the call when it admits it (``estimate_cost``)."""
+        cost = self._quota_cost
+        if cost is None:
+            gate = self.core.quota
+            check = self.precheck
+            cost = self._quota_cost = estimate_cost(
+                self.spec.body,
+                self._content,
+                embeddings=self.spec.operation == "embeddings",
+                default_output=gate.policy.default_output_tokens if gate is not None else 0,
+                precheck=None if check is None else (check.prompt_tokens, check.max_tokens),
+            )
+        return cost
+
+    def _quota_call(self, gate: QuotaGate) -> CallQuota | None:
+        """The call's place in its key's quota, made now if it was not."""
+        quota = self._quota
+        if quota is None:
+            key = self._key()
+            if key is None:
+                return None
+            quota = self._quota = gate.call(key, self.priority.rank)
+        return quota
+
+    def _quota_sent(self) -> None:
+        if self._quota is not None:
+            self._quota.sent()
+            self._quota_refusal = False
+
+    def _quota_observed(self, status: int) -> None:
+        """The response's ``x-ratelimit-*`` headers, for the key's pacer: a charged
+        request (a success, or a 5xx the provider admitted) counts in this process's
+        share; a refusal or a caller's error does not."""
+        gate = self.core.quota
+        if gate is None or self.rate_limit is NO_RATE_LIMIT:
+            return
+        quota = self._quota_call(gate)
+        if quota is None:
+            return
+        charged = status < 300 or status >= 500
+        quota.observe(
+            self._started,
+            self.core.clock.now(),
+            self.rate_limit,
+            self.quota_cost() if charged else 0.0,
+        )
+
+    def _quota_refused(self, error: APIStatusError) -> bool:
+        """Whether ``error`` is a quota 429 the key's pacer takes (the call then goes
+        back to it): a quota's own 429 (``is_quota_refusal``), or any 429 without a
+        server's shed marker once the key is paced. Its wait is set on the key."""
+        gate = self.core.quota
+        if gate is None or error.status_code != 429:
+            return False
+        if not is_quota_refusal(error):
+            paced = self._quota is not None and self._quota.state() is not None
+            if not paced or error.server_load.load_shed is not None:
+                return False
+            if is_out_of_quota(error) or is_too_large_for_quota(error):
+                return False
+        quota = self._quota_call(gate)
+        if quota is None:
+            return False
+        quota.refused(
+            self._started,
+            self.core.clock.now(),
+            refusal_message(error),
+            error.server_load.retry_after,
+            error.rate_limit,
+        )
+        return True

@@ -1,0 +1,7 @@
+"""Policies that decide whether and when a call goes out, one package each.
+
+Each is a small set of modules with one job apiece, testable alone with an
+injected clock, thread-safe, and free of I/O: a policy returns waits, the call
+flow sleeps them (``_call_flow.Sleep``). ``quota/`` paces calls to a hosted
+API's per-key quota.
+"""

@@ -1,0 +1,41 @@
+"""Pacing to a hosted API's per-key quota (tokens and requests per minute).
+
+One module per job, each testable alone with an injected clock:
+
+* ``_config``: ``QuotaPolicy``, the knobs and the reason for each default;
+* ``_share``: ``ShareController``, one dimension paced to the ``x-ratelimit-*``
+  headers by this process's measured share of the key;
+* ``_cubic``: ``CubicRate``, the rate learned from 429s alone (AWS's adaptive mode);
+* ``_signals``: what a response and a 429's message say of the quota;
+* ``_key``: ``KeyQuota``, one key's quota under one lock (the ``KeyState``
+  interface: reserve, observe, refused, refund, withdraw), and the waiting calls;
+* ``_registry``: ``QuotaRegistry``, the keys in use, process-wide and bounded;
+* ``_gate``: ``QuotaGate`` and ``CallQuota``, the call's side: its key, its cost,
+  its place in line.
+
+docs/quotas.md says what the policy does and why.
+"""
+
+from ._config import QuotaPolicy
+from ._gate import CREDENTIAL_HEADERS, CallQuota, QuotaGate, estimate_cost
+from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
+from ._registry import QuotaRegistry, fingerprint, registry_for
+from ._signals import Refusal, refusal_of
+
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "CallQuota",
+    "KeyQuota",
+    "KeyState",
+    "Pace",
+    "QuotaGate",
+    "QuotaKey",
+    "QuotaPolicy",
+    "QuotaRegistry",
+    "QuotaSnapshot",
+    "Refusal",
+    "estimate_cost",
+    "fingerprint",
+    "refusal_of",
+    "registry_for",
+]

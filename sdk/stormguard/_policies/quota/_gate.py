@@ -1,0 +1,238 @@
+"""The call's side of its key's quota: ``QuotaGate`` (one per client, shared by its
+``with_options`` copies) names a call's key and finds its quota; ``CallQuota`` is
+one call's place in it: its ticket, what it waited, the cost it holds.
+
+A call's **key** is its credential (the ``Authorization`` bearer token, Azure's
+``api-key``, Anthropic's ``x-api-key``: the call's own header before the
+client's), the service's host and the model: OpenAI's limits are per key and
+model, and the same key on two services is two quotas. Without a credential, the
+host stands for the key. Only the credential's fingerprint is kept.
+
+A call's **cost** is what the provider charges when it admits it: the prompt's
+tokens (the token pre-check's count when one ran, else the body's bytes / 4)
+plus ``max_tokens`` (``max_completion_tokens``, ``max_output_tokens``; else the
+pre-check's default, else ``QuotaPolicy.default_output_tokens``; none for
+embeddings), and one request.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ... import _logs
+from ..._rate_limit_headers import RateLimit
+from ._config import QuotaPolicy
+from ._key import KeyQuota, Pace, QuotaKey, QuotaSnapshot
+from ._registry import fingerprint, registry_for
+from ._signals import readings, refusal_of
+
+if TYPE_CHECKING:
+    from ..._clock import Clock
+
+__all__ = ["CREDENTIAL_HEADERS", "CallQuota", "QuotaGate", "estimate_cost"]
+
+#: The headers that carry a credential, in the order they are read.
+CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
+#: Bytes of a JSON body per prompt token, for a call no pre-check counted (English
+#: runs near 4 characters a token; the body's keys and quotes add a little).
+_BYTES_PER_TOKEN = 4.0
+_OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
+_MAX_NAMED = 1024
+
+
+def estimate_cost(
+    body: Mapping[str, Any] | None,
+    content: bytes | None,
+    *,
+    embeddings: bool,
+    default_output: int,
+    precheck: tuple[int, int] | None = None,
+) -> float:
+    """The tokens a provider charges a call when it admits it (module doc).
+    ``precheck``: the pre-check's (prompt tokens, max_tokens)."""
+    if precheck is not None:
+        return float(precheck[0] + (0 if embeddings else precheck[1]))
+    prompt = len(content) / _BYTES_PER_TOKEN if content else 0.0
+    if embeddings:
+        return max(prompt, 1.0)
+    output = default_output
+    if body is not None:
+        for name in _OUTPUT_FIELDS:
+            value = body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                output = value
+                break
+    return max(prompt + output, 1.0)
+
+
+class QuotaGate:
+    """A client's way to the quotas of its keys (module doc)."""
+
+    def __init__(self, policy: QuotaPolicy, clock: Clock) -> None:
+        self.policy = policy
+        self.now = clock.now
+        self.registry = registry_for(policy, clock, clock.now)
+        self._seq = itertools.count()
+        self._named: dict[tuple[str | None, str, str], QuotaKey] = {}
+        #: The keys this client's calls used, for ``stats()`` (bounded as the registry).
+        self._used: OrderedDict[QuotaKey, None] = OrderedDict()
+
+    def key_for(self, credential: str | None, host: str, model: str) -> QuotaKey:
+        """The key of a call sending ``credential`` to ``host`` for ``model``."""
+        named = (credential, host, model)
+        key = self._named.get(named)
+        if key is None:
+            if len(self._named) >= _MAX_NAMED:
+                self._named.clear()
+            secret = _secret(credential)
+            keyed = secret is not None
+            key = QuotaKey(fingerprint(secret if keyed else f"host:{host}"), host, model, keyed)
+            self._named[named] = key
+        return key
+
+    def call(self, key: QuotaKey, rank: int) -> CallQuota:
+        """One call's place in ``key``'s quota, behind the calls made before it."""
+        return CallQuota(self, key, (rank, next(self._seq)))
+
+    def used(self, key: QuotaKey) -> None:
+        if key not in self._used:
+            self._used[key] = None
+            while len(self._used) > self.policy.max_keys:
+                self._used.popitem(last=False)
+
+    def snapshot(self) -> tuple[QuotaSnapshot, ...]:
+        """Each key this client used whose quota is paced: ``client.stats().quota``."""
+        found = self.registry.snapshot(list(self._used), self.now())
+        return tuple(s for s in found if isinstance(s, QuotaSnapshot))
+
+
+def _secret(credential: str | None) -> str | None:
+    """The secret of a credential header (``Bearer sk-...`` reads as ``sk-...``)."""
+    if not credential:
+        return None
+    scheme, _, rest = credential.strip().partition(" ")
+    secret = rest.strip() if scheme.lower() == "bearer" and rest else credential.strip()
+    return secret or None
+
+
+class CallQuota:
+    """One call's place in its key's quota (used by one call's driver at a time)."""
+
+    __slots__ = (
+        "_granted",
+        "_state",
+        "_waiting",
+        "attempt_wait",
+        "gate",
+        "key",
+        "paced",
+        "ticket",
+        "wait_s",
+    )
+
+    def __init__(self, gate: QuotaGate, key: QuotaKey, ticket: tuple[int, int]) -> None:
+        self.gate = gate
+        self.key = key
+        self.ticket = ticket
+        self._state: KeyQuota | None = None
+        #: The cost granted and not yet sent (refunded if the attempt never goes).
+        self._granted = 0.0
+        self._waiting = False
+        #: Seconds waited for the quota: over the call, and before the current attempt.
+        self.wait_s = 0.0
+        self.attempt_wait = 0.0
+        #: Quota 429s this call went back to the pacer for.
+        self.paced = 0
+
+    def state(self) -> KeyQuota | None:
+        """The key's quota once a signal turned it on (None: nothing to pace)."""
+        if self._state is None:
+            self._state = self.gate.registry.get(self.key)
+        return self._state
+
+    def pace(self, cost: float, now: float, deadline: float) -> Pace | None:
+        """Ask for the call's share before an attempt: None, go now; else sleep
+        ``seconds`` and then send (``granted``) or ask again. Raises
+        ``QuotaWaitError`` when the deadline cannot be met."""
+        state = self.state()
+        if state is None:
+            return None
+        try:
+            pace = state.reserve(self.ticket, cost, now, deadline, self.attempt_wait)
+        except BaseException:
+            self._waiting = False
+            raise
+        self._waiting = not pace.granted
+        if pace.granted:
+            self._granted = cost
+        self.wait_s += pace.seconds
+        self.attempt_wait += pace.seconds
+        if pace.first_wait:
+            _logs.quota_waiting(key=self.key.fingerprint, model=self.key.model, wait=pace.seconds)
+        if pace.granted and pace.seconds <= 0:
+            return None
+        return pace
+
+    def sent(self) -> None:
+        """The attempt went out: what it was granted is spent."""
+        self._granted = 0.0
+        if self._state is not None:
+            self.gate.used(self.key)
+
+    def leave(self) -> None:
+        """The call stopped waiting, or its granted attempt was never sent."""
+        state, granted, waiting = self._state, self._granted, self._waiting
+        self._granted, self._waiting = 0.0, False
+        if state is None:
+            return
+        if waiting:
+            state.withdraw(self.ticket)
+        if granted:
+            state.refund(granted)
+
+    def observe(self, t_send: float, now: float, rate_limit: RateLimit, admitted: float) -> None:
+        """A response's ``x-ratelimit-*`` headers (``admitted``: the call's cost when
+        the provider charged it, else 0); the first turns the key's pacing on."""
+        found = readings(rate_limit)
+        if found == (None, None):
+            return
+        state = self._state
+        if state is None:
+            state = self._state = self.gate.registry.activate(self.key)
+        else:
+            self.gate.registry.touch(self.key)
+        self.gate.used(self.key)
+        for dimension, limit in state.observe(t_send, now, found, admitted):
+            _logs.quota_learned(
+                key=self.key.fingerprint, model=self.key.model, dimension=dimension, limit=limit
+            )
+
+    def refused(
+        self,
+        t_send: float,
+        now: float,
+        message: str | None,
+        retry_after: float | None,
+        rate_limit: RateLimit,
+    ) -> float:
+        """A quota 429: the key's pacing turns on (if it was not), and no call of the
+        key goes before its wait. Returns that wait, jittered (seconds)."""
+        refusal = refusal_of(message)
+        wait = retry_after
+        if wait is None:
+            wait = refusal.retry_in
+        if wait is None:
+            wait = rate_limit.exhausted_reset()
+        state = self._state or self.gate.registry.activate(self.key)
+        self._state = state
+        self.gate.used(self.key)
+        self.paced += 1
+        had_headers = readings(rate_limit) != (None, None)
+        return state.refused(t_send, now, refusal, wait, had_headers)
+
+    def least_wait(self, cost: float, now: float) -> float:
+        state = self.state()
+        return 0.0 if state is None else state.least_wait(now, cost)

@@ -1,0 +1,434 @@
+"""``KeyQuota``: one key's (and model's) quota as this process paces to it, under one
+lock: its two dimensions (``ShareController``), the 429-learned rate
+(``CubicRate``), the pause a quota 429 asks for, and the calls waiting for it.
+
+Its interface to the call (``reserve``, ``observe``, ``refused``, ``refund``,
+``withdraw``) is the ``KeyState`` protocol, so that a state shared between
+processes (a Redis bucket) can stand in for it. It never sleeps: ``reserve``
+returns a ``Pace`` (sleep this long, then send or ask again), and the call flow
+sleeps it (``_call_flow.Sleep``).
+
+**Order.** Calls wait in ``x-priority`` order (critical, standard, sheddable),
+then by arrival: a call may take the key's room only when no call before it in
+that order waits. A call's wait counts the costs of the calls ahead of it, so it
+asks again about when its turn comes, and at least every ``recheck`` seconds. A
+waiter that stops asking (its task was cancelled without a word) is swept out
+once it is 2 s late, and gets its place back if it asks again.
+
+**Bounds.** No call waits more than ``MAX_PAUSE_S`` (60 s) for one attempt, and
+no answer pauses the key for longer: past it the call goes, and the provider's
+own answer decides. A call fails at once (``QuotaWaitError``) when even the
+whole key's rate (its refill since the last ``remaining``, and the pause a 429 asked for,
+unjittered) could not serve it before its deadline: a lower bound, never this
+process's share, so no call is failed that another process's silence would have
+let through.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..._aimd_limit import MAX_PAUSE_S
+from ..._exceptions import QuotaWaitError
+from ..._fork import forget_in_child, fork_safe_lock
+from ._config import QuotaPolicy
+from ._cubic import CubicRate
+from ._share import ShareController
+from ._signals import Reading, Refusal
+
+__all__ = ["DEFAULT_429_WAIT_S", "KeyQuota", "KeyState", "Pace", "QuotaKey", "QuotaSnapshot"]
+
+#: The wait after a quota 429 that names none (no Retry-After, no "try again in", no
+#: spent limit's reset): AWS's and the prototype's.
+DEFAULT_429_WAIT_S = 1.0
+#: A waiter silent this long past its promised re-ask is swept out.
+_SWEEP_GRACE_S = 2.0
+#: The least sleep of a call that must wait.
+_MIN_SLEEP_S = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaKey:
+    """Whose quota: the fingerprint of the credential (or of the host, without one),
+    the service's host and the model. Never the credential itself."""
+
+    fingerprint: str
+    host: str
+    model: str
+    #: False: no credential was sent; the host stands for the key.
+    keyed: bool = True
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Looked up on every call: hashed once, not four fields each time.
+        object.__setattr__(self, "_hash", hash((self.fingerprint, self.host, self.model)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """What ``reserve`` tells a call: sleep ``seconds``, then send (``granted``: its
+    cost is taken) or ask again."""
+
+    seconds: float
+    granted: bool
+    #: The first wait this key has asked of any call (logged once).
+    first_wait: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSnapshot:
+    """A frozen copy of one key's quota as this process paces to it (``client.stats()``)."""
+
+    #: The key's fingerprint (first 12 hex digits of its SHA-256); never the key.
+    key: str
+    model: str
+    host: str
+    #: ``"headers"``: paced to the ``x-ratelimit-*`` headers; ``"429s"``: to the rate
+    #: learned from 429s alone; ``"off"``: no signal yet.
+    mode: str
+    #: The key's limits per minute, as the provider last said (None: not said).
+    limit_tokens: float | None
+    limit_requests: float | None
+    #: What the key had left, at the last answer.
+    remaining_tokens: float | None
+    remaining_requests: float | None
+    #: This process's measured share of the key, per dimension (1.0 before any).
+    share_tokens: float
+    share_requests: float
+    #: The rate this process paces to now (tokens and requests per second; None:
+    #: not paced in that dimension).
+    rate_tokens: float | None
+    rate_requests: float | None
+    #: Calls waiting for the key now.
+    waiting: int
+    #: Calls that had to wait, and the seconds they waited in all.
+    waits: int
+    wait_s: float
+    #: Quota 429s answered to this process, and calls failed for want of time.
+    paced_429s: int
+    refused: int
+    #: Seconds until a 429's pause ends (0: none).
+    paused_for: float
+
+
+class KeyState(Protocol):
+    """One key's quota as a call uses it: what a shared (Redis) state must offer."""
+
+    key: QuotaKey
+
+    def reserve(
+        self,
+        ticket: tuple[int, int],
+        cost: float,
+        now: float,
+        deadline: float,
+        waited: float = 0.0,
+    ) -> Pace:
+        """Take ``cost`` tokens and one request for the call ``ticket`` (rank, arrival),
+        or say how long to sleep (``waited``: what the attempt has waited already);
+        raise ``QuotaWaitError`` when its deadline cannot be met."""
+
+    def withdraw(self, ticket: tuple[int, int]) -> None:
+        """The call stopped waiting (cancelled, refused elsewhere)."""
+
+    def refund(self, cost: float) -> None:
+        """A granted call that was never sent: its cost goes back."""
+
+    def observe(
+        self,
+        t_send: float,
+        now: float,
+        readings: tuple[Reading | None, Reading | None],
+        admitted: float,
+    ) -> list[tuple[str, float]]:
+        """A response's headers; returns the limits newly learned (dimension, limit)."""
+
+    def refused(
+        self, t_send: float, now: float, refusal: Refusal, wait: float | None, had_headers: bool
+    ) -> float:
+        """A quota 429; returns the pause it set (seconds, jittered)."""
+
+
+class KeyQuota:
+    """One key's quota as this process paces to it (thread-safe; never sleeps)."""
+
+    def __init__(self, key: QuotaKey, policy: QuotaPolicy, rng: random.Random | None = None):
+        self.key = key
+        self._policy = policy
+        self._rng = rng or random.Random()
+        self._lock = fork_safe_lock()
+        shape = {"window": policy.window, "drain": policy.drain, "reserve": policy.reserve}
+        self.tokens = ShareController(**shape)
+        self.requests = ShareController(**shape)
+        self.cubic = CubicRate()
+        #: No call goes before this (a 429's pause, jittered), nor is any call failed
+        #: for a wait shorter than ``_floor_until`` (the same pause, unjittered).
+        self._not_before = -math.inf
+        self._floor_until = -math.inf
+        # The waiting calls, in (rank, arrival) order, and the cost of each.
+        self._order: list[tuple[int, int]] = []
+        self._costs: list[float] = []
+        self._asks: dict[tuple[int, int], float] = {}
+        self._next_sweep = -math.inf
+        self._waits = 0
+        self._wait_s = 0.0
+        self._paced_429s = 0
+        self._refused = 0
+        #: Whether a call has had to wait yet (the first wait is logged).
+        self.waited = False
+        forget_in_child(self)
+
+    def _forget_parent_calls(self) -> None:
+        """In a forked child: the parent's waiting calls will never ask again here."""
+        self._order.clear()
+        self._costs.clear()
+        self._asks.clear()
+
+    # -- the call's side -----------------------------------------------------------
+
+    def reserve(
+        self,
+        ticket: tuple[int, int],
+        cost: float,
+        now: float,
+        deadline: float,
+        waited: float = 0.0,
+    ) -> Pace:
+        recheck = self._policy.recheck
+        with self._lock:
+            if now >= self._next_sweep:
+                self._sweep(now)
+            index = bisect.bisect_left(self._order, ticket)
+            present = index < len(self._order) and self._order[index] == ticket
+            least = self._least_wait(now, cost)
+            ahead = sum(self._costs[:index])
+            wait = max(
+                self._not_before - now,
+                self.tokens.wait(now, cost + ahead),
+                self.requests.wait(now, 1.0 + index),
+                self.cubic.wait(now, cost + ahead),
+                0.0,
+            )
+            estimate = wait
+            if waited + wait >= MAX_PAUSE_S:
+                # No call is held past MAX_PAUSE_S for one attempt, whatever the
+                # headers said: past it, the provider's own answer decides.
+                wait, index = max(0.0, MAX_PAUSE_S - waited), 0
+            if index == 0 and wait <= recheck and now + wait <= deadline:
+                if present:
+                    self._remove(index)
+                self.tokens.take(cost)
+                self.requests.take(1.0)
+                self.cubic.take(now + wait, cost)
+                first = wait > 0 and not self.waited
+                if wait > 0:
+                    self.waited = True
+                    self._waits += 0 if present else 1
+                    self._wait_s += wait
+                return Pace(wait, True, first)
+            if now + least > deadline or now >= deadline:
+                if present:
+                    self._remove(index)
+                self._refused += 1
+                raise self._refusal(cost, estimate, least, deadline - now)
+            if not present:
+                if len(self._order) >= self._policy.max_waiting:
+                    self._refused += 1
+                    raise QuotaWaitError(
+                        f"{len(self._order)} calls already wait for the quota of key"
+                        f" {self.key.fingerprint} (model {self.key.model}): the most"
+                        " QuotaPolicy.max_waiting allows",
+                        key=self.key.fingerprint,
+                        model=self.key.model,
+                        wait=None,
+                        least_wait=least,
+                        remaining=deadline - now,
+                    )
+                self._order.insert(index, ticket)
+                self._costs.insert(index, cost)
+            # At least a few milliseconds: a call behind one whose turn has come waits
+            # for it to ask, rather than spinning.
+            sleep = min(max(wait, _MIN_SLEEP_S), recheck, max(deadline - now, 0.0))
+            self._asks[ticket] = now + sleep
+            first = not self.waited
+            self.waited = True
+            self._waits += 0 if present else 1
+            self._wait_s += sleep
+            return Pace(sleep, False, first)
+
+    def withdraw(self, ticket: tuple[int, int]) -> None:
+        with self._lock:
+            index = bisect.bisect_left(self._order, ticket)
+            if index < len(self._order) and self._order[index] == ticket:
+                self._remove(index)
+
+    def refund(self, cost: float) -> None:
+        with self._lock:
+            self.tokens.give_back(cost)
+            self.requests.give_back(1.0)
+            self.cubic.give_back(cost)
+
+    def least_wait(self, now: float, cost: float) -> float:
+        """The lower bound of a wait for ``cost`` (module doc, "Bounds")."""
+        with self._lock:
+            return self._least_wait(now, cost)
+
+    # -- what the provider said ----------------------------------------------------
+
+    def observe(
+        self,
+        t_send: float,
+        now: float,
+        readings: tuple[Reading | None, Reading | None],
+        admitted: float,
+    ) -> list[tuple[str, float]]:
+        learned: list[tuple[str, float]] = []
+        with self._lock:
+            if readings == (None, None):
+                if admitted > 0:  # no headers: only a 429's message reads the key
+                    self.tokens.admitted(t_send, admitted)
+                    self.requests.admitted(t_send, 1.0)
+                return learned
+            for reading, dimension, cost in (
+                (readings[0], self.tokens, admitted),
+                (readings[1], self.requests, 1.0 if admitted > 0 else 0.0),
+            ):
+                if reading is None:
+                    continue
+                if dimension.observe(t_send, now, reading.limit, reading.remaining, cost):
+                    learned.append((reading.dimension, reading.limit))
+        return learned
+
+    def refused(
+        self, t_send: float, now: float, refusal: Refusal, wait: float | None, had_headers: bool
+    ) -> float:
+        """A quota 429 for the request sent at ``t_send``. Its message's limit and
+        level stand in for headers it lacked; the 429-learned rate drops (a 429
+        always wins over headers that say there is room); and no call goes before
+        ``wait`` (the least wait the answer named, else ``DEFAULT_429_WAIT_S``) times
+        ``1 + retry_jitter * U(0, 1)``, never more than ``MAX_PAUSE_S``."""
+        base = min(wait if wait is not None and wait > 0 else DEFAULT_429_WAIT_S, MAX_PAUSE_S)
+        with self._lock:
+            reading = None if had_headers else refusal.reading()
+            if reading is not None:
+                # A 429 finds the key at the bottom; between 429s its level is not
+                # seen, and a key that refuses is spending its refill: it is read at
+                # the reserve, where the key is paced at its refill rate.
+                dimension = self.tokens if reading.dimension == "tokens" else self.requests
+                level = max(reading.remaining, self._policy.reserve * reading.limit)
+                dimension.observe(t_send, now, reading.limit, level, 0.0, refusal=True)
+            self.cubic.throttled(now, t_send)
+            self._paced_429s += 1
+            pause = min(base * (1.0 + self._policy.retry_jitter * self._rng.random()), MAX_PAUSE_S)
+            self._floor_until = max(self._floor_until, now + base)
+            self._not_before = max(self._not_before, now + pause)
+            return pause
+
+    # -- reading it ----------------------------------------------------------------
+
+    def snapshot(self, now: float) -> QuotaSnapshot:
+        with self._lock:
+            tokens, requests = self.tokens, self.requests
+            mode = "headers" if tokens.known or requests.known else "429s"
+            if mode == "429s" and not self.cubic.on:
+                mode = "off"
+            return QuotaSnapshot(
+                key=self.key.fingerprint,
+                model=self.key.model,
+                host=self.key.host,
+                mode=mode,
+                limit_tokens=tokens.limit,
+                limit_requests=requests.limit,
+                remaining_tokens=tokens.remaining if tokens.known else None,
+                remaining_requests=requests.remaining if requests.known else None,
+                share_tokens=tokens.current_share(now),
+                share_requests=requests.current_share(now),
+                rate_tokens=_rate(tokens, self.cubic, now),
+                rate_requests=requests.rate(now) if requests.known else None,
+                waiting=len(self._order),
+                waits=self._waits,
+                wait_s=self._wait_s,
+                paced_429s=self._paced_429s,
+                refused=self._refused,
+                paused_for=max(0.0, self._not_before - now),
+            )
+
+    def view(self) -> tuple[float, float | None, float | None]:
+        """This process's share of the key (the smaller of its dimensions') and what
+        the key had left at the last answer, per dimension: read without the lock,
+        for an attempt's span."""
+        tokens, requests = self.tokens, self.requests
+        share = min(
+            tokens.share if tokens.known else 1.0, requests.share if requests.known else 1.0
+        )
+        return (
+            share,
+            tokens.remaining if tokens.known else None,
+            requests.remaining if requests.known else None,
+        )
+
+    @property
+    def active(self) -> bool:
+        """Whether anything of this key is in use: a waiter, or a pause not over."""
+        return bool(self._order)
+
+    # -- inside the lock -----------------------------------------------------------
+
+    def _least_wait(self, now: float, cost: float) -> float:
+        return max(
+            self._floor_until - now,
+            self.tokens.least_wait(now, cost),
+            self.requests.least_wait(now, 1.0),
+            0.0,
+        )
+
+    def _refusal(self, cost: float, wait: float, least: float, left: float) -> QuotaWaitError:
+        key = self.key
+        rates = [
+            f"{limit:g} {unit}/min"
+            for limit, unit in ((self.tokens.limit, "tokens"), (self.requests.limit, "requests"))
+            if limit is not None
+        ]
+        at = f" at the key's whole rate ({', '.join(rates)})" if rates else ""
+        return QuotaWaitError(
+            f"The quota of key {key.fingerprint} (model {key.model}) cannot take this call"
+            f" ({cost:.0f} tokens) before its deadline: it would fit in about {wait:.2f} s,"
+            f" at least {least:.2f} s{at}, and the call has {max(left, 0.0):.2f} s left",
+            key=key.fingerprint,
+            model=key.model,
+            wait=wait,
+            least_wait=least,
+            remaining=max(left, 0.0),
+        )
+
+    def _remove(self, index: int) -> None:
+        ticket = self._order.pop(index)
+        self._costs.pop(index)
+        self._asks.pop(ticket, None)
+
+    def _sweep(self, now: float) -> None:
+        """Drop the waiters that stopped asking (a task cancelled without a word)."""
+        self._next_sweep = now + self._policy.recheck
+        stale = [t for t, due in self._asks.items() if due + _SWEEP_GRACE_S < now]
+        for ticket in stale:
+            index = bisect.bisect_left(self._order, ticket)
+            if index < len(self._order) and self._order[index] == ticket:
+                self._remove(index)
+            else:
+                self._asks.pop(ticket, None)
+
+
+def _rate(tokens: ShareController, cubic: CubicRate, now: float) -> float | None:
+    rates = []
+    if tokens.known:
+        rates.append(tokens.rate(now))
+    if cubic.on:
+        rates.append(cubic.rate(now))
+    return min(rates) if rates else None

@@ -1,0 +1,109 @@
+"""``QuotaRegistry``: the keys whose quota this process paces to, shared by every
+client on the same key, bounded, least recently used first out.
+
+A key's quota is the provider's, not a client's: two clients (or ``with_options``
+copies) on one key must pace together, or each would spend what the other does.
+So the registry is process-wide, one per clock and ``QuotaPolicy`` (two clients
+with equal policies on the system clock share it; a test's ``FakeClock`` has its
+own, so tests do not share pacing). A key enters it on its first quota signal
+(``activate``); until then a call of the key finds nothing and pays a dict look-up.
+
+Keys are kept by fingerprint: the first 12 hex digits of the credential's SHA-256
+(the label the reference server gives a key in its metrics and 429s), never the
+credential.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import random
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+
+from ..._fork import fork_safe_lock
+from ._config import QuotaPolicy
+from ._key import KeyQuota, QuotaKey
+
+__all__ = ["QuotaRegistry", "fingerprint", "registry_for"]
+
+
+@functools.lru_cache(maxsize=1024)
+def fingerprint(secret: str) -> str:
+    """The first 12 hex digits of ``secret``'s SHA-256: a key's name, never the key.
+
+    >>> fingerprint("sk-my-key")
+    '322ad2605eaf'
+    """
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+class QuotaRegistry:
+    """One ``KeyQuota`` per (key, host, model) in use, at most ``policy.max_keys``
+    (plus any a call waits on beyond it), the least recently used dropped first."""
+
+    def __init__(self, policy: QuotaPolicy, *, rng: random.Random | None = None) -> None:
+        self.policy = policy
+        self._rng = rng
+        self._lock = fork_safe_lock()
+        self._states: OrderedDict[QuotaKey, KeyQuota] = OrderedDict()
+        #: Keys dropped to make room.
+        self.evicted = 0
+
+    def get(self, key: QuotaKey) -> KeyQuota | None:
+        """The key's quota, if a signal has turned it on (a dict look-up, no lock)."""
+        return self._states.get(key)
+
+    def activate(self, key: QuotaKey) -> KeyQuota:
+        """The key's quota, made on its first quota signal; the least recently used
+        with no waiter goes past ``max_keys``."""
+        with self._lock:
+            state = self._states.get(key)
+            if state is not None:
+                self._states.move_to_end(key)
+                return state
+            state = KeyQuota(key, self.policy, self._rng)
+            self._states[key] = state
+            if len(self._states) > self.policy.max_keys:
+                for old, candidate in list(self._states.items()):
+                    if len(self._states) <= self.policy.max_keys:
+                        break
+                    if old != key and not candidate.active:
+                        del self._states[old]
+                        self.evicted += 1
+            return state
+
+    def touch(self, key: QuotaKey) -> None:
+        """The key was used: it goes last out."""
+        with self._lock:
+            if key in self._states:
+                self._states.move_to_end(key)
+
+    def snapshot(self, keys: Iterable[QuotaKey], now: float) -> tuple[object, ...]:
+        """The ``QuotaSnapshot`` of each of ``keys`` still kept."""
+        with self._lock:
+            states = [self._states[k] for k in keys if k in self._states]
+        return tuple(state.snapshot(now) for state in states)
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+_system: dict[QuotaPolicy, QuotaRegistry] = {}
+_by_clock: weakref.WeakKeyDictionary[object, dict[QuotaPolicy, QuotaRegistry]] = (
+    weakref.WeakKeyDictionary()
+)
+_registries_lock = fork_safe_lock()
+
+
+def registry_for(policy: QuotaPolicy, clock: object, now: Callable[[], float]) -> QuotaRegistry:
+    """The process's registry for ``policy`` on ``clock`` (whose time is ``now``):
+    one for every client reading the system's monotonic clock, one per other clock."""
+    with _registries_lock:
+        table = _system if now is time.monotonic else _by_clock.setdefault(clock, {})
+        registry = table.get(policy)
+        if registry is None:
+            registry = table[policy] = QuotaRegistry(policy)
+        return registry

@@ -1,0 +1,250 @@
+"""``ShareController``: one dimension (tokens or requests) of one key's quota, as
+one process paces it from the provider's ``x-ratelimit-*`` headers.
+
+The provider's ``remaining`` (R) is the level of ONE bucket shared by every
+process on the key; its ``limit`` (L) / 60 s is the bucket's refill rate rho. A
+process cannot see the others, but it can measure its **share** of what the key
+spends: over a window of its own observations, each stamped with the send time
+of the request it answered (when the provider charged it), the key spent
+D = R_first - R_last + rho * (t_last - t_first), while this process's requests
+admitted in that interval cost S: its share is f = S / D. Every process measuring
+so gets shares that sum to about 1, whatever their number.
+
+The key as a whole may spend A = rho + (R - low) / drain per second: the refill,
+plus the surplus above a small reserve (``low``) spent over ``drain`` seconds; below
+the reserve, less than rho, so the bucket refills to it. This process paces its
+sends to f * A with a local token bucket holding at most half a second of its rate.
+
+Before any share is measured, the headers give a guess: what this process's
+requests were charged / what the key has spent (L - the lowest R seen). A
+measured share moves halfway to each new measurement (noise); a share not
+measured for a window (this process sent little, so saw little) doubles per
+window of silence, so a process never starves on an old low share. Ported from
+the prototype chosen in simulation (docs/quotas.md). No lock: ``KeyQuota`` holds
+its key's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from ..._aimd_limit import MAX_PAUSE_S
+
+__all__ = ["MIN_SHARE", "SOFTNESS", "STALE_S", "ShareController"]
+
+#: The least share: 256 processes on one key.
+MIN_SHARE = 1 / 256
+#: Below the reserve the key is paced at rho * (1 - SOFTNESS * shortfall / reserve),
+#: never under a tenth of rho.
+SOFTNESS = 0.5
+#: Observations and admitted sends kept (each also by time: a window, two windows).
+_MAX_SAMPLES = 512
+#: Seconds a dimension paces on its last answer: past them without another, it
+#: paces nothing until the next (one answer, however wrong, holds calls no longer).
+STALE_S = MAX_PAUSE_S
+#: A bucket at 98 % of its limit or more wastes its refill: no share is measured on it.
+_FULL = 0.98
+#: A share read between two 429s (no headers) needs this many of the largest
+#: cost of this process's own admitted sends between them.
+_MIN_OWN = 2.0
+
+
+class ShareController:
+    """One dimension of one key's quota: what the provider said, this process's
+    measured share of it, and the local bucket that paces this process's sends."""
+
+    __slots__ = (
+        "_admitted",
+        "_charged",
+        "_drain",
+        "_from_refusals",
+        "_level",
+        "_level_t",
+        "_low_fraction",
+        "_lowest",
+        "_measured",
+        "_obs",
+        "_observed_t",
+        "_window",
+        "limit",
+        "remaining",
+        "remaining_t",
+        "rho",
+        "sent_total",
+        "share",
+        "share_t",
+    )
+
+    def __init__(self, *, window: float, drain: float, reserve: float) -> None:
+        self._window = window
+        self._drain = drain
+        self._low_fraction = reserve
+        #: The key's limit per minute (None: no header seen yet).
+        self.limit: float | None = None
+        #: Its refill per second (limit / 60).
+        self.rho = 0.0
+        #: The key's last ``remaining``, and the send time it answered.
+        self.remaining = 0.0
+        self.remaining_t = -math.inf
+        self._observed_t = -math.inf
+        self._obs: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
+        self._admitted: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
+        #: This process's share of the key, and the send time it was measured at.
+        self.share = 1.0
+        self.share_t = 0.0
+        self._measured = False
+        self._from_refusals = False
+        self._level = 0.0
+        self._level_t = 0.0
+        #: Own spend granted, and charged (answers with headers), for the guess.
+        self.sent_total = 0.0
+        self._charged = 0.0
+        self._lowest = math.inf
+
+    @property
+    def known(self) -> bool:
+        """Whether a header has told this dimension its limit."""
+        return self.limit is not None
+
+    def paces(self, now: float) -> bool:
+        """Whether this dimension paces calls now: its limit is known, and its last
+        answer is at most ``STALE_S`` old."""
+        return self.limit is not None and now - self._observed_t <= STALE_S
+
+    def observe(
+        self,
+        t_send: float,
+        now: float,
+        limit: float,
+        remaining: float,
+        admitted: float,
+        *,
+        refusal: bool = False,
+    ) -> bool:
+        """One response's ``limit`` and ``remaining`` for the request sent at ``t_send``
+        (``admitted``: its cost when the provider charged it, else 0). The caller
+        checked both are finite, ``limit`` > 0 and ``remaining`` within [0, limit].
+        ``refusal``: read from a 429's message, the only word of a provider that
+        sends no headers. Returns whether the limit changed (a new rate learned)."""
+        first = self.limit is None
+        self._from_refusals = refusal
+        self._observed_t = max(self._observed_t, now)
+        changed = limit != self.limit
+        if changed:
+            self.limit, self.rho = limit, limit / 60.0
+        if t_send >= self.remaining_t:
+            self.remaining, self.remaining_t = remaining, t_send
+        if admitted > 0:
+            self._admitted.append((t_send, admitted))
+        self._obs.append((t_send, remaining))
+        newest = max(self.remaining_t, t_send)
+        while self._obs and self._obs[0][0] < newest - self._window:
+            self._obs.popleft()
+        while self._admitted and self._admitted[0][0] < newest - 2 * self._window:
+            self._admitted.popleft()
+        self._measure()
+        if first:
+            self._level, self._level_t = 0.0, now
+            self._lowest = remaining
+        if not self._measured:
+            self._guess(t_send, remaining, admitted)
+        return changed
+
+    def _guess(self, t_send: float, remaining: float, admitted: float) -> None:
+        """The share before one is measured: what this process's requests were
+        charged, over what the key spent (its limit less the lowest ``remaining``
+        seen). Refreshed by each answer until a share is measured: the first
+        answers to a batch arrive together, each one more of this process's own."""
+        assert self.limit is not None
+        self._charged += admitted
+        self._lowest = min(self._lowest, remaining)
+        own = max(self.sent_total, self._charged)
+        if own <= 0 or self._from_refusals:
+            # Read from 429s (no headers): the key's spend since this process began
+            # to count its own is not known, so nothing to divide. The 429's pause
+            # and the 429-learned rate hold the process until a share is measured.
+            self.share, self.share_t = 1.0, t_send
+            return
+        self.share = min(1.0, max(MIN_SHARE, own / max(self.limit - self._lowest, own)))
+        self.share_t = t_send
+
+    def admitted(self, t_send: float, cost: float) -> None:
+        """A request sent at ``t_send`` was charged ``cost`` and its answer said
+        nothing of the key (no headers): it counts in this process's share."""
+        self._admitted.append((t_send, cost))
+        self._charged += cost
+        while self._admitted and self._admitted[0][0] < t_send - 2 * self._window:
+            self._admitted.popleft()
+
+    def _measure(self) -> None:
+        assert self.limit is not None
+        points = sorted(self._obs)
+        if len(points) < 2 or max(r for _, r in points) >= _FULL * self.limit:
+            return
+        (t1, r1), (t2, r2) = points[0], points[-1]
+        spent = r1 - r2 + self.rho * (t2 - t1)
+        own = sum(c for t, c in self._admitted if t1 < t <= t2)
+        biggest = max((c for _, c in self._admitted), default=1.0)
+        if self._from_refusals and own < _MIN_OWN * biggest:
+            # Between two 429s of a process that barely sent (it was paced, or
+            # paused), a share would read as nothing and starve it.
+            return
+        if spent > 0 and (t2 - t1 >= 0.5 or spent >= 8 * biggest):
+            share = min(1.0, max(MIN_SHARE, own / spent))
+            if self._measured:
+                share = max(MIN_SHARE, self.share + 0.5 * (share - self.share))
+            self.share, self.share_t, self._measured = share, t2, True
+
+    def current_share(self, now: float) -> float:
+        """The share paced to now: the measured one, doubled per window of silence."""
+        silent = now - self.share_t - self._window
+        if silent <= 0:
+            return self.share
+        return min(1.0, self.share * math.pow(2.0, min(silent / self._window, 16.0)))
+
+    def key_rate(self) -> float:
+        """What the whole key may spend per second now (A in the module doc)."""
+        assert self.limit is not None
+        low = self._low_fraction * self.limit
+        if self.remaining >= low:
+            return self.rho + (self.remaining - low) / self._drain
+        return self.rho * max(0.1, 1 - SOFTNESS * (low - self.remaining) / low)
+
+    def rate(self, now: float) -> float:
+        """This process's rate: its share of the key's."""
+        return self.current_share(now) * self.key_rate()
+
+    def wait(self, now: float, cost: float) -> float:
+        """Seconds until the local bucket holds ``cost`` (0: now). Unknown limit, or
+        no answer for ``STALE_S``: 0."""
+        if not self.paces(now):
+            return 0.0
+        rate = self.rate(now)
+        cap = max(cost, rate * 0.5)
+        if self._level < cap:
+            elapsed = max(0.0, now - self._level_t)
+            self._level = min(cap, self._level + elapsed * rate)
+        self._level_t = now
+        return 0.0 if self._level >= cost else (cost - self._level) / rate
+
+    def take(self, cost: float) -> None:
+        """``cost`` leaves the local bucket (a send was granted)."""
+        self.sent_total += cost
+        if self.limit is not None:
+            self._level -= cost
+
+    def give_back(self, cost: float) -> None:
+        """A granted send that never went out: its cost returns."""
+        self.sent_total = max(0.0, self.sent_total - cost)
+        if self.limit is not None:
+            self._level += cost
+
+    def least_wait(self, now: float, cost: float) -> float:
+        """A lower bound of the wait for ``cost``: the whole key's bucket, refilled at
+        rho since its last ``remaining``, serving it alone (a cost above the limit
+        counts as the limit: the provider's "too large" answer says the rest)."""
+        if self.limit is None or not self.paces(now):
+            return 0.0
+        level = min(self.limit, self.remaining + max(0.0, now - self.remaining_t) * self.rho)
+        return max(0.0, min(cost, self.limit) - level) / self.rho
