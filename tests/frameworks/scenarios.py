@@ -10,7 +10,9 @@ reference server, and a 500, a refused connection, a crash after the first chunk
 a shed with Retry-After against a hostile server: what the framework raised, and that
 the server saw no more requests for the failing call than stormguard alone sends, with
 the framework and openai-python at their default retries (where a framework's own
-retry loop sits above openai's client, the setting docs/frameworks.md names).
+retry loop sits above openai's client, the setting docs/frameworks.md names). Where
+nothing listens, the requests are the connections tried: the attempts of the
+stormguard clients the test built (``tracked``).
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel
 
 import stormguard
+from stormguard._transport import pipeline_of
 from tests.e2e.hostile_server import HEAD_SSE, Behaviour, HostileServer, RawRequest, answer
 from tests.e2e.server_process import RunningServer, free_port, run_server
 
@@ -42,6 +45,7 @@ __all__ = [
     "alone",
     "failing",
     "reference_server",
+    "tracked",
 ]
 
 #: The model name the frameworks ask for: an alias of the reference server's model
@@ -129,6 +133,9 @@ FAULTS = {
 }
 
 
+Pipeline = stormguard.Client | stormguard.AsyncClient
+
+
 @dataclass
 class Failing:
     """A hostile server answering every call with a fault, or no server at all."""
@@ -136,26 +143,57 @@ class Failing:
     base_url: str
     server: HostileServer | None
     started: float
+    #: The stormguard clients built while it was the target (``tracked``).
+    pipelines: list[Pipeline] = field(default_factory=list)
 
     @property
     def requests(self) -> int:
-        """The requests the server has seen (the calls', to any API)."""
-        return 0 if self.server is None else len(self.server.requests)
+        """The requests the server has seen (the calls', to any API); where nothing
+        listens, the connections the stormguard clients built for it tried."""
+        if self.server is None:
+            return sum(pipeline.stats().attempts for pipeline in self.pipelines)
+        return len(self.server.requests)
 
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
 
+#: The failing targets entered and not left yet, the innermost last.
+_targets: list[Failing] = []
+
+C = TypeVar("C")
+
+
+def tracked(client: C) -> C:
+    """``client`` (a stormguard client, an HTTP client of ``stormguard.httpx_client()``,
+    or a ``stormguard.OpenAI``), its pipeline counted in the current failing target's
+    ``requests``."""
+    pipeline: object = client
+    if not isinstance(client, (stormguard.Client, stormguard.AsyncClient)):
+        pipeline = getattr(client, "stormguard", None) or pipeline_of(client)
+    assert isinstance(pipeline, (stormguard.Client, stormguard.AsyncClient)), client
+    if _targets:
+        _targets[-1].pipelines.append(pipeline)
+    return client
+
+
 @contextmanager
 def failing(fault: str) -> Iterator[Failing]:
     """A base URL whose server fails every call with ``fault`` (``FAULTS``), or, for
     ``"refused"``, one where nothing listens."""
-    if fault == "refused":
-        yield Failing(f"http://127.0.0.1:{free_port()}/v1", None, time.monotonic())
-        return
-    with HostileServer({path: FAULTS[fault].behaviour() for path in PATHS}) as server:
-        yield Failing(server.base_url, server, time.monotonic())
+    with ExitStack() as stack:
+        if fault == "refused":
+            target = Failing(f"http://127.0.0.1:{free_port()}/v1", None, time.monotonic())
+        else:
+            server = HostileServer({path: FAULTS[fault].behaviour() for path in PATHS})
+            stack.enter_context(server)
+            target = Failing(server.base_url, server, time.monotonic())
+        _targets.append(target)
+        try:
+            yield target
+        finally:
+            _targets.remove(target)
 
 
 _alone: dict[str, int] = {}
@@ -165,14 +203,15 @@ def alone(fault: str) -> int:
     """The requests stormguard alone (``stormguard.Client``, its defaults) sends for one
     call that meets ``fault``: what the server may see through a framework."""
     if fault not in _alone:
-        with failing(fault) as target, stormguard.Client(base_url=target.base_url) as client:
+        stream = fault in FAULTS and FAULTS[fault].stream
+        with failing(fault) as target, tracked(stormguard.Client(base_url=target.base_url)) as sg:
             with pytest.raises(stormguard.StormguardError):
-                created: Any = client.chat.completions.create(
+                created: Any = sg.chat.completions.create(
                     model=MODEL,
                     messages=[{"role": "user", "content": "hi"}],
-                    stream=FAULTS[fault].stream,
+                    stream=stream,
                 )
-                for _ in created if FAULTS[fault].stream else ():
+                for _ in created if stream else ():
                     pass
             _alone[fault] = target.requests
     return _alone[fault]
