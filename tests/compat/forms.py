@@ -7,7 +7,7 @@ installed). Its ``stormguard_client`` form points those import lines at
 tests/compat/stormguard_client.py (stormguard's own ``Client`` under openai's names,
 what ``stormguard.OpenAI`` is without openai), and its ``openai_over_stormguard`` form
 at tests/compat/openai_over_stormguard.py (openai-python's clients over
-``stormguard.httpx_client``, ``max_retries=0``); no other line changes.
+``stormguard.httpx_client``, openai's retries at their default); no other line changes.
 """
 
 from __future__ import annotations
