@@ -183,6 +183,7 @@ __all__ = [
     "NotGiven",
     "Omit",
     "OpenAI",
+    "OpenAIError",
     "PermissionDeniedError",
     "Priority",
     "QueueTimeoutError",
@@ -335,11 +336,12 @@ _MODULES: dict[str, str] = {
 #: ``openai.OpenAI(...)`` port by changing only the import (``from stormguard import
 #: OpenAI``, ``import stormguard as openai``). Where openai-python is installed they are
 #: openai's own clients over stormguard's pipeline (``_openai_client.py``: what frameworks
-#: check with ``isinstance``); without it, ``Client`` and ``AsyncClient``.
-_OPENAI_NAMES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient"}
+#: check with ``isinstance``), and ``OpenAIError`` openai's base of every error they
+#: raise; without it, ``Client``, ``AsyncClient`` and ``StormguardError``.
+_OPENAI_NAMES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient", "OpenAIError": "StormguardError"}
 
 if TYPE_CHECKING:
-    from ._openai_client import AsyncOpenAI, OpenAI
+    from ._openai_client import AsyncOpenAI, OpenAI, OpenAIError
 
 #: Old names of the frozen copies that ``.state()`` and ``.stats()`` return: ``*State``
 #: now names live state only (and enums of named states, like ``CircuitState``). Each
@@ -379,8 +381,9 @@ def __getattr__(name: str) -> Any:
 
 
 def _openai_client_class(name: str) -> Any:
-    """``OpenAI``/``AsyncOpenAI``: openai's client over stormguard where openai-python can
-    be imported, else stormguard's ``Client``/``AsyncClient``."""
+    """``OpenAI``/``AsyncOpenAI``/``OpenAIError``: openai's client over stormguard (and
+    openai's base error) where openai-python can be imported, else stormguard's
+    ``Client``/``AsyncClient``/``StormguardError``."""
     if importlib.util.find_spec("openai") is not None:
         return getattr(importlib.import_module("._openai_client", __name__), name)
     return getattr(importlib.import_module(__name__), _OPENAI_NAMES[name])

@@ -61,7 +61,13 @@ if TYPE_CHECKING:
     from ._http import LimitsLike
     from ._options import TimeoutLike, Unset
 
-__all__ = ["AsyncOpenAI", "OpenAI", "OpenAIOptions"]
+__all__ = ["AsyncOpenAI", "OpenAI", "OpenAIError", "OpenAIOptions"]
+
+#: ``stormguard.OpenAIError``: the base of every error ``OpenAI`` raises, stormguard's
+#: (as the classes that are also openai's) and openai's own (``LengthFinishReasonError``
+#: of ``.parse()``), so ``import stormguard as openai`` keeps ``except
+#: openai.OpenAIError`` working.
+OpenAIError = openai.OpenAIError
 
 P = TypeVar("P", Client, AsyncClient)
 

@@ -242,3 +242,29 @@ def test_a_stormguard_http_client_is_shared_and_carries_its_options(
         stormguard.OpenAI(
             api_key="k", http_client=stormguard.async_httpx_client(base_url=server.base_url)
         )
+
+
+def test_import_stormguard_as_openai_catches_what_its_client_raises() -> None:
+    """A module that says ``import stormguard as openai`` builds ``openai.OpenAI(...)``
+    and catches ``openai.OpenAIError`` and ``openai.InternalServerError``: each catches
+    what that client raises."""
+    import stormguard as openai_here
+
+    caught: list[Exception] = []
+    with (
+        HostileServer({"/v1/chat/completions": answer(500, ERROR_500)}) as hostile,
+        openai_here.OpenAI(base_url=hostile.base_url, api_key="sk-test-1") as client,
+    ):
+        try:
+            client.chat.completions.create(model=MODEL, messages=HI)
+        except openai_here.InternalServerError as error:
+            caught.append(error)
+    down = f"http://127.0.0.1:{free_port()}/v1"
+    with openai_here.OpenAI(base_url=down, api_key="sk-test-1") as client:
+        try:
+            client.models.list()
+        except openai_here.OpenAIError as error:
+            caught.append(error)
+    status_error, connection_error = caught
+    assert isinstance(status_error, openai.InternalServerError)
+    assert isinstance(connection_error, openai_here.APIConnectionError)

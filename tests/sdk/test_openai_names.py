@@ -12,6 +12,7 @@ import openai
 import respx
 
 import stormguard
+from stormguard.openai_errors import openai_class
 from tests.sdk.helpers import BASE, Api, chat_json, sse
 
 
@@ -20,12 +21,24 @@ def test_openai_class_names_are_openais_clients_over_stormguard() -> None:
     assert issubclass(stormguard.AsyncOpenAI, openai.AsyncOpenAI)
 
 
+def test_openai_error_is_the_base_of_what_openais_client_raises() -> None:
+    """``import stormguard as openai``: ``except openai.OpenAIError`` catches what
+    ``openai.OpenAI(...)`` raises there, stormguard's errors and openai's own
+    (``LengthFinishReasonError`` of ``.parse()``) alike."""
+    assert stormguard.OpenAIError is openai.OpenAIError
+    for cls in (stormguard.RateLimitError, stormguard.APIConnectionError):
+        assert issubclass(openai_class(cls), stormguard.OpenAIError)
+    assert issubclass(openai.LengthFinishReasonError, stormguard.OpenAIError)
+    assert "OpenAIError" in stormguard.__all__
+
+
 def test_without_openai_the_names_are_stormguards_clients() -> None:
     code = (
         "import sys; sys.modules['openai'] = None\n"
         "import stormguard\n"
         "assert stormguard.OpenAI is stormguard.Client, stormguard.OpenAI\n"
         "assert stormguard.AsyncOpenAI is stormguard.AsyncClient\n"
+        "assert stormguard.OpenAIError is stormguard.StormguardError\n"
         "assert 'openai' not in {m.split('.')[0] for m in sys.modules if sys.modules[m]}\n"
     )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
