@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 from ._clock import Clock
 from ._http import httpx, library_of
-from .protocol import HEADER_STAINLESS_RETRY_COUNT
+from .protocol import HEADER_STAINLESS_RETRY_COUNT, parse_non_negative_int
 
 __all__ = ["MAX_REMEMBERED", "REMEMBER_S", "FailedCalls"]
 
@@ -60,8 +60,8 @@ def _digest(request: httpx.Request) -> bytes:
 
 def is_retry(request: httpx.Request) -> bool:
     """Whether ``request`` is openai-python's retry of an earlier one."""
-    count = request.headers.get(HEADER_STAINLESS_RETRY_COUNT, "0")
-    return count.isdigit() and int(count) > 0
+    count = parse_non_negative_int(request.headers.get(HEADER_STAINLESS_RETRY_COUNT))
+    return count is not None and count > 0
 
 
 class FailedCalls:

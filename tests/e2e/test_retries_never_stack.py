@@ -205,3 +205,16 @@ def test_failures_are_remembered_for_a_while_and_a_bounded_number() -> None:
     assert len(failed._failures) == MAX_REMEMBERED
     assert failed.answer(_openai_request(url, 1, b"0")) is None  # the oldest went first
     assert failed.answer(_openai_request(url, 1, str(MAX_REMEMBERED + 9).encode())) is not None
+
+
+def test_a_retry_count_of_other_digits_is_no_retry() -> None:
+    """``x-stainless-retry-count: ¹`` (latin-1 0xb9: a digit to ``str.isdigit``, no
+    number to ``int()``) is no retry of openai's, and no ValueError."""
+    from stormguard._transport_retries import FailedCalls
+
+    request = httpx.Request(
+        "POST",
+        "http://127.0.0.1:9/v1/chat/completions",
+        headers=[(b"x-stainless-retry-count", b"\xb9")],
+    )
+    assert FailedCalls(FakeClock()).answer(request) is None
