@@ -47,6 +47,7 @@ DECISION_MODULES = [
     "stormguard._ejection_config",
     "stormguard._ejection_rules",
     "stormguard._ejection_status",
+    "stormguard._tiers",
     "stormguard._policies.quota",
     "stormguard._policies.quota._config",
     "stormguard._policies.quota._cubic",

@@ -427,6 +427,8 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
     write_json(out / "drill.json", document)
     (out / "table.md").write_text(markdown_table(document["pairings"], "quota") + "\n")
     print(table(document["pairings"], "quota"))
+    for pairing, error in document["failed"].items():
+        print(f"FAILED (left out of the table): {pairing}: {error}", file=sys.stderr)
     workload = config.workload
     demand = document["demand_tokens"]
     print(

@@ -8,6 +8,7 @@ for the ideal wall time.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 from stormguard_drill.config import BacklogWorkload, Wave
 from stormguard_drill.quota_clients import QUOTA_CLIENT_TITLES, QuotaClientName
 from stormguard_drill.quota_config import QuotaRunConfig, QuotaVariant
-from stormguard_drill.quota_runner import demand_tokens, run_quota_pairings
+from stormguard_drill.quota_runner import QuotaRun, demand_tokens, run_quota_pairings
 from stormguard_drill.quota_summary import summarize_quota
 from stormguard_drill.report import load_average, machine, source
 from stormguard_drill.servers import EngineSpec, ServerFleet
@@ -44,12 +45,21 @@ async def quota_drill(
     pairings: list[tuple[QuotaVariant, QuotaClientName]] = [
         (variant, client) for variant in config.variants for client in clients
     ]
+    failed: dict[str, str] = {}
+    partial = out / "pairings.jsonl"  # each pairing's figures as it ends
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.write_text("")
     async with ServerFleet(out / "logs", EngineSpec(args=config.engine_args)) as servers:
         warmup = await servers.start("warm-up")
         try:
             demand = await demand_tokens(warmup, schedule)
+
+            def keep(run: QuotaRun) -> None:
+                with partial.open("a") as lines:
+                    lines.write(json.dumps(summarize_quota(run, config, demand)) + "\n")
+
             runs = await run_quota_pairings(
-                servers, config, pairings, schedule, warmup, out / "logs"
+                servers, config, pairings, schedule, warmup, out / "logs", failed, keep
             )
         finally:
             servers.stop(warmup)
@@ -67,6 +77,7 @@ async def quota_drill(
         "targets": asdict(config.targets),
         "demand_tokens": demand,
         "skipped": skipped or {},
+        "failed": failed,
         "logical_requests_per_pairing": len(schedule),
         "machine": {**host, "load_average_at_end": load_average()},
         "source": code,

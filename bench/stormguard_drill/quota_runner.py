@@ -26,7 +26,8 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,8 @@ from stormguard_drill.workload import Arrival
 CHAT_ROUTE = "/v1/chat/completions"
 # The batch starts this long after the last process is ready: time to send t0.
 START_DELAY_S = 0.3
+#: How long the drill waits for a killed worker process to be reaped.
+_REAP_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -211,7 +214,13 @@ async def run_quota_pairing(
             await asyncio.gather(sampler_task, return_exceptions=True)
         for worker in workers:
             worker.kill()
-        await asyncio.gather(*(w.process.wait() for w in workers), return_exceptions=True)
+        # Bounded: a process that never started has nothing to wait for, and a wait
+        # that never ends would hang the drill's shutdown.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(
+                asyncio.gather(*(w.process.wait() for w in workers), return_exceptions=True),
+                _REAP_TIMEOUT_S,
+            )
         if server is not None:
             servers.stop(server)
         if redis is not None:
@@ -225,15 +234,34 @@ async def run_quota_pairings(
     schedule: list[Arrival],
     warmup: ServerProcess,
     log_dir: Path,
+    failed: dict[str, str],
+    on_run: Callable[[QuotaRun], None] | None = None,
 ) -> list[QuotaRun]:
-    """Every pairing, ``config.concurrency`` at a time (1: one after another), in order."""
+    """Every pairing, ``config.concurrency`` at a time (1: one after another), in order.
+    A pairing that fails (a process that did not start, a server that did not come
+    up) is tried once more, then left out with its error in ``failed``: one broken
+    pairing does not cost the others' figures. ``on_run`` hears each run as it ends."""
     gate = asyncio.Semaphore(config.concurrency)
 
-    async def gated(variant: QuotaVariant, client: QuotaClientName) -> QuotaRun:
+    async def gated(variant: QuotaVariant, client: QuotaClientName) -> QuotaRun | None:
         async with gate:
-            print(f"quota: {variant.name} / {client} ...", file=sys.stderr)
-            return await run_quota_pairing(
-                servers, config, client, variant, schedule, warmup, log_dir
-            )
+            for attempt in (1, 2):
+                print(f"quota: {variant.name} / {client} ...", file=sys.stderr)
+                try:
+                    run = await run_quota_pairing(
+                        servers, config, client, variant, schedule, warmup, log_dir
+                    )
+                except Exception as exc:  # reported, and the drill goes on
+                    error = f"{type(exc).__name__}: {exc}"
+                    print(f"quota: {variant.name} / {client} failed: {error}", file=sys.stderr)
+                    traceback.print_exc(file=sys.stderr)
+                    if attempt == 2:
+                        failed[f"{variant.name} / {client}"] = error
+                    continue
+                if on_run is not None:
+                    on_run(run)
+                return run
+            return None
 
-    return list(await asyncio.gather(*(gated(v, c) for v, c in pairings)))
+    runs = await asyncio.gather(*(gated(v, c) for v, c in pairings))
+    return [run for run in runs if run is not None]

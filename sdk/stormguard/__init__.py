@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from ._client import Client
     from ._clock import Clock
     from ._deadline_transport import DeadlineTransport
+    from ._deployment import Deployment, Pin
     from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoverySnapshot
     from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
     from ._endpoints import Endpoint, SpillOver
@@ -104,6 +105,7 @@ if TYPE_CHECKING:
     from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
     from ._streaming import AsyncStream, Stream
     from ._throttle import AdaptiveThrottle
+    from ._tiers import DeploymentSnapshot
     from ._transport import (
         AsyncStormguardTransport,
         StormguardTransport,
@@ -161,6 +163,8 @@ __all__ = [
     "ContextWindowExceededError",
     "CreateEmbeddingResponse",
     "DeadlineTransport",
+    "Deployment",
+    "DeploymentSnapshot",
     "DiscoveryChange",
     "DiscoveryConfig",
     "DiscoveryError",
@@ -185,6 +189,7 @@ __all__ = [
     "OpenAI",
     "OpenAIError",
     "PermissionDeniedError",
+    "Pin",
     "Priority",
     "QueueTimeoutError",
     "QuotaPolicy",
@@ -244,6 +249,9 @@ _MODULES: dict[str, str] = {
     "Client": "._client",
     "Clock": "._clock",
     "DeadlineTransport": "._deadline_transport",
+    "Deployment": "._deployment",
+    "Pin": "._deployment",
+    "DeploymentSnapshot": "._tiers",
     "DiscoveryChange": "._discovery",
     "DiscoveryConfig": "._discovery",
     "DiscoveryError": "._discovery",

@@ -117,6 +117,11 @@ class AimdLimit:
         self._last_good = float(owner.initial_limit)
         #: The limit when the server last went down (restart, breaker opened).
         self._crashed_at = math.inf
+        #: What the limit slow-starts back up to after the server went down; until it
+        #: gets there (or a drop says the server is full sooner), the endpoint is
+        #: ramping back, and a client with another tier sends it only what the ramp
+        #: allows (``recovering``).
+        self._ramp_to = 0.0
 
     @property
     def limit(self) -> int:
@@ -125,6 +130,11 @@ class AimdLimit:
     @property
     def slow_start(self) -> bool:
         return self.value < self.ssthresh
+
+    @property
+    def recovering(self) -> bool:
+        """Ramping back up after the server went down (``fall_to_floor``)."""
+        return self.value < self._ramp_to
 
     def pause_left(self, now: float) -> float:
         return max(self.paused_until - now, 0.0)
@@ -208,6 +218,7 @@ class AimdLimit:
             return False  # sent under a limit already decreased: one decrease per round trip
         self.value = max(float(self._owner.min_limit), min(self.value, to))
         self.ssthresh = self.value
+        self._ramp_to = 0.0  # full sooner than the ramp's top: the server says where it is
         self.epoch += 1
         self.decreases += 1
         return True
@@ -231,7 +242,7 @@ class AimdLimit:
         # (the streams the crash cut) had already brought it down to.
         peak = max(self.value, self._last_good)
         self._crashed_at = peak
-        self.ssthresh = max(peak / 2.0, floor + 1.0)
+        self.ssthresh = self._ramp_to = max(peak / 2.0, floor + 1.0)
         self.value = floor
         self.epoch += 1
         self.decreases += 1

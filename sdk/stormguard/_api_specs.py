@@ -80,6 +80,8 @@ def embeddings_spec(
     bytes of JSON floats); one given is sent and its answer left as it comes."""
     chosen = core._model_for(model)
     decode = is_omitted(encoding_format) or encoding_format is None
+    params = dict(params)
+    pin = params.pop("pin", None)
     body: dict[str, Any] = {"model": chosen, "input": _json_input(input)}
     body.update(drop_omitted(params))
     body["encoding_format"] = "base64" if decode else encoding_format
@@ -93,6 +95,7 @@ def embeddings_spec(
         operation=EMBEDDINGS.operation,
         body=body,
         model=chosen,
+        pin=pin,
     )
 
 

@@ -28,6 +28,7 @@ from ._base_client import (
     CallExtras,
     CallTimeout,
 )
+from ._deployment import Pin
 from ._models import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -85,6 +86,7 @@ class AsyncChatCompletions:
         model: str | None = ...,
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -99,6 +101,7 @@ class AsyncChatCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -113,6 +116,7 @@ class AsyncChatCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -120,13 +124,14 @@ class AsyncChatCompletions:
         **params: Any,
     ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
         """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
-        vLLM's ``ignore_eos`` ...) goes into the request body as given."""
+        vLLM's ``ignore_eos`` ...) goes into the request body as given. ``pin`` holds
+        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md)."""
         spec = self._client._core.chat_spec(
             messages=messages,
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
+            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
             spec, self._hand_over
@@ -178,6 +183,7 @@ class AsyncCompletions:
         model: str | None = ...,
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -192,6 +198,7 @@ class AsyncCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -206,6 +213,7 @@ class AsyncCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -218,7 +226,7 @@ class AsyncCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
+            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
         )
         result: Completion | AsyncStream[Completion] = await self._client._request(
             spec, self._hand_over
@@ -302,6 +310,7 @@ class AsyncEmbeddings:
         model: str | None = None,
         encoding_format: Literal["float", "base64"] | Unset = NOT_GIVEN,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -316,7 +325,7 @@ class AsyncEmbeddings:
             model=model,
             encoding_format=encoding_format,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "pin": pin},
         )
         result: CreateEmbeddingResponse = await self._client._request(spec, self._hand_over)
         return result
@@ -351,6 +360,7 @@ class AsyncResponses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[False] | Unset | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -367,6 +377,7 @@ class AsyncResponses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -383,6 +394,7 @@ class AsyncResponses:
         max_output_tokens: int | Unset | None = NOT_GIVEN,
         stream: bool | Unset | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -403,6 +415,7 @@ class AsyncResponses:
                 "instructions": instructions,
                 "max_output_tokens": max_output_tokens,
                 "stream_timeouts": stream_timeouts,
+                "pin": pin,
                 **params,
             },
         )

@@ -128,6 +128,9 @@ class AttemptRecords(EndpointChoice):
         if self._quota is not None:
             quota_wait, self._quota.attempt_wait = self._quota.attempt_wait, 0.0
         endpoint = self._endpoint
+        deployment = tier = None
+        if endpoint is not None and endpoint.provider is not None:
+            deployment, tier = endpoint.name, endpoint.tier
         if endpoint is not None:
             self.core.picker.finished(endpoint)
             self._last_endpoint = endpoint.name
@@ -146,8 +149,12 @@ class AttemptRecords(EndpointChoice):
                 concurrency_limit=None if lease is None else lease.limit,
                 started_at=self._started,
                 quota_wait=quota_wait,
+                deployment=deployment,
+                tier=tier,
             )
         )
+        if deployment is not None and tier is not None:
+            self.core.tier_watch.attempted(deployment, tier, outcome)
         self._pending = None
 
     def _settle(self, outcome: str | None, error: BaseException | None = None) -> None:

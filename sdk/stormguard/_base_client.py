@@ -150,8 +150,8 @@ class BaseClient:
     def stats(self) -> CallStats:
         """Logical calls, attempts, retries, failovers, requeues, paced 429s, budget
         refusals, fallbacks, retry amplification, every breaker's state, every
-        endpoint's limit and ejection status, what DNS discovery found, and the
-        quota of each key paced."""
+        endpoint's limit and ejection status, what DNS discovery found, the
+        quota of each key paced, and what each deployment served."""
         core = self._core
         breakers, limiter, ejection = core.breakers, core.limiter, core.ejection
         return core.stats.snapshot(
@@ -161,6 +161,8 @@ class BaseClient:
             endpoint_names=tuple(state.name for state in core.picker.states),
             discovery=core.discovery.snapshot() if core.discovery is not None else (),
             quota=core.quota.snapshot() if core.quota is not None else (),
+            deployments=core.tier_watch.snapshot(),
+            tiers_left=tuple(core.tier_watch.left().items()),
         )
 
     def __repr__(self) -> str:

@@ -116,6 +116,9 @@ class CallBase:
     _queued_before = 0.0
     #: The call's observer (telemetry); None when nothing is recorded: no events then.
     _trace: CallObserver | None = None
+    #: Endpoints this call will not use again: a deployment whose key is out of
+    #: quota, or whose quota cannot fit the call's deadline (another tier may).
+    _skipped: frozenset[str] = frozenset()
 
     def __init__(self, core: ClientCore, spec: CallSpec) -> None:
         self.core = core

@@ -10,11 +10,21 @@ carries the headers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ._call_events import CallEvents
 from ._exceptions import APIStatusError
-from ._policies.quota import CREDENTIAL_HEADERS, CallQuota, Pace, QuotaKey, estimate_cost
+from ._policies.quota import (
+    CREDENTIAL_HEADERS,
+    CallQuota,
+    Pace,
+    QuotaKey,
+    estimate_cost,
+    output_tokens,
+    prompt_estimate,
+    refusal_of,
+)
 from ._rate_limit_headers import NO_RATE_LIMIT
 from ._verdict import (
     is_out_of_quota,
@@ -57,21 +67,47 @@ class CallPacing(CallEvents):
             self._quota.leave()
 
     def _key(self) -> QuotaKey | None:
+        if self.core.tiered:
+            return self._deployment_key()
         key = self._quota_key
         if key is None:
-            core, spec = self.core, self.spec
-            gate, model = core.quota, spec.model
-            if gate is None or model is None or spec.method != "POST":
+            key = self._quota_key = self._client_key()
+        return key
+
+    def _client_key(self) -> QuotaKey | None:
+        """The key of an attempt with the client's (or the call's) credential."""
+        core, spec = self.core, self.spec
+        gate, model = core.quota, spec.model
+        if gate is None or model is None or spec.method != "POST":
+            return None
+        if spec.headers or spec.absolute_url is not None:
+            return gate.key_for(self._credential(), self._host(), model)
+        # The client's own credential and service: one key per model.
+        key = core.quota_keys.get(model)
+        if key is None:
+            key = gate.key_for(self._credential(), self._host(), model)
+            if len(core.quota_keys) >= _MAX_MODELS:
+                core.quota_keys.clear()
+            core.quota_keys[model] = key
+        return key
+
+    def _deployment_key(self) -> QuotaKey | None:
+        """The key of the deployment the attempt goes to (in flight, or chosen for
+        the next attempt): its credential, its host, its name for the model. When
+        the call moves to another deployment, its place in the last key's quota is
+        given back and the next key's taken."""
+        target = self._endpoint or self._next_target or self._endpoint_choice
+        provider = None if target is None else target.provider
+        if provider is None or self.spec.absolute_url is not None:
+            key = self._client_key()
+        else:
+            gate, model = self.core.quota, self.spec.model
+            if gate is None or model is None or self.spec.method != "POST":
                 return None
-            if spec.headers or spec.absolute_url is not None:
-                key = gate.key_for(self._credential(), self._host(), model)
-            else:  # the client's own credential and service: one key per model
-                key = core.quota_keys.get(model)
-                if key is None:
-                    key = gate.key_for(self._credential(), self._host(), model)
-                    if len(core.quota_keys) >= _MAX_MODELS:
-                        core.quota_keys.clear()
-                    core.quota_keys[model] = key
+            key = gate.key_for(provider.credential(), provider.host, provider.model_for(model))
+        if key is not self._quota_key:
+            self.left_pacing()
+            self._quota = self._quota_cost = None
             self._quota_key = key
         return key
 
@@ -94,19 +130,35 @@ class CallPacing(CallEvents):
         return url.partition("://")[2].partition("/")[0].rpartition("@")[2]
 
     def quota_cost(self) -> float:
-        """What the provider charges the call when it admits it (``estimate_cost``)."""
+        """What the provider charges the call when it admits it (``estimate_cost``,
+        with the key's correction of a prompt no pre-check counted)."""
         cost = self._quota_cost
         if cost is None:
             gate = self.core.quota
             check = self.precheck
+            key = self._quota_key
             cost = self._quota_cost = estimate_cost(
                 self.spec.body,
                 self._content,
                 embeddings=self.spec.operation == "embeddings",
                 default_output=gate.policy.default_output_tokens if gate is not None else 0,
                 precheck=None if check is None else (check.prompt_tokens, check.max_tokens),
+                prompt_scale=1.0 if gate is None or key is None else gate.prompt_scale(key),
             )
         return cost
+
+    def quota_counted(self, usage: Mapping[str, object]) -> None:
+        """An answer's ``usage``: the provider's count of the prompt corrects the key's
+        estimate of the next calls' (``QuotaGate.calibrate``)."""
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        if type(prompt) is int:
+            self._quota_calibrate(float(prompt))
+
+    def _quota_calibrate(self, counted: float) -> None:
+        gate, quota = self.core.quota, self._quota
+        if gate is None or quota is None or self.precheck is not None:
+            return  # a pre-check's count is the provider's tokenizer's, not an estimate
+        gate.calibrate(quota.key, prompt_estimate(self._content), counted)
 
     def _quota_call(self, gate: QuotaGate) -> CallQuota | None:
         """The call's place in its key's quota, made now if it was not."""
@@ -157,11 +209,16 @@ class CallPacing(CallEvents):
         quota = self._quota_call(gate)
         if quota is None:
             return False
+        message = refusal_message(error)
         quota.refused(
             self._started,
             self.core.clock.now(),
-            refusal_message(error),
+            message,
             error.server_load.retry_after,
             error.rate_limit,
         )
+        requested = refusal_of(message).requested  # "Requested N": prompt + max_tokens
+        if requested is not None and self.spec.operation != "embeddings":
+            output = output_tokens(self.spec.body, gate.policy.default_output_tokens)
+            self._quota_calibrate(float(requested - output))
         return True

@@ -15,6 +15,7 @@ from ._stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
     from ._call_result import CallResults
+    from ._deployment import Pin
     from ._options import AttemptTimeouts
 
 
@@ -52,6 +53,8 @@ class CallSpec:
     hand_over: HandOver = ""
     #: A stream's first-chunk, idle and overall bounds (None: the client's).
     stream_timeouts: StreamTimeouts | None = None
+    #: The tier or deployment the call is held to (None: the best that can take it).
+    pin: Pin | None = None
 
     @property
     def replays_stream(self) -> bool:

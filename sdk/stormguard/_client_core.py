@@ -18,6 +18,7 @@ from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
 from ._budget import RetryBudget
 from ._client_options import BaseURL, CallSettings
 from ._clock import Clock
+from ._deployment import Deployment
 from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
 from ._endpoints import (
     Endpoint,
@@ -36,6 +37,7 @@ from ._spec_builder import SpecBuilder
 from ._stats import StatsRecorder
 from ._stream_timeouts import StreamTimeouts
 from ._throttle import AdaptiveThrottle
+from ._tiers import TierWatch
 from .openai_errors import openai_errors_option
 from .protocol import Priority
 from .telemetry import Telemetry
@@ -82,6 +84,8 @@ def _endpoints_from(base_url: BaseURL, discover: str | None) -> list[tuple[Endpo
     entries: list[tuple[Endpoint, bool]] = []
     for item in items:
         endpoint = item if isinstance(item, Endpoint) else Endpoint(str(item))
+        if isinstance(endpoint, Deployment):
+            endpoint = endpoint.resolved()  # its key from the environment, read once
         url, dns = split_dns_scheme(str(endpoint.base_url))
         if dns:
             endpoint = replace(endpoint, base_url=url)
@@ -142,6 +146,9 @@ class ClientCore(SpecBuilder):
         entries = _endpoints_from(base_url, discover)
         #: The endpoints as given (a DNS name stands for all its addresses).
         self.endpoints = [endpoint for endpoint, _ in entries]
+        #: Some endpoint is a ``Deployment``: calls choose by tier, and each attempt
+        #: sends its deployment's credential, model name and query (docs/providers.md).
+        self.tiered = any(isinstance(endpoint, Deployment) for endpoint in self.endpoints)
         discovered = any(dns for _, dns in entries)
         if discovery is not None:
             from ._discovery import DiscoveryConfig  # DNS discovery: loaded when asked for
@@ -164,6 +171,8 @@ class ClientCore(SpecBuilder):
         self.budget = retry_budget or RetryBudget(clock=self.clock)
         self.rng = random.Random()
         self.stats = StatsRecorder()
+        #: Which tier each model's calls go to, and what each deployment served.
+        self.tier_watch = TierWatch()
         self.picker = EndpointPicker(
             [endpoint for endpoint, dns in entries if not dns],
             clock=self.clock,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._body import ACCEPT_ENCODING
 from ._client_options import CallSettings, checked_stream_timeouts
 from ._compat import Self
+from ._deployment import Deployment, is_account_header
 from ._endpoints import Endpoint, check_served
 from ._options import (
     NOT_GIVEN,
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_CONNECT_TIMEOUT", "ClientSettings"]
 
 DEFAULT_CONNECT_TIMEOUT = 10.0
+#: Deployments whose headers a client keeps at hand (past them, it starts again).
+_MAX_PROVIDERS = 256
 
 
 class ClientSettings:
@@ -119,10 +122,14 @@ class ClientSettings:
         self.quota_keys: dict[str, QuotaKey] = {}
         #: Query parameters of every request (``extra_query`` adds to them per call).
         self.default_query: Mapping[str, object] = drop_omitted(settings.default_query or {})
-        #: Scrubs the credentials this client sends (headers, base URLs) from what it shows.
+        #: Scrubs the credentials this client sends (headers, base URLs, every
+        #: deployment's) from what it shows.
         self.redactor = Redactor.for_client(
-            headers=headers, urls=[endpoint.base_url for endpoint in self.endpoints]
+            headers=headers,
+            urls=[endpoint.base_url for endpoint in self.endpoints],
+            more_headers=[e.sent_headers() for e in self.endpoints if isinstance(e, Deployment)],
         )
+        self._provider_headers: dict[Deployment, dict[str, str]] = {}
 
     def derive(self, changes: Mapping[str, Any]) -> Self:
         """A core with some call settings changed that shares everything else: the
@@ -157,6 +164,20 @@ class ClientSettings:
         derived = copy.copy(self)
         derived._configure(replace(current, **given))
         return derived
+
+    def provider_headers(self, provider: Deployment) -> Mapping[str, str]:
+        """The headers every attempt to ``provider`` starts from: the client's without
+        its credential and account headers (a key for one provider is never sent to
+        another), and the deployment's own. One dict per deployment and settings,
+        never changed once made (the pool caches what it builds from it)."""
+        base = self._provider_headers.get(provider)
+        if base is None:
+            if len(self._provider_headers) >= _MAX_PROVIDERS:
+                self._provider_headers.clear()
+            base = {k: v for k, v in self.headers.items() if not is_account_header(k)}
+            base.update(provider.sent_headers())
+            self._provider_headers[provider] = base
+        return base
 
     def attempt_timeout(
         self, remaining: float, limits: AttemptTimeouts | None = None

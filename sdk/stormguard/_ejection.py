@@ -203,6 +203,12 @@ class EjectionTracker:
                     if record.probation_left <= 0:
                         record.backoff = 0.0
                         self._change(state, record, EndpointStatus.ACTIVE, "probation_passed", now)
+            elif evidence is Evidence.OUT_OF_QUOTA:  # the account, not the server: not counted
+                reason = reason_to_eject(
+                    state, record, evidence, states=self._states, config=self.config
+                )
+                if reason is not None:
+                    ejected = self._eject(state, record, reason, now)
             else:
                 record.window.add(b=1)
                 record.consecutive += 1

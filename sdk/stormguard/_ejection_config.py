@@ -55,6 +55,11 @@ class EjectionConfig:
     success_rate_margin: float = 0.3
     #: False turns the success-rate rule off.
     success_rate: bool = True
+    #: Envoy's failure-percentage rule (LiteLLM's cooldown at 50 % failures): a
+    #: deployment failing this share of at least ``min_requests`` calls in the
+    #: window is ejected, when a later tier serves its models (docs/providers.md);
+    #: None turns it off. Plain endpoints are judged by the rules above only.
+    failure_rate: float | None = 0.5
     base_ejection_time: float = 10.0
     max_ejection_time: float = 120.0
     #: An ejection is lengthened by up to this share (never shortened), so that the
@@ -98,5 +103,10 @@ class EjectionConfig:
             raise ValueError("stdev_factor must be a finite number >= 0")
         if not (math.isfinite(self.success_rate_margin) and 0 < self.success_rate_margin <= 1):
             raise ValueError("success_rate_margin must be in (0, 1]")
+        rate = self.failure_rate
+        if rate is not None and not (
+            isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 < rate <= 1
+        ):
+            raise ValueError(f"failure_rate must be in (0, 1] or None, got {rate!r}")
         if not (self.probe in ("connect", "call") or callable(self.probe)):
             raise ValueError('probe must be "connect", "call" or a function (host, port, timeout)')

@@ -56,6 +56,7 @@ __all__ = [
     "Evidence",
     "ejection_time",
     "evidence_of",
+    "has_later_tier",
     "may_eject",
     "next_reconnect_backoff",
     "reason_to_eject",
@@ -74,6 +75,8 @@ class Evidence(str, enum.Enum):
     FAILURE = "failure"
     #: Refused, or reset before any byte of the response.
     UNREACHABLE = "unreachable"
+    #: A 429 ``insufficient_quota``: the account it uses has no credit.
+    OUT_OF_QUOTA = "out_of_quota"
     #: Nothing: a shed, a caller error, a refusal made in this process.
     NONE = "none"
 
@@ -94,8 +97,11 @@ def evidence_of(
         and not response_seen
     ):
         return Evidence.UNREACHABLE
-    if (verdict if verdict is not None else classify(error)).breaker_failure:
+    verdict = verdict if verdict is not None else classify(error)
+    if verdict.breaker_failure:
         return Evidence.FAILURE
+    if verdict.out_of_quota:
+        return Evidence.OUT_OF_QUOTA
     return Evidence.NONE
 
 
@@ -113,6 +119,9 @@ def reason_to_eject(
     """Why the failure just counted in ``record`` ejects ``state`` (None: it does not)."""
     if evidence is Evidence.UNREACHABLE:
         return UNREACHABLE
+    if evidence is Evidence.OUT_OF_QUOTA:
+        # Its account has no credit; a deployment of a later tier may have some.
+        return "out_of_quota" if has_later_tier(state, states()) else None
     if record.status is EndpointStatus.PROBATION:
         return "probation_failed"
     if config.consecutive_failures is not None and (
@@ -121,7 +130,31 @@ def reason_to_eject(
         return "consecutive_failures"
     if config.success_rate and _outlier(state, record, states, config):
         return "success_rate"
+    if config.failure_rate is not None and _failing(record, config.failure_rate, config):
+        # Envoy's failure-percentage rule, for a deployment with a later tier: that
+        # tier's deployments take no calls while this one is in rotation, so the
+        # success-rate rule has nobody to compare it with.
+        return "failure_rate" if has_later_tier(state, states()) else None
     return None
+
+
+def _failing(record: _Record, threshold: float, config: EjectionConfig) -> bool:
+    successes, failures = record.window.totals()
+    calls = successes + failures
+    return calls >= config.min_requests and failures >= threshold * calls
+
+
+def has_later_tier(state: EndpointState, states: Iterable[EndpointState]) -> bool:
+    """Whether every model ``state`` serves is also served by an endpoint of a later
+    tier in rotation: calls that leave ``state``'s tier have somewhere to go."""
+    later = [s for s in states if s.tier > state.tier and not _ejected(s)]
+    if not later:
+        return False
+    models: Iterable[str | None] = (None,) if state.models is None else state.models
+    return all(
+        any((s.models is None) if model is None else s.serves(model) for s in later)
+        for model in models
+    )
 
 
 def _outlier(
@@ -173,7 +206,9 @@ def may_eject(
         peers = [s for s in serving if (s.models is None if model is None else s.serves(model))]
         if not all(any(s.serves_class(c) for s in peers) for c in classes):
             return False
-    if not counted:
+    if not counted or has_later_tier(state, states):
+        # A deployment's whole tier may leave when a later tier serves its models:
+        # one provider's outage is the common cause failover is for.
         return True
     ejected = sum(1 for s in states if s is not state and _ejected_on_failures(s))
     return ejected == 0 or (ejected + 1) / len(states) <= config.max_ejected_share

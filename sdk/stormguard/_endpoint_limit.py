@@ -129,6 +129,20 @@ class EndpointLimit:
                 and self._aimd.pause_left(self.clock.now()) == 0
             )
 
+    def recovering(self) -> bool:
+        """Whether the limit is ramping back up after the endpoint went down (its
+        breaker opened, it was ejected, its engine restarted): it takes only what its
+        slow start allows, and a client with another tier sends the rest there."""
+        with self._lock:
+            return self._aimd.recovering
+
+    def wait_fits(self, deadline_at: float) -> bool:
+        """Whether a call queued last here now would get a slot by ``deadline_at``, by
+        the estimate that refuses a waiter early (True when too little is measured)."""
+        with self._lock:
+            estimate = self._wait_estimate(self._waiting)
+            return estimate is None or self.clock.now() + estimate <= deadline_at
+
     def expected_wait(self) -> float:
         """Waiters per slot plus any pause: a rough cost of queueing here, for choosing
         an endpoint."""

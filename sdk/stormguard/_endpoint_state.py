@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ._base_url import normalize_base_url
+from ._deployment import Deployment
 from ._endpoint_config import Endpoint, priority_classes
 from .protocol import Priority, ServerLoad
 
@@ -30,7 +31,9 @@ class EndpointState:
         "load_at",
         "models",
         "name",
+        "provider",
         "server_hostname",
+        "tier",
         "weight",
     )
 
@@ -46,6 +49,14 @@ class EndpointState:
         self.weight = endpoint.weight
         self.models = None if endpoint.models is None else frozenset(endpoint.models)
         self.classes = None if endpoint.classes is None else priority_classes(endpoint.classes)
+        #: Its provider's settings (credential, model names, query) when it is a
+        #: ``Deployment``; None: a plain endpoint, which sends the client's.
+        self.provider: Deployment | None = None
+        #: Its tier (1 is preferred; a plain endpoint is of tier 1).
+        self.tier = 1
+        if isinstance(endpoint, Deployment):
+            self.provider = endpoint
+            self.tier = endpoint.tier
         #: The ``Host`` header to send instead of the URL's (a discovered address
         #: keeps its service's name, as gRPC keeps the target's authority).
         self.authority = authority

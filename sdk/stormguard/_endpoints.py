@@ -157,7 +157,8 @@ class EndpointPicker:
         them: of the call's own pool, the power-of-two-choices winner first, then the
         rest by load; then, the same way, the other pools' endpoints that ``spill``
         lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
-        in their pool while another usable one exists."""
+        in their pool while another usable one exists. With deployments of several
+        tiers, tier by tier (1 first), each in that order."""
         own, others = self._pools(model, priority, spill)
         avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
         # Outside the lock: ``usable`` may probe.
@@ -165,11 +166,14 @@ class EndpointPicker:
         usable_others = [s for s in others if usable(s)]
         if not usable_others and len(usable_own) <= 1:
             return usable_own  # one endpoint (the common client) or none: no order to find
+        tiers = sorted({s.tier for s in usable_own} | {s.tier for s in usable_others})
         with self._lock:
             now = self._clock.now()
-            return self._ordered(usable_own, avoided, now) + self._ordered(
-                usable_others, avoided, now
-            )
+            ordered: list[EndpointState] = []
+            for tier in tiers:
+                ordered += self._ordered([s for s in usable_own if s.tier == tier], avoided, now)
+                ordered += self._ordered([s for s in usable_others if s.tier == tier], avoided, now)
+            return ordered
 
     def _ordered(
         self, usable_states: list[EndpointState], avoided: set[str], now: float
@@ -219,4 +223,7 @@ class EndpointPicker:
 def _check_unique(states: Sequence[EndpointState]) -> None:
     names = [s.name for s in states]
     if len(set(names)) != len(names):
-        raise ValueError(f"endpoint names must be unique, got {names}")
+        raise ValueError(
+            f"endpoint names must be unique, got {names}: give each Endpoint or Deployment"
+            " of one host a name= of its own"
+        )

@@ -112,6 +112,9 @@ class AttemptStarted:
     quota_share: float | None = None
     quota_remaining_tokens: float | None = None
     quota_remaining_requests: float | None = None
+    #: The ``Deployment`` it goes to and that deployment's tier (None: a plain endpoint).
+    deployment: str | None = None
+    tier: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,8 @@ class AttemptRecord:
     went back to its key's pacer, outside the retry budget); ``started_at`` is when
     it was sent, on the client's clock (``time.monotonic()`` unless a test's clock
     was given); ``quota_wait`` the seconds it waited for its share of its key's
-    quota (docs/quotas.md).
+    quota (docs/quotas.md); ``deployment`` and ``tier`` the ``Deployment`` it went
+    to and that deployment's tier (None: a plain endpoint, docs/providers.md).
     """
 
     number: int
@@ -37,3 +38,5 @@ class AttemptRecord:
     concurrency_limit: int | None = None
     started_at: float | None = None
     quota_wait: float = 0.0
+    deployment: str | None = None
+    tier: int | None = None

@@ -9,7 +9,9 @@ level instead.
 At INFO, one line per retry, failover and requeue: which attempt failed, why,
 where the next one goes and after how long; and for a key's quota, one line when
 calls first wait for it and one when its limit is learned (or changes), naming the
-key by its fingerprint, never the key. At DEBUG also one line when the loop
+key by its fingerprint, never the key; with deployments of several tiers, one line
+when a model's calls leave their preferred tier (and why) and one when they
+return to it. At DEBUG also one line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
 key a server echoes back is logged as ``[redacted]``.
@@ -32,6 +34,8 @@ __all__ = [
     "retry_stopped",
     "retrying",
     "setup_logging",
+    "tier_left",
+    "tier_returned",
 ]
 
 logger: logging.Logger = logging.getLogger("stormguard")
@@ -128,3 +132,21 @@ def quota_learned(*, key: str, model: str, dimension: str, limit: float) -> None
     """One INFO line when a key's limit is learned or changes."""
     if logger.isEnabledFor(logging.INFO):
         logger.info("quota of key %s (model %s): %g %s per minute", key, model, limit, dimension)
+
+
+def tier_left(*, model: str | None, tier: int, to: int | None, why: str) -> None:
+    """One INFO line when a model's calls leave their preferred tier."""
+    if logger.isEnabledFor(logging.INFO):
+        where = "no tier is in rotation" if to is None else f"calls go to tier {to}"
+        logger.info("tier %d left for model %s: %s; %s", tier, model, why, where)
+
+
+def tier_returned(*, model: str | None, tier: int) -> None:
+    """One INFO line when a model's calls return to their preferred tier."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "tier %d back in rotation for model %s: calls return to it as its"
+            " concurrency limit ramps up",
+            tier,
+            model,
+        )

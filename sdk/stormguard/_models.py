@@ -267,6 +267,17 @@ class CallInfo:
         """Number of HTTP attempts the call made."""
         return len(self.attempt_history)
 
+    @property
+    def deployment(self) -> str | None:
+        """The ``Deployment`` of the call's last attempt (the one that answered, for a
+        result); None: a plain endpoint, or no attempt (docs/providers.md)."""
+        return self.attempt_history[-1].deployment if self.attempt_history else None
+
+    @property
+    def tier(self) -> int | None:
+        """The tier of that deployment (None likewise)."""
+        return self.attempt_history[-1].tier if self.attempt_history else None
+
     def __repr__(self) -> str:
         return (
             f"CallInfo(attempts={self.attempts}, request_id={self.request_id!r}, "
@@ -312,6 +323,17 @@ class APIResult(Record):
     def attempts(self) -> int:
         """Number of HTTP attempts the call made."""
         return len(self.attempt_history)
+
+    @property
+    def deployment(self) -> str | None:
+        """The ``Deployment`` of the call's last attempt (the one that answered, for a
+        result); None: a plain endpoint, or no attempt (docs/providers.md)."""
+        return self.attempt_history[-1].deployment if self.attempt_history else None
+
+    @property
+    def tier(self) -> int | None:
+        """The tier of that deployment (None likewise)."""
+        return self.attempt_history[-1].tier if self.attempt_history else None
 
     @property
     def degraded(self) -> bool:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,7 @@ from ._body_reader import BodyReader
 from ._call_result import CallResults
 from ._call_spec import CallSpec, Delivery, HandOver
 from ._call_state import ATTEMPT_OPEN
+from ._deployment import Deployment, is_account_header, with_query
 from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from ._http import httpx
@@ -90,14 +91,21 @@ class LogicalCall(CallResults):
         return self._with_client_headers(flow)
 
     def _with_client_headers(self, flow: PrecheckFlow) -> PrecheckFlow:
-        # The lookups (/models, /tokenize) go to the same server as the call and need
-        # its credentials; the flow itself knows nothing of them.
+        # The lookups (/models, /tokenize) go to the client's first endpoint and need
+        # its credentials (a deployment's own, never the client's key); the flow
+        # itself knows nothing of them.
+        first = self.core.endpoints[0]
+        base: Mapping[str, str] = self.core.headers
+        names: tuple[str, ...] = ("authorization", "user-agent")
+        if isinstance(first, Deployment):
+            base = self.core.provider_headers(first)
+            names = (*(n for n in base if is_account_header(n)), "user-agent")
         try:
             request = next(flow)
             while True:
-                for name in ("authorization", "user-agent"):
-                    if name in self.core.headers and name not in request.headers:
-                        request.headers[name] = self.core.headers[name]
+                for name in names:
+                    if name in base and name not in request.headers:
+                        request.headers[name] = base[name]
                 request = flow.send((yield request))
         except StopIteration as stop:
             result: Precheck = stop.value
@@ -158,6 +166,9 @@ class LogicalCall(CallResults):
         self._resending = False
         self._next_target = None
         self._failover = False
+        # A deployment passed over for this model's quota may have room for the next
+        # model's (a provider's limits are per model); one out of credit is ejected.
+        self._skipped = frozenset()
         self.retry_stopped_by = None
         self._delay_before = 0.0
         self.core.stats.fallback()
@@ -251,6 +262,16 @@ class LogicalCall(CallResults):
         if math.isfinite(announced):
             headers[HEADER_DEADLINE_MS] = str(max(int(announced * 1000), 1))
         url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
+        base: Mapping[str, str] = self.core.headers
+        content = self._content
+        provider = endpoint.provider
+        if provider is not None and self.spec.absolute_url is None:
+            # A deployment: its credential, its name for the model, its query; none of
+            # the client's or the call's own credentials (another provider's).
+            base = self.core.provider_headers(provider)
+            headers = {k: v for k, v in headers.items() if not is_account_header(k)}
+            url = with_query(url, provider.query)
+            content = self._content_for(provider)
         extensions: dict[str, Any] = {}
         if self.spec.absolute_url is None and endpoint.authority is not None:
             # A discovered address: the service's name in Host, and for TLS.
@@ -272,12 +293,24 @@ class LogicalCall(CallResults):
             http,
             self.spec.method,
             url,
-            content=self._content,
-            base=self.core.headers,
+            content=content,
+            base=base,
             headers=headers,
             extensions=extensions,
         )
         return self._request
+
+    def _content_for(self, provider: Deployment) -> bytes | None:
+        """The body an attempt to ``provider`` sends: the call's, with the provider's
+        name for the model the call asked for (the answer's ``model`` stays the
+        provider's, as it sent it)."""
+        body, model = self.spec.body, self.spec.model
+        if body is None or model is None or body.get("model") != model:
+            return self._content
+        name = provider.model_for(model)
+        if name == model:
+            return self._content
+        return json.dumps({**body, "model": name}, separators=(",", ":")).encode()
 
     def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:
         permit, registry = self._permit, self.core.breakers
@@ -305,6 +338,8 @@ class LogicalCall(CallResults):
             quota_share=share,
             quota_remaining_tokens=tokens,
             quota_remaining_requests=requests,
+            deployment=None if endpoint.provider is None else endpoint.name,
+            tier=None if endpoint.provider is None else endpoint.tier,
         )
 
     def _check_throttle(self) -> None:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from ._exceptions import StormguardError
     from .protocol import ServerLoad
 
-__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "Redactor", "display_url"]
+__all__ = ["MIN_SECRET_LENGTH", "REDACTED", "Redactor", "display_url", "is_credential_name"]
 
 REDACTED = "[redacted]"
 #: Shorter secrets are left in place (see the module docstring).
@@ -68,6 +68,10 @@ _SEMCONV_QUERY_KEYS = frozenset({"awsaccesskeyid", "signature", "sig", "x-goog-s
 def _is_credential_name(name: str) -> bool:
     lowered = name.lower()
     return lowered in _CREDENTIAL_HEADERS or lowered.endswith(_CREDENTIAL_SUFFIXES)
+
+
+#: Whether a header (or query parameter) of this name carries a credential.
+is_credential_name = _is_credential_name
 
 
 def _header_secrets(name: str, value: str) -> list[str]:
@@ -166,10 +170,18 @@ class Redactor:
 
     @classmethod
     def for_client(
-        cls, *, headers: Mapping[str, str] | None = None, urls: Iterable[str | httpx.URL] = ()
+        cls,
+        *,
+        headers: Mapping[str, str] | None = None,
+        urls: Iterable[str | httpx.URL] = (),
+        more_headers: Iterable[Mapping[str, str]] = (),
     ) -> Redactor:
-        """The redactor of a client: the credentials among its headers and base URLs."""
-        found = _credentials(headers or {}, urls)
+        """The redactor of a client: the credentials among its headers and base URLs,
+        and among ``more_headers`` (what each of its deployments sends: a key one
+        provider echoes about another's is scrubbed as the client's own is)."""
+        found = list(_credentials(headers or {}, urls))
+        for extra in more_headers:
+            found.extend(_credentials(extra, ()))
         return _redactor_for(frozenset(s for s in found if len(s) >= MIN_SECRET_LENGTH))
 
     def including(

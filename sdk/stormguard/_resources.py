@@ -14,6 +14,7 @@ from ._base_client import (
     CallExtras,
     CallTimeout,
 )
+from ._deployment import Pin
 from ._models import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -83,6 +84,7 @@ class ChatCompletions:
         model: str | None = ...,
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -97,6 +99,7 @@ class ChatCompletions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -111,6 +114,7 @@ class ChatCompletions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -118,13 +122,14 @@ class ChatCompletions:
         **params: Any,
     ) -> ChatCompletion | Stream[ChatCompletionChunk]:
         """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
-        vLLM's ``ignore_eos`` ...) goes into the request body as given."""
+        vLLM's ``ignore_eos`` ...) goes into the request body as given. ``pin`` holds
+        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md)."""
         spec = self._client._core.chat_spec(
             messages=messages,
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
+            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
         )
         result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(
             spec, self._hand_over
@@ -176,6 +181,7 @@ class Completions:
         model: str | None = ...,
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -190,6 +196,7 @@ class Completions:
         model: str | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -204,6 +211,7 @@ class Completions:
         model: str | None = None,
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -216,7 +224,7 @@ class Completions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts},
+            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
         )
         result: Completion | Stream[Completion] = self._client._request(spec, self._hand_over)
         return result
@@ -298,6 +306,7 @@ class Embeddings:
         model: str | None = None,
         encoding_format: Literal["float", "base64"] | Unset = NOT_GIVEN,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
         extra_body: Mapping[str, Any] | None = None,
@@ -312,7 +321,7 @@ class Embeddings:
             model=model,
             encoding_format=encoding_format,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params=params,
+            params={**params, "pin": pin},
         )
         result: CreateEmbeddingResponse = self._client._request(spec, self._hand_over)
         return result
@@ -347,6 +356,7 @@ class Responses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[False] | Unset | None = ...,
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -363,6 +373,7 @@ class Responses:
         max_output_tokens: int | Unset | None = ...,
         stream: Literal[True],
         timeout: CallTimeout = ...,
+        pin: Pin | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -379,6 +390,7 @@ class Responses:
         max_output_tokens: int | Unset | None = NOT_GIVEN,
         stream: bool | Unset | None = False,
         timeout: CallTimeout = NOT_GIVEN,
+        pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -399,6 +411,7 @@ class Responses:
                 "instructions": instructions,
                 "max_output_tokens": max_output_tokens,
                 "stream_timeouts": stream_timeouts,
+                "pin": pin,
                 **params,
             },
         )

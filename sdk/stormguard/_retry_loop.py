@@ -14,6 +14,7 @@ quota 429 is an ordinary retry.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import tenacity
@@ -60,6 +61,10 @@ class RetryLoop(AttemptRecords):
         if error is None:
             return False
         verdict = classify(error, self.core.retry_policy)
+        endpoint = self._endpoint
+        # That deployment's account has no credit; another's may: a retry there.
+        if verdict.out_of_quota and endpoint is not None and self._skip_credential_of(endpoint):
+            verdict = replace(verdict, retry=True, stop=None)
         self._retryable, self._failure_limit = verdict.retry, verdict.limit
         # A quota 429 the key's pacer takes, while the call has paced retries left.
         self._paced_next = self._quota_refusal and verdict.retry and self._paced_left()

@@ -9,13 +9,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ._base_url import normalize_base_url
 from ._call_spec import CallSpec
 from ._client_options import CallExtras, CallTimeout, checked_stream_timeouts
 from ._client_settings import ClientSettings
+from ._deployment import Pin, pin_from_headers
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._options import (
     NOT_GIVEN,
     AttemptTimeouts,
+    Unset,
     drop_omitted,
     is_omitted,
     path_with_query,
@@ -108,6 +111,7 @@ class SpecBuilder(ClientSettings):
         # A stream's own bounds come among the keywords that are the body's otherwise.
         params = dict(params)
         stream_timeouts = params.pop("stream_timeouts", NOT_GIVEN)
+        pin = params.pop("pin", NOT_GIVEN)
         body: dict[str, Any] = {"model": chosen, input_field: input_value}
         body.update(drop_omitted(params))
         if extras.extra_body:
@@ -124,6 +128,7 @@ class SpecBuilder(ClientSettings):
             stream=streaming,
             chunk_type=endpoint.chunk_type,
             model=chosen,
+            pin=pin,
             stream_timeouts=(
                 None  # the client's
                 if is_omitted(stream_timeouts)
@@ -136,18 +141,42 @@ class SpecBuilder(ClientSettings):
             extras, method="GET", path="models", result_type=ModelList, operation="models"
         )
 
-    def _spec(self, extras: CallExtras, *, path: str, **fields: Any) -> CallSpec:
+    def _spec(
+        self, extras: CallExtras, *, path: str, pin: Pin | Unset | None = NOT_GIVEN, **fields: Any
+    ) -> CallSpec:
         """The spec with what every endpoint takes: the timeout, the headers and the
-        query (``default_query`` and ``extra_query``, in the URL as openai sends it)."""
+        query (``default_query`` and ``extra_query``, in the URL as openai sends it),
+        and the tier or deployment it is pinned to (``pin``, or its headers)."""
         total, limits = self._timeout_for(extras.timeout)
+        pinned, headers = pin_from_headers(
+            {
+                name: value
+                for name, value in (extras.extra_headers or {}).items()
+                if not is_omitted(value)
+            }
+        )
+        if not is_omitted(pin) and pin is not None:
+            if not isinstance(pin, Pin):
+                raise TypeError(f"pin must be a stormguard.Pin or None, got {type(pin).__name__}")
+            pinned = pin
+        if pinned is not None:
+            self.check_pin(pinned)
         return CallSpec(
             path=path_with_query(path, self.default_query, extras.extra_query),
             timeout=total,
             attempt_timeouts=limits,
-            headers={
-                name: value
-                for name, value in (extras.extra_headers or {}).items()
-                if not is_omitted(value)
-            },
+            headers=headers,
+            pin=pinned,
             **fields,
         )
+
+    def check_pin(self, pin: Pin) -> None:
+        """A clear error for a pin no endpoint of the client matches."""
+        if pin.tier is not None:
+            if not any(getattr(e, "tier", 1) == pin.tier for e in self.endpoints):
+                tiers = sorted({getattr(e, "tier", 1) for e in self.endpoints})
+                raise ValueError(f"no endpoint of this client is of tier {pin.tier} ({tiers=})")
+        elif pin.deployment not in {
+            e.name or normalize_base_url(e.base_url)[1] for e in self.endpoints
+        }:
+            raise ValueError(f"no endpoint of this client is named {pin.deployment!r}")

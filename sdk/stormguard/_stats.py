@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ._ejection import EndpointHealth
     from ._limiter import LimitSnapshot
     from ._policies.quota import QuotaSnapshot
+    from ._tiers import DeploymentSnapshot
 
 __all__ = ["CallStats", "StatsRecorder"]
 
@@ -53,6 +54,12 @@ class CallStats:
     #: this process's share and rate, the key's last ``remaining``, the waits
     #: (at most ``QuotaPolicy.max_keys``).
     quota: tuple[QuotaSnapshot, ...] = ()
+    #: Each ``Deployment``'s attempts, calls served and failovers away from it, with
+    #: its tier (docs/providers.md).
+    deployments: tuple[DeploymentSnapshot, ...] = ()
+    #: ``(model, tier)`` for each model whose calls left their preferred tier (its
+    #: deployments all out of rotation) and have not returned yet.
+    tiers_left: tuple[tuple[str | None, int], ...] = ()
 
     @property
     def retry_amplification(self) -> float:
@@ -111,6 +118,8 @@ class StatsRecorder:
         endpoint_names: tuple[str, ...] = (),
         discovery: tuple[DiscoverySnapshot, ...] = (),
         quota: tuple[QuotaSnapshot, ...] = (),
+        deployments: tuple[DeploymentSnapshot, ...] = (),
+        tiers_left: tuple[tuple[str | None, int], ...] = (),
     ) -> CallStats:
         with self._lock:
             return CallStats(
@@ -129,4 +138,6 @@ class StatsRecorder:
                 discovery,
                 self._paced,
                 quota,
+                deployments,
+                tiers_left,
             )

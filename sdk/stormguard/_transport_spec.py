@@ -13,6 +13,7 @@ from typing import Any
 from ._api_specs import EMBEDDINGS, RESPONSES
 from ._base_client import ClientCore, GenerationEndpoint
 from ._call_spec import CallSpec
+from ._deployment import pin_from_headers
 from ._http import httpx
 from ._models import ModelList
 
@@ -54,6 +55,10 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
         timeout = requested if timeout is None else min(timeout, requested)
     model = body.get("model") if body is not None else None
     headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+    # A pin in openai-python's extra_headers (x-stormguard-tier, -deployment): never sent.
+    pin, headers = pin_from_headers(headers)
+    if pin is not None:
+        core.check_pin(pin)
     return CallSpec(
         method=request.method,
         path=relative if relative is not None else url.path,
@@ -68,6 +73,7 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
         raw=True,
         absolute_url=None if relative is not None else str(url),
         content=content or None,
+        pin=pin,
     )
 
 

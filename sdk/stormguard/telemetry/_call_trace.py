@@ -81,6 +81,8 @@ class _CallTrace:
         self.attempt: Span | None = None
         self.attempt_stream_open = False
         self.last_model = event.model
+        #: The deployment and tier of the current (or last) attempt, for its metrics.
+        self.deployment: tuple[str, int] | None = None
         name = event.operation if event.model is None else f"{event.operation} {event.model}"
         self.span: Span = (
             trace.INVALID_SPAN if tracer is None else tracer.start_span(name, kind=SpanKind.CLIENT)
@@ -140,6 +142,11 @@ class _CallTrace:
     def attempt_started(self, event: AttemptStarted) -> Mapping[str, str]:
         self._end_attempt()
         self.last_model = event.model
+        deployment = event.deployment
+        if deployment is not None and event.tier is not None:
+            self.deployment = (deployment, event.tier)
+            if self.recording:  # the call's span: the deployment that served it, at the end
+                self.span.set_attributes({n.DEPLOYMENT: deployment, n.TIER: event.tier})
         if self.instruments is not None and event.concurrency_limit is not None:
             self.instruments.queue_duration.record(event.queued, self._metric_attributes())
             self.instruments.concurrency_limit(event.endpoint, event.concurrency_limit)
@@ -178,6 +185,9 @@ class _CallTrace:
                 attributes[n.ATTEMPT_QUEUED] = event.queued
             if event.failover:
                 attributes[n.ATTEMPT_FAILOVER] = True
+            if deployment is not None and event.tier is not None:
+                attributes[n.DEPLOYMENT] = deployment
+                attributes[n.TIER] = event.tier
             if event.quota_share is not None:
                 attributes[n.ATTEMPT_QUOTA_WAIT] = event.quota_wait
                 attributes[n.QUOTA_SHARE] = event.quota_share
@@ -341,4 +351,6 @@ class _CallTrace:
             attributes[n.SERVER_ADDRESS] = self.started.server_address
         if extra.get("outcome") is not None:
             attributes[n.ATTEMPT_OUTCOME] = extra["outcome"]
+        if self.deployment is not None:  # per deployment: a handful of series per client
+            attributes[n.DEPLOYMENT], attributes[n.TIER] = self.deployment
         return attributes

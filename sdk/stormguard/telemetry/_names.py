@@ -57,6 +57,10 @@ BREAKER_REASON = "stormguard.breaker.reason"
 BREAKER_OPEN_FOR = "stormguard.breaker.open_for_s"
 BREAKER_RETRY_IN = "stormguard.breaker.retry_in_s"
 ATTEMPT_FAILOVER = "stormguard.attempt.failover"
+#: The ``Deployment`` an attempt went to, and its tier (docs/providers.md); on the
+#: call's span, those of its last attempt.
+DEPLOYMENT = "stormguard.deployment"
+TIER = "stormguard.tier"
 ENDPOINT_STATUS = "stormguard.endpoint.status"
 ENDPOINT_FROM_STATUS = "stormguard.endpoint.from_status"
 ENDPOINT_REASON = "stormguard.endpoint.reason"

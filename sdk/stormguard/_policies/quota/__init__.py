@@ -17,7 +17,14 @@ docs/quotas.md says what the policy does and why.
 """
 
 from ._config import QuotaPolicy
-from ._gate import CREDENTIAL_HEADERS, CallQuota, QuotaGate, estimate_cost
+from ._gate import (
+    CREDENTIAL_HEADERS,
+    CallQuota,
+    QuotaGate,
+    estimate_cost,
+    output_tokens,
+    prompt_estimate,
+)
 from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
 from ._registry import QuotaRegistry, fingerprint, registry_for
 from ._signals import Refusal, refusal_of
@@ -36,6 +43,8 @@ __all__ = [
     "Refusal",
     "estimate_cost",
     "fingerprint",
+    "output_tokens",
+    "prompt_estimate",
     "refusal_of",
     "registry_for",
 ]

@@ -116,6 +116,9 @@ class QuotaSnapshot:
     refused: int
     #: Seconds until a 429's pause ends (0: none).
     paused_for: float
+    #: What this client multiplies a prompt's bytes / 4 by to estimate its tokens,
+    #: learned from the provider's counts (1.0 before any).
+    prompt_scale: float = 1.0
 
 
 class KeyState(Protocol):
