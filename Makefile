@@ -4,6 +4,10 @@
 # on 2 cores): `make test-drill` runs them.
 # `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
 # tests against it (docs/vllm.md).
+# `make test-frameworks` sets up LangChain, pydantic-ai, the OpenAI Agents SDK (on
+# openai 3.x) and LlamaIndex, instructor (on openai 2.x) in two venvs of their own and
+# runs each over stormguard against the reference server (marker `frameworks`, left out
+# of `make test`; docs/frameworks.md).
 # `make setup-redis` installs redis-server from the system's packages where it is not on
 # PATH: the quota drill's LiteLLM row with Redis, and tests that need a real Redis,
 # start their own on a free loopback port (bench/stormguard_drill/redis_server.py).
@@ -14,8 +18,14 @@ STAMP := $(VENV)/.installed
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
+FW_VENV ?= .venv-frameworks
+FW_PY := $(FW_VENV)/bin/python
+FW_STAMP := $(FW_VENV)/.installed
+FW2_VENV ?= .venv-frameworks-openai2
+FW2_PY := $(FW2_VENV)/bin/python
+FW2_STAMP := $(FW2_VENV)/.installed
 
-.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-redis clean
+.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +43,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not drill" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not drill and not frameworks" $(PYTEST_ARGS)
 
 test: lint unit
 
@@ -68,5 +78,25 @@ setup-vllm: $(VLLM_STAMP)
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest tests/vllm $(PYTEST_ARGS)
 
+# Two venvs, since no openai-python version serves all five frameworks: each installs
+# stormguard (editable, extra server) and the versions its requirements file pins.
+$(FW_STAMP): pyproject.toml tests/frameworks/requirements-openai3.txt
+	$(PYTHON) -m venv $(FW_VENV)
+	$(FW_PY) -m pip install --quiet --upgrade pip
+	$(FW_PY) -m pip install --quiet -e '.[server]' -r tests/frameworks/requirements-openai3.txt
+	touch $(FW_STAMP)
+
+$(FW2_STAMP): pyproject.toml tests/frameworks/requirements-openai2.txt
+	$(PYTHON) -m venv $(FW2_VENV)
+	$(FW2_PY) -m pip install --quiet --upgrade pip
+	$(FW2_PY) -m pip install --quiet -e '.[server]' -r tests/frameworks/requirements-openai2.txt
+	touch $(FW2_STAMP)
+
+setup-frameworks: $(FW_STAMP) $(FW2_STAMP)
+
+test-frameworks: $(FW_STAMP) $(FW2_STAMP)
+	$(FW_PY) -m pytest tests/frameworks -m frameworks $(PYTEST_ARGS)
+	$(FW2_PY) -m pytest tests/frameworks -m frameworks $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) $(FW_VENV) $(FW2_VENV) .pytest_cache .mypy_cache .ruff_cache

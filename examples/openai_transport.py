@@ -1,9 +1,10 @@
 """openai-python with stormguard's protection: the httpx transport.
 
 Starts a reference server on a free loopback port, then calls it with the real
-``openai`` package through ``stormguard.httpx_client`` (``max_retries=0``: one
-retry loop, the budgeted one). Prints the answer, what the transport did, and
-a shed request as openai-python sees it.
+``openai`` package through ``stormguard.httpx_client`` (openai's ``max_retries`` as
+it is: the transport answers each call as final, so its retries never stack on
+stormguard's budgeted ones). Prints the answer, what the transport did, and a shed
+request as openai-python sees it.
 
     python examples/openai_transport.py
 """
@@ -48,9 +49,7 @@ def main() -> None:
     server = start_server(port)
     base_url = f"http://127.0.0.1:{port}/v1"
     http_client = stormguard.httpx_client(base_url=base_url, timeout=30)
-    client = openai.OpenAI(
-        base_url=base_url, api_key="unused", http_client=http_client, max_retries=0
-    )
+    client = openai.OpenAI(base_url=base_url, api_key="unused", http_client=http_client)
     try:
         resp = client.chat.completions.create(
             model="stormguard-sim",

@@ -15,6 +15,7 @@ import Client`` and type checkers see the same names as before.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         CircuitState,
     )
     from ._budget import BudgetSnapshot, RetryBudget
+    from ._call_info_lookup import call_info
     from ._client import Client
     from ._clock import Clock
     from ._deadline_transport import DeadlineTransport
@@ -185,6 +187,7 @@ __all__ = [
     "NotGiven",
     "Omit",
     "OpenAI",
+    "OpenAIError",
     "PermissionDeniedError",
     "Pin",
     "Priority",
@@ -219,6 +222,7 @@ __all__ = [
     "UnprocessableEntityError",
     "__version__",
     "async_httpx_client",
+    "call_info",
     "httpx_client",
     "omit",
     "openai_http_library",
@@ -333,18 +337,19 @@ _MODULES: dict[str, str] = {
     "ShedReason": ".protocol",
     "StopReason": "._stop_reason",
     "Telemetry": ".telemetry",
-    "OpenAI": "._client",
-    "AsyncOpenAI": "._async_client",
+    "call_info": "._call_info_lookup",
 }
 
-#: openai-python's class names, so that ``from openai import OpenAI`` and ``openai.OpenAI(...)``
-#: port by changing only the import (``from stormguard import OpenAI``, ``import stormguard as
-#: openai``); the same classes as ``Client`` and ``AsyncClient``.
-_ALIASES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient"}
+#: openai-python's client names, so that ``from openai import OpenAI`` and
+#: ``openai.OpenAI(...)`` port by changing only the import (``from stormguard import
+#: OpenAI``, ``import stormguard as openai``). Where openai-python is installed they are
+#: openai's own clients over stormguard's pipeline (``_openai_client.py``: what frameworks
+#: check with ``isinstance``), and ``OpenAIError`` openai's base of every error they
+#: raise; without it, ``Client``, ``AsyncClient`` and ``StormguardError``.
+_OPENAI_NAMES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient", "OpenAIError": "StormguardError"}
 
 if TYPE_CHECKING:
-    OpenAI = Client
-    AsyncOpenAI = AsyncClient
+    from ._openai_client import AsyncOpenAI, OpenAI, OpenAIError
 
 #: Old names of the frozen copies that ``.state()`` and ``.stats()`` return: ``*State``
 #: now names live state only (and enums of named states, like ``CircuitState``). Each
@@ -372,12 +377,24 @@ def __getattr__(name: str) -> Any:
             stacklevel=2,
         )
         return getattr(importlib.import_module(__name__), new)
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), _ALIASES.get(name, name))
+    if name in _OPENAI_NAMES:
+        value = _openai_client_class(name)
+    else:
+        module = _MODULES.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value  # the next lookup is a plain attribute
     return value
+
+
+def _openai_client_class(name: str) -> Any:
+    """``OpenAI``/``AsyncOpenAI``/``OpenAIError``: openai's client over stormguard (and
+    openai's base error) where openai-python can be imported, else stormguard's
+    ``Client``/``AsyncClient``/``StormguardError``."""
+    if importlib.util.find_spec("openai") is not None:
+        return getattr(importlib.import_module("._openai_client", __name__), name)
+    return getattr(importlib.import_module(__name__), _OPENAI_NAMES[name])
 
 
 def __dir__() -> list[str]:

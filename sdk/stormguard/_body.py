@@ -20,6 +20,7 @@ import zlib
 from collections.abc import AsyncIterator, Iterator
 
 from ._http import httpx, library_of
+from .protocol import parse_non_negative_int
 
 __all__ = [
     "ACCEPT_ENCODING",
@@ -64,8 +65,8 @@ class BodyLimit:
         self.limit = limit
         self.size = 0
         if response is not None:
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limit:
+            declared = parse_non_negative_int(response.headers.get("content-length"))
+            if declared is not None and declared > limit:
                 raise BodyTooLargeError(limit)
 
     def add(self, size: int) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "CallTimeout",
     "ClientChanges",
     "ClientOptions",
+    "StormguardOptions",
     "checked_stream_timeouts",
 ]
 
@@ -93,7 +94,36 @@ def checked_stream_timeouts(value: object) -> StreamTimeouts | None:
     return value
 
 
-class ClientOptions(TypedDict, total=False):
+class StormguardOptions(TypedDict, total=False):
+    """The options of ``Client`` that openai-python's clients do not have: those
+    ``stormguard.OpenAI`` takes beside openai's own arguments (``ClientOptions``
+    says what each does)."""
+
+    model: str | None
+    connect_timeout: float | None
+    priority: Priority | str | None
+    retry_policy: RetryPolicy | None
+    retry_budget: RetryBudget | None
+    max_response_bytes: int
+    token_policy: TokenPolicy | None
+    fallback_models: Sequence[str]
+    breaker: BreakerConfig | None
+    breaker_listeners: Sequence[BreakerListener]
+    ejection: EjectionConfig | None
+    ejection_listeners: Sequence[EjectionListener]
+    throttle: AdaptiveThrottle | None
+    concurrency: ConcurrencyLimiter | None
+    telemetry: Observer | None
+    clock: Clock | None
+    discover: Literal["dns"] | None
+    discovery: DiscoveryConfig | None
+    discovery_listeners: Sequence[DiscoveryListener]
+    spill_over: SpillOver | None
+    stream_timeouts: StreamTimeouts | None
+    quota: QuotaPolicy | None
+
+
+class ClientOptions(StormguardOptions, total=False):
     """Keyword options of ``Client`` and ``AsyncClient`` (defaults in ``ClientCore``).
 
     ``timeout`` is the total time of one call, every attempt and backoff included
@@ -144,33 +174,11 @@ class ClientOptions(TypedDict, total=False):
     api_key: str | None
     organization: str | None
     project: str | None
-    model: str | None
     timeout: float | TimeoutLike | None
-    connect_timeout: float | None
     default_headers: Mapping[str, str] | None
     default_query: Mapping[str, object] | None
-    priority: Priority | str | None
-    retry_policy: RetryPolicy | None
     max_retries: int
-    retry_budget: RetryBudget | None
-    max_response_bytes: int
-    token_policy: TokenPolicy | None
-    fallback_models: Sequence[str]
-    breaker: BreakerConfig | None
-    breaker_listeners: Sequence[BreakerListener]
-    ejection: EjectionConfig | None
-    ejection_listeners: Sequence[EjectionListener]
-    throttle: AdaptiveThrottle | None
-    concurrency: ConcurrencyLimiter | None
-    telemetry: Observer | None
-    clock: Clock | None
-    discover: Literal["dns"] | None
-    discovery: DiscoveryConfig | None
-    discovery_listeners: Sequence[DiscoveryListener]
-    spill_over: SpillOver | None
     openai_errors: bool
-    stream_timeouts: StreamTimeouts | None
-    quota: QuotaPolicy | None
 
 
 class ClientChanges(TypedDict, total=False):

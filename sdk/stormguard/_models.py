@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -109,6 +109,62 @@ class Record:
         """The JSON object as text, unknown fields included (openai's ``to_json``)."""
         return json.dumps(dict(self._data), indent=indent)
 
+    def model_dump(
+        self,
+        *,
+        mode: str = "python",
+        include: Collection[str] | None = None,
+        exclude: Collection[str] | None = None,
+        by_alias: bool | None = None,
+        exclude_unset: bool = False,
+        exclude_defaults: bool = False,
+        exclude_none: bool = False,
+        round_trip: bool = False,
+        warnings: bool | str = True,
+    ) -> dict[str, Any]:
+        """pydantic's ``model_dump()``, as openai's models have it, for code written
+        against them: a copy of the JSON, unknown fields included, in which every
+        field the record declares is present (None when the server left it out),
+        nested records alike. ``exclude_unset`` leaves those out (the JSON as it
+        came, as ``to_dict()``), ``exclude_none`` and ``exclude_defaults`` leave out
+        every None; ``include`` and ``exclude`` name top-level fields. ``mode``,
+        ``by_alias``, ``round_trip`` and ``warnings`` change nothing: the values are
+        JSON already and the names are the API's."""
+        dumped = _dumped(
+            type(self), self._data, not exclude_unset, exclude_none or exclude_defaults
+        )
+        if include is not None:
+            dumped = {k: v for k, v in dumped.items() if k in include}
+        if exclude is not None:
+            dumped = {k: v for k, v in dumped.items() if k not in exclude}
+        return dumped
+
+    def model_dump_json(
+        self,
+        *,
+        indent: int | None = None,
+        include: Collection[str] | None = None,
+        exclude: Collection[str] | None = None,
+        by_alias: bool | None = None,
+        exclude_unset: bool = False,
+        exclude_defaults: bool = False,
+        exclude_none: bool = False,
+        round_trip: bool = False,
+        warnings: bool | str = True,
+    ) -> str:
+        """pydantic's ``model_dump_json()``: :meth:`model_dump` as JSON text, compact
+        unless ``indent`` is given."""
+        dumped = self.model_dump(
+            include=include,
+            exclude=exclude,
+            exclude_unset=exclude_unset,
+            exclude_defaults=exclude_defaults,
+            exclude_none=exclude_none,
+        )
+        if indent is None:
+            return json.dumps(dumped, separators=(",", ":"))
+        return json.dumps(dumped, indent=indent)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Record):
             return NotImplemented
@@ -118,6 +174,30 @@ class Record:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({dict(self._data)!r})"
+
+
+def _dumped(
+    record_type: type[Record], data: Mapping[str, Any], fill: bool, drop_none: bool
+) -> dict[str, Any]:
+    """``model_dump`` of one JSON object read as ``record_type``: declared fields the
+    object lacks added as None (``fill``), None values left out (``drop_none``)."""
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        value = _dumped_value(value, record_type._nested.get(name, Record), fill, drop_none)
+        if not (drop_none and value is None):
+            out[name] = value
+    if fill and not drop_none:
+        for name in sorted(record_type._optional):
+            out.setdefault(name, None)
+    return out
+
+
+def _dumped_value(value: Any, record_type: type[Record], fill: bool, drop_none: bool) -> Any:
+    if isinstance(value, Mapping):
+        return _dumped(record_type, value, fill, drop_none)
+    if isinstance(value, list):
+        return [_dumped_value(item, record_type, fill, drop_none) for item in value]
+    return value
 
 
 def _wrap(value: Any, record_type: type[Record]) -> Any:
@@ -286,6 +366,8 @@ class CompletionUsage(Record):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    completion_tokens_details: Record | None
+    prompt_tokens_details: Record | None
 
 
 class FunctionCall(Record):
@@ -295,11 +377,17 @@ class FunctionCall(Record):
 
 
 class ToolCall(Record):
+    """A tool call of a message, or a piece of one in a streamed delta (which has
+    its ``index``)."""
+
     __slots__ = ()
     _nested = {"function": FunctionCall}
     id: str
     type: str
     function: FunctionCall
+    #: A custom tool's call (``type="custom"``): its name and input.
+    custom: Record | None
+    index: int | None
 
 
 class ChatCompletionMessage(Record):
@@ -310,6 +398,8 @@ class ChatCompletionMessage(Record):
     refusal: str | None
     tool_calls: list[ToolCall] | None
     function_call: FunctionCall | None
+    annotations: list[Record] | None
+    audio: Record | None
 
 
 class Choice(Record):
@@ -333,6 +423,9 @@ class ChatCompletion(APIResult):
     choices: list[Choice]
     usage: CompletionUsage | None
     system_fingerprint: str | None
+    service_tier: str | None
+    metadata: Record | None
+    moderation: Record | None
 
 
 class ChoiceDelta(Record):
@@ -342,6 +435,8 @@ class ChoiceDelta(Record):
     content: str | None
     refusal: str | None
     tool_calls: list[ToolCall] | None
+    function_call: FunctionCall | None
+    audio: Record | None
 
 
 class ChunkChoice(Record):
@@ -364,6 +459,10 @@ class ChatCompletionChunk(Record):
     model: str
     choices: list[ChunkChoice]
     usage: CompletionUsage | None
+    system_fingerprint: str | None
+    service_tier: str | None
+    moderation: Record | None
+    obfuscation: str | None
 
 
 class CompletionChoice(Record):
@@ -385,6 +484,7 @@ class Completion(APIResult):
     model: str
     choices: list[CompletionChoice]
     usage: CompletionUsage | None
+    system_fingerprint: str | None
 
 
 class Model(APIResult):
@@ -396,6 +496,7 @@ class Model(APIResult):
     object: str
     created: int
     owned_by: str
+    shutdown_date: str | None
     #: Context window as vLLM reports it (absent on OpenAI).
     max_model_len: int | None
 
@@ -466,11 +567,40 @@ class Response(APIResult):
     status: str | None
     error: Record | None
     incomplete_details: Record | None
-    instructions: str | None
+    instructions: str | list[Record] | None
     max_output_tokens: int | None
     model: str
     output: list[Record]
     usage: ResponseUsage | None
+    # The request's settings, echoed, and the rest of openai's fields.
+    access_programs: Record | None
+    background: bool | None
+    completed_at: float | None
+    conversation: Record | None
+    image: Record | None
+    input_transformations: list[Record] | None
+    max_tool_calls: int | None
+    metadata: Record | None
+    moderation: Record | None
+    parallel_tool_calls: bool | None
+    previous_response_id: str | None
+    prompt: Record | None
+    prompt_cache_diagnostics: Record | None
+    prompt_cache_key: str | None
+    prompt_cache_options: Record | None
+    prompt_cache_retention: str | None
+    reasoning: Record | None
+    safety_identifier: str | None
+    service_tier: str | None
+    temperature: float | None
+    text: Record | None
+    tool_choice: str | Record | None
+    tool_usage: Record | None
+    tools: list[Record] | None
+    top_logprobs: int | None
+    top_p: float | None
+    truncation: str | None
+    user: str | None
 
     @property
     def output_text(self) -> str:
@@ -506,10 +636,33 @@ class ResponseStreamEvent(Record):
     type: str
     sequence_number: int
     response: Response | None
-    delta: str | None
+    #: Text, or (a shell call's output) an object.
+    delta: str | Record | None
     text: str | None
     item_id: str | None
     output_index: int | None
     content_index: int | None
     item: Record | None
     part: Record | None
+    # The fields of the other event types openai declares.
+    annotation: Record | None
+    annotation_index: int | None
+    arguments: str | None
+    background: str | None
+    code: str | None
+    command: str | None
+    command_index: int | None
+    input: str | None
+    logprobs: list[Record] | None
+    message: str | None
+    obfuscation: str | None
+    output: list[Record] | None
+    output_format: str | None
+    param: str | None
+    partial_image_b64: str | None
+    partial_image_index: int | None
+    quality: str | None
+    refusal: str | None
+    size: str | None
+    status: str | None
+    summary_index: int | None

@@ -73,7 +73,7 @@ class _Shape:
 _shapes: dict[type[Record], _Shape] = {}
 _lock = threading.Lock()
 _NONE = type(None)
-_WORDS = {int: "an integer", float: "a number", str: "a string"}
+_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
 def shape_problem(record_type: type[Record], data: Mapping[str, Any]) -> str | None:

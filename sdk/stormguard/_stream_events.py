@@ -20,6 +20,7 @@ from ._record_shapes import misfit
 from ._responses import error_from_payload, parse_json_object
 from ._sse import ServerSentEvent
 from ._stream_core import StreamCore, T
+from .protocol import parse_non_negative_int
 
 __all__ = [
     "RESPONSE_ENDS",
@@ -149,8 +150,9 @@ class StreamEvents(StreamCore[T]):
         request): the error class of ``status``, else of the code it names, else 500."""
         error = payload.get("error")
         code = error.get("code") if isinstance(error, dict) else None
-        if isinstance(code, str) and code.isdigit():
-            code = int(code)
+        if isinstance(code, str):
+            number = parse_non_negative_int(code)
+            code = code if number is None else number
         if status is None:
             status = code if isinstance(code, int) and 400 <= code <= 599 else 500
         return error_from_payload(

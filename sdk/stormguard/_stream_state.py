@@ -142,13 +142,14 @@ class _StreamState(StreamEvents[T]):
         self.call.ended(error, response=self.summary())
         return True
 
-    def passed_through(self, cut: Exception | None = None) -> None:
+    def passed_through(self, cut: Exception | None = None) -> APIError | None:
         """Transport mode: the caller read the raw body to its end, or the connection
         failed under it (``cut``); an end the stream is not complete at
-        (``complete_at_end``) is a cut stream too."""
+        (``complete_at_end``) is a cut stream too. Returns the error the call ended
+        with (with its attempts), None when it was complete."""
         if cut is None and self.complete_at_end():
             self.call.ended(self.failure, response=self.summary())
-            return
+            return None
         self.done = True
         error: APIError
         if cut is not None and isinstance(cut, timeout_errors(TimeoutError)):
@@ -160,7 +161,9 @@ class _StreamState(StreamEvents[T]):
                 server_load=self.call.server_load,
                 request_id=self.info.request_id,
             )
+        self.call.annotate(error)
         self.call.ended(error, response=self.summary())
+        return error
 
     def closed_early(self) -> None:
         """The caller closed the stream (or left it): the call ends, as cancelled, if it

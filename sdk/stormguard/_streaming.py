@@ -237,6 +237,9 @@ class AsyncStream(_StreamBase[T]):
         if state is not None:
             await _aclose(state)
 
+    #: openai-python's name for it (``await stream.close()``).
+    close = aclose
+
     async def __aenter__(self) -> AsyncStream[T]:
         return self
 

@@ -3,8 +3,7 @@
     client = openai.OpenAI(
         base_url="http://127.0.0.1:8000/v1",
         http_client=stormguard.httpx_client(base_url="http://127.0.0.1:8000/v1"),
-        max_retries=0,  # stormguard retries, within its budget; two retry loops multiply
-    )
+    )  # openai's max_retries needs no change: its retries never stack on stormguard's
 
 ``httpx_client()`` returns a client of the library the installed openai-python runs
 on: an ``httpx2.Client`` from openai 3.x on (its own, typed and taken natively), an
@@ -21,7 +20,10 @@ Retry-After, fallback models. What comes back is plain httpx (or httpx2):
 * a success is the server's response (a stream is replayed from its first
   bytes, which stormguard read to know the stream had started);
 * a final error status is the last error response as the server sent it, so
-  openai-python raises its own ``RateLimitError``/``InternalServerError``;
+  openai-python raises its own ``RateLimitError``/``InternalServerError``, with
+  ``x-should-retry: false`` added: stormguard retried it within its policy and
+  budget, or judged it not worth a retry, and openai-python obeys that header
+  over the status it would retry, so its retries never stack on stormguard's;
 * a refusal before any I/O is a synthesized response that says so in
   openai's error format, with ``x-should-retry: false`` (an open breaker: 503
   ``x-load-shed: circuit_open``; a context-window refusal: 400; the token rate
@@ -29,16 +31,23 @@ Retry-After, fallback models. What comes back is plain httpx (or httpx2):
 * a 2xx that breaks the API before any of it was handed on (a stream that is
   not an event stream, a first event that is not JSON) is a 502 in the same
   format, with the reason, as a proxy answers for an upstream's invalid answer;
-* no concurrency slot before the deadline is a timeout (``QueueTimeoutError``
-  becomes ``httpx.ReadTimeout``: openai-python's ``APITimeoutError``);
-* a final transport failure is raised as the httpx exception it was (as the
-  caller's library's class of that name, when the other library carried it),
-  which openai-python turns into ``APIConnectionError``/``APITimeoutError``.
+* a failure with no response to hand on (a refused connection, a timeout, no
+  concurrency slot before the deadline, a stream cut before its first event) is
+  raised. To openai-python (a request with ``x-stainless-retry-count``) it is
+  the call's own error, in the class that is also openai's
+  (``stormguard.openai_errors``: ``APITimeoutError``, ``APIConnectionError`` ...):
+  openai-python 2.x and 3.x hand an ``OpenAIError`` raised under them on as it
+  is, with no retry of their own. 1.x retries it; its retry, the same request
+  with the next ``x-stainless-retry-count``, is answered with the same failure
+  and sends nothing (``_transport_retries.py``). To any other caller it is the
+  httpx exception it was (as the caller's library's class of that name, when
+  the other library carried it), or a ``ReadTimeout``/``ReadError``.
 
 The call's deadline bounds what the caller reads of a stream too: the replayed
 stream raises ``httpx.ReadTimeout`` when the deadline passes (sync: at the
 socket read that would cross it; async: a cancel scope around each read), and
-``httpx.DecodingError`` past ``max_response_bytes`` of decoded bytes.
+``httpx.DecodingError`` past ``max_response_bytes`` of decoded bytes; to
+openai-python, again, the call's own error.
 
 Every response the caller gets carries the call's ``stormguard.CallInfo`` in
 ``response.extensions["stormguard"]``: its attempts and their outcomes, the
@@ -68,8 +77,14 @@ from ._compat import Unpack
 from ._exceptions import StormguardError
 from ._http import httpx, response_types
 from ._streaming import AsyncStream, Stream
-from ._transport_answers import plain_response, response_for_error, stream_response
+from ._transport_answers import (
+    httpx_error_for,
+    plain_response,
+    response_for_error,
+    stream_response,
+)
 from ._transport_replay import _AsyncReplayStream, _ReplayStream
+from ._transport_retries import FailedCalls
 from ._transport_spec import spec_from_request
 
 if TYPE_CHECKING:
@@ -79,20 +94,30 @@ __all__ = [
     "AsyncStormguardTransport",
     "Library",
     "StormguardTransport",
+    "async_http_client_over",
     "async_httpx_client",
+    "http_client_over",
     "httpx_client",
+    "pipeline_of",
 ]
 
 
 def handle(
-    client: Client, request: httpx.Request, byte_stream: Callable[[Stream[Any]], object]
+    client: Client,
+    request: httpx.Request,
+    byte_stream: Callable[[Stream[Any]], object],
+    failed: FailedCalls,
 ) -> httpx.Response:
-    """One request of the transport's caller, run as a logical call (module doc)."""
+    """One request of the transport's caller, run as a logical call (module doc);
+    openai-python's retry of one that failed here is answered from ``failed``."""
+    answered = failed.answer(request)
+    if answered is not None:
+        raise answered
     spec = spec_from_request(client._core, request)
     try:
         result = client._request(spec)
     except StormguardError as error:
-        return response_for_error(error, request, spec.model)
+        return _failed(failed, error, request, spec.model)
     if isinstance(result, Stream):
         return stream_response(result, request, byte_stream(result))
     assert isinstance(result, response_types())
@@ -103,17 +128,33 @@ async def ahandle(
     client: AsyncClient,
     request: httpx.Request,
     byte_stream: Callable[[AsyncStream[Any]], object],
+    failed: FailedCalls,
 ) -> httpx.Response:
     """The async twin of :func:`handle`."""
+    answered = failed.answer(request)
+    if answered is not None:
+        raise answered
     spec = spec_from_request(client._core, request)
     try:
         result = await client._request(spec)
     except StormguardError as error:
-        return response_for_error(error, request, spec.model)
+        return _failed(failed, error, request, spec.model)
     if isinstance(result, AsyncStream):
         return stream_response(result, request, byte_stream(result))
     assert isinstance(result, response_types())
     return plain_response(result, request)
+
+
+def _failed(
+    failed: FailedCalls, error: StormguardError, request: httpx.Request, model: str | None
+) -> httpx.Response:
+    """The answer to a call that failed (``response_for_error``); a failure raised to
+    openai-python is remembered for its own retries (``_transport_retries.py``)."""
+    try:
+        return response_for_error(error, request, model)
+    except StormguardError:
+        failed.remember(request, httpx_error_for(error, request))
+        raise
 
 
 class StormguardTransport(httpx.BaseTransport):
@@ -124,6 +165,7 @@ class StormguardTransport(httpx.BaseTransport):
 
     def __init__(self, client: Client) -> None:
         self._client = client
+        self._failed = FailedCalls(client._core.clock)
 
     @property
     def client(self) -> Client:
@@ -131,7 +173,7 @@ class StormguardTransport(httpx.BaseTransport):
         return self._client
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        return handle(self._client, request, lambda s: self.replay_stream(s, request))
+        return handle(self._client, request, lambda s: self.replay_stream(s, request), self._failed)
 
     def close(self) -> None:
         self._client.close()
@@ -144,13 +186,16 @@ class AsyncStormguardTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
+        self._failed = FailedCalls(client._core.clock)
 
     @property
     def client(self) -> AsyncClient:
         return self._client
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await ahandle(self._client, request, lambda s: self.replay_stream(s, request))
+        return await ahandle(
+            self._client, request, lambda s: self.replay_stream(s, request), self._failed
+        )
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
@@ -195,7 +240,8 @@ def _check_transport_options(options: Mapping[str, object]) -> None:
     if options.get("openai_errors"):
         raise TypeError(
             "openai_errors applies to stormguard's Client: under httpx_client, openai-python"
-            " raises its own errors from the responses and httpx errors the transport hands it"
+            " raises its own errors for an error status, and gets the call's own error as"
+            " openai's class for a failure with no response"
         )
 
 
@@ -212,11 +258,16 @@ def httpx_client(
 ) -> httpx.Client | httpx2.Client:
     """A client of the HTTP library openai-python runs on (``library="openai"``:
     httpx2 from openai 3.x on, httpx before it), whose transport runs the whole
-    stormguard pipeline; give it to ``openai.OpenAI(http_client=..., max_retries=0)``.
+    stormguard pipeline; give it to ``openai.OpenAI(http_client=...)``.
     ``library="httpx"`` or ``"httpx2"`` asks for one by name. Options as for
     ``Client``."""
     _check_transport_options(options)
-    client = Client(**options)
+    return http_client_over(Client(**options), library)
+
+
+def http_client_over(client: Client, library: Library = "openai") -> httpx.Client | httpx2.Client:
+    """A client of ``library`` (as :func:`httpx_client`) whose transport runs
+    ``client``'s pipeline."""
     if _library(library) == "httpx2":
         from ._httpx2_transport import httpx2_client
 
@@ -239,9 +290,25 @@ def async_httpx_client(
 ) -> httpx.AsyncClient | httpx2.AsyncClient:
     """The async twin of :func:`httpx_client`, for ``openai.AsyncOpenAI``."""
     _check_transport_options(options)
-    client = AsyncClient(**options)
+    return async_http_client_over(AsyncClient(**options), library)
+
+
+def async_http_client_over(
+    client: AsyncClient, library: Library = "openai"
+) -> httpx.AsyncClient | httpx2.AsyncClient:
+    """The async twin of :func:`http_client_over`."""
     if _library(library) == "httpx2":
         from ._httpx2_transport import async_httpx2_client
 
         return async_httpx2_client(client)
     return httpx.AsyncClient(transport=AsyncStormguardTransport(client), timeout=None)
+
+
+def pipeline_of(http_client: object) -> Client | AsyncClient | None:
+    """The stormguard client under an HTTP client this module made (None for any
+    other): what ``stormguard.OpenAI`` shares with the copies openai's
+    ``with_options`` makes over the same HTTP client."""
+    transport = getattr(http_client, "_transport", None)
+    if isinstance(transport, (StormguardTransport, AsyncStormguardTransport)):
+        return transport.client
+    return None

@@ -6,12 +6,13 @@ exceptions, each response with the call's ``CallInfo`` on
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, cast
 
 from ._body import decoded_headers, read_response
+from ._call_info_lookup import error_info
 from ._exceptions import (
     APIConnectionError,
-    APIError,
     APIResponseValidationError,
     APIStatusError,
     APITimeoutError,
@@ -23,32 +24,65 @@ from ._exceptions import (
     TokenRateLimitedError,
 )
 from ._http import httpx, library_of, request_errors
-from ._models import CALL_INFO_EXTENSION, CallInfo
+from ._models import CALL_INFO_EXTENSION
 from ._streaming import AsyncStream, Stream
-from .protocol import HEADER_LOAD_SHED, HEADER_REQUEST_ID, HEADER_SHOULD_RETRY
+from .protocol import (
+    HEADER_LOAD_SHED,
+    HEADER_REQUEST_ID,
+    HEADER_SHOULD_RETRY,
+    HEADER_STAINLESS_RETRY_COUNT,
+)
 
 __all__ = [
     "CALL_INFO_EXTENSION",
+    "ERROR_EXTENSION",
+    "for_openai",
+    "from_openai",
     "httpx_error_for",
     "in_library_of",
     "plain_response",
+    "raised_for",
     "response_for_error",
     "stream_response",
 ]
 
+#: The key of the error a failed call raised, on the response the transport answers
+#: it with: ``stormguard.OpenAI`` raises that very error (``_openai_client.py``), as
+#: ``stormguard.Client(openai_errors=True)`` would have.
+ERROR_EXTENSION = "stormguard.error"
 
-def error_info(error: StormguardError, model: str | None) -> CallInfo:
-    """The ``CallInfo`` of a call that failed with ``error``: what the error knows."""
-    info = CallInfo(
-        server_load=error.server_load,
-        attempt_history=error.attempt_history,
-        request_id=error.request_id if isinstance(error, APIError) else None,
-        model=model,
-        rate_limit=error.rate_limit,
-    )
-    info.precheck = error.precheck
-    info.stop_reason = error.retry_stopped_by
-    return info
+
+def from_openai(request: httpx.Request) -> bool:
+    """Whether openai-python built ``request``: it numbers every request it sends in
+    ``x-stainless-retry-count`` (0 for the first), and it is imported."""
+    return HEADER_STAINLESS_RETRY_COUNT in request.headers and "openai" in sys.modules
+
+
+def raised_for(error: StormguardError, request: httpx.Request) -> Exception:
+    """What the transport raises for a call that failed with no response to hand on.
+
+    To openai-python: ``error`` itself, as the class that is also openai's
+    (``stormguard.openai_errors``). openai-python hands an ``OpenAIError`` raised
+    under it on as it is, without a retry of its own (its ``_base_client.py``,
+    2.x and 3.x): stormguard has retried already, within its budget, and the caller
+    gets the very error ``stormguard.Client(openai_errors=True)`` raises. To any
+    other caller: an error of its HTTP library (:func:`httpx_error_for`)."""
+    if from_openai(request):
+        return for_openai(error, request)
+    return httpx_error_for(error, request)
+
+
+def for_openai(error: StormguardError, request: httpx.Request) -> StormguardError:
+    """``error`` as the class that is also openai's, with a ``request``: openai's errors
+    always have one, and code that builds its own from them reads its headers
+    (LangChain's ``OpenAIConnectionError(request=e.request)``). Where no request went
+    out for the error itself (a wait for a slot, a refusal, a cut found at the end of
+    a body), it is the caller's request the call answered."""
+    from .openai_errors import as_openai_error
+
+    if getattr(error, "request", None) is None:
+        error.request = request  # type: ignore[attr-defined]
+    return as_openai_error(error)
 
 
 def _refusal(
@@ -95,10 +129,16 @@ def response_for_error(
     error: StormguardError, request: httpx.Request, model: str | None = None
 ) -> httpx.Response:
     """What the transport's caller gets for a call that failed (``_transport.py``'s
-    module doc), with the call's ``CallInfo`` (of ``model``) in its extensions; an
-    error that is not answered by a response is raised as the caller's library's."""
+    module doc), with the call's ``CallInfo`` (of ``model``) and the error in its
+    extensions; an error that is not answered by a response is raised
+    (:func:`raised_for`)."""
     response = _answer_for(error, request)
+    # Final: stormguard retried it within its policy and budget, or judged it not
+    # worth a retry. openai-python obeys this header over the status it would retry
+    # (its ``_should_retry``), so its own retries do not stack on stormguard's.
+    response.headers[HEADER_SHOULD_RETRY] = "false"
     response.extensions[CALL_INFO_EXTENSION] = error_info(error, model)
+    response.extensions[ERROR_EXTENSION] = error
     return response
 
 
@@ -117,7 +157,7 @@ def _answer_for(error: StormguardError, request: httpx.Request) -> httpx.Respons
         return _refusal(request, 503, str(error), "throttled")
     if isinstance(error, APIResponseValidationError):
         return _invalid_answer(request, error)
-    raise httpx_error_for(error, request)
+    raise raised_for(error, request)
 
 
 def httpx_error_for(error: StormguardError, request: httpx.Request) -> httpx.HTTPError:

@@ -1,6 +1,7 @@
 """A started stream handed to the transport's caller: the bytes stormguard read to
 know it had started, then the rest, each read bounded by the call's deadline and
-its errors given as the caller's HTTP library's."""
+its errors given as the caller's HTTP library's (to openai-python: the call's own
+error, as the class that is also openai's, as ``_transport_answers.raised_for``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ._exceptions import StormguardError
 from ._http import httpx, library_of, transport_errors
 from ._read_within import anext_within
 from ._streaming import AsyncStream, Stream
-from ._transport_answers import httpx_error_for, in_library_of
+from ._transport_answers import from_openai, in_library_of, raised_for
 
 __all__ = ["areplay", "replay"]
 
@@ -30,11 +31,13 @@ def replay(stream: Stream[Any], request: httpx.Request) -> Iterator[bytes]:
             state.passing_through(chunk)
             yield chunk
     except transport_errors() as exc:
-        state.passed_through(cut=exc)
-        raise in_library_of(request, exc) from None
+        raise _cut(request, exc, state.passed_through(cut=exc)) from None
     except StormguardError as error:  # past the cap or the deadline
-        raise httpx_error_for(error, request) from error
-    state.passed_through()
+        raised = raised_for(error, request)
+        if raised is error:  # openai-python's caller: the call's own error
+            raise
+        raise raised from error
+    _end(request, state.passed_through())
 
 
 async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIterator[bytes]:
@@ -63,11 +66,33 @@ async def areplay(stream: AsyncStream[Any], request: httpx.Request) -> AsyncIter
             state.passing_through(chunk)
             yield chunk
     except transport_errors() as exc:
-        state.passed_through(cut=exc)
-        raise in_library_of(request, exc) from None
+        raise _cut(request, exc, state.passed_through(cut=exc)) from None
     except StormguardError as error:  # past the cap or the deadline
-        raise httpx_error_for(error, request) from error
-    state.passed_through()
+        raised = raised_for(error, request)
+        if raised is error:  # openai-python's caller: the call's own error
+            raise
+        raise raised from error
+    _end(request, state.passed_through())
+
+
+def _end(request: httpx.Request, error: StormguardError | None) -> None:
+    """The body ended: a stream that is not complete (no ``[DONE]``, a choice not
+    finished) is the call's error to openai-python, which would end it quietly and
+    hand its caller half an answer as the whole; any other caller has the bytes as
+    the server sent them."""
+    if error is not None and from_openai(request):
+        raise raised_for(error, request)
+
+
+def _cut(
+    request: httpx.Request, exc: httpx.TransportError, error: StormguardError | None
+) -> Exception:
+    """What the caller reading a stream gets when the connection failed under it
+    (``error``: the call's error for it): ``exc`` as the caller's library's, or to
+    openai-python the call's error (:func:`raised_for`)."""
+    if error is not None and from_openai(request):
+        return raised_for(error, request)
+    return in_library_of(request, exc)
 
 
 class _ReplayStream(httpx.SyncByteStream):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stormguard.protocol import parse_non_negative_int
 from stormguard_server.errors import error_response
 from stormguard_server.refusals import body_too_large_response
 
@@ -164,11 +165,11 @@ class BodyLimitMiddleware:
 
 
 def declared_content_length(scope: Scope) -> int | None:
-    """The request's ``Content-Length`` (None: absent, or not a plain number)."""
+    """The request's ``Content-Length`` (None: absent, or not a plain number of ASCII
+    digits: ``str.isdigit`` takes ``¹`` too, which ``int()`` does not)."""
     for name, value in scope.get("headers", []):
         if name.lower() == b"content-length":
-            text = value.decode("latin-1").strip()
-            return int(text) if text.isdigit() and len(text) < 19 else None
+            return parse_non_negative_int(value.decode("latin-1"))
     return None
 
 

@@ -154,7 +154,8 @@ def resolve_ref(root: dict[str, Any], ref: str) -> Any:
         part = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+        # ASCII digits only: str.isdigit takes "¹" too, which int() does not.
+        elif isinstance(node, list) and part.isascii() and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
             raise KeyError(ref)

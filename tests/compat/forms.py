@@ -1,10 +1,13 @@
-"""The two forms each compat example runs in, and how one becomes the other.
+"""The three forms each compat example runs in, and how one becomes another.
 
 An example imports from stormguard (``from stormguard import OpenAI``, ``import
-stormguard as openai``): that is its ``stormguard`` form, run as written. Its
-``openai_over_stormguard`` form is the same text with those import lines pointed at
-tests/compat/openai_over_stormguard.py (openai-python's clients over
-``stormguard.httpx_client``, ``max_retries=0``); no other line changes.
+stormguard as openai``): that is its ``stormguard`` form, run as written, on
+``stormguard.OpenAI`` (openai's client over stormguard's pipeline, where openai is
+installed). Its ``stormguard_client`` form points those import lines at
+tests/compat/stormguard_client.py (stormguard's own ``Client`` under openai's names,
+what ``stormguard.OpenAI`` is without openai), and its ``openai_over_stormguard`` form
+at tests/compat/openai_over_stormguard.py (openai-python's clients over
+``stormguard.httpx_client``, openai's retries at their default); no other line changes.
 """
 
 from __future__ import annotations
@@ -19,12 +22,7 @@ import stormguard
 
 EXAMPLES = Path(__file__).with_name("examples")
 TRANSPORT_MODULE = "tests.compat.openai_over_stormguard"
-
-# The import lines an example may use, and what each becomes in the transport form.
-_REWRITES = (
-    ("import stormguard as openai", f"import {TRANSPORT_MODULE} as openai"),
-    ("from stormguard import ", f"from {TRANSPORT_MODULE} import "),
-)
+CLIENT_MODULE = "tests.compat.stormguard_client"
 
 
 def example_names() -> list[str]:
@@ -32,15 +30,20 @@ def example_names() -> list[str]:
     return sorted(p.stem for p in EXAMPLES.glob("*.py") if p.stem != "__init__")
 
 
-def over_transport(source: str) -> str:
-    """``source`` with its stormguard imports pointed at the transport form's module.
+def over_transport(source: str, module: str = TRANSPORT_MODULE) -> str:
+    """``source`` with its stormguard imports pointed at ``module`` (the transport
+    form's, by default).
 
     A ValueError when it has none: an example that imports nothing from stormguard
-    would run the same in both forms and prove nothing about the second."""
+    would run the same in every form and prove nothing about the others."""
+    rewrites = (
+        ("import stormguard as openai", f"import {module} as openai"),
+        ("from stormguard import ", f"from {module} import "),
+    )
     lines = source.splitlines(keepends=True)
     changed = 0
     for index, line in enumerate(lines):
-        for old, new in _REWRITES:
+        for old, new in rewrites:
             if line.startswith(old):
                 lines[index] = new + line[len(old) :]
                 changed += 1
@@ -51,16 +54,19 @@ def over_transport(source: str) -> str:
 
 @dataclass(frozen=True)
 class Form:
-    """One way to run the examples: its name, and the module its errors come from."""
+    """One way to run the examples: its name, the module its errors come from, and the
+    module its stormguard imports are pointed at (None: as written)."""
 
     name: str
     errors: ModuleType
+    module: str | None = None
 
     def source(self, example: str) -> str:
         text = (EXAMPLES / f"{example}.py").read_text()
-        return text if self.errors is stormguard else over_transport(text)
+        return text if self.module is None else over_transport(text, self.module)
 
 
 STORMGUARD = Form("stormguard", stormguard)
-OPENAI_OVER_STORMGUARD = Form("openai_over_stormguard", openai)
-FORMS = (STORMGUARD, OPENAI_OVER_STORMGUARD)
+STORMGUARD_CLIENT = Form("stormguard_client", stormguard, CLIENT_MODULE)
+OPENAI_OVER_STORMGUARD = Form("openai_over_stormguard", openai, TRANSPORT_MODULE)
+FORMS = (STORMGUARD, STORMGUARD_CLIENT, OPENAI_OVER_STORMGUARD)

@@ -5,9 +5,11 @@ instead (``import stormguard as openai`` becomes ``import
 tests.compat.openai_over_stormguard as openai``), which is what a project writes once to
 put stormguard under openai-python: ``OpenAI`` and ``AsyncOpenAI`` are openai's classes
 with ``http_client=stormguard.httpx_client(...)`` (``async_httpx_client`` for
-``AsyncOpenAI``) and ``max_retries=0`` (one retry loop: stormguard's), unless the caller
-gives them. The base URL comes from the arguments or ``OPENAI_BASE_URL``, as openai reads
-it. The errors are openai's own, since under the transport openai raises them.
+``AsyncOpenAI``) unless the caller gives one, and nothing else: openai's ``max_retries``
+stays at its default, since openai's retries never stack on stormguard's (the
+transport's final answers say so). The base URL comes from the arguments or
+``OPENAI_BASE_URL``, as openai reads it. The errors are openai's own, since under the
+transport openai raises them.
 
 openai 3.x runs on httpx2 and types ``http_client`` as an ``httpx2.Client``:
 ``stormguard.httpx_client`` returns one (the library the installed openai runs on), and
@@ -44,20 +46,18 @@ def _base_url(kwargs: dict[str, Any]) -> str:
 
 
 class OpenAI(openai.OpenAI):
-    """``openai.OpenAI`` over ``stormguard.httpx_client``, with ``max_retries=0``."""
+    """``openai.OpenAI`` over ``stormguard.httpx_client``."""
 
     def __init__(self, **kwargs: Any) -> None:
         if "http_client" not in kwargs:
             kwargs["http_client"] = stormguard.httpx_client(base_url=_base_url(kwargs))
-        kwargs.setdefault("max_retries", 0)
         super().__init__(**kwargs)
 
 
 class AsyncOpenAI(openai.AsyncOpenAI):
-    """``openai.AsyncOpenAI`` over ``stormguard.async_httpx_client``, with ``max_retries=0``."""
+    """``openai.AsyncOpenAI`` over ``stormguard.async_httpx_client``."""
 
     def __init__(self, **kwargs: Any) -> None:
         if "http_client" not in kwargs:
             kwargs["http_client"] = stormguard.async_httpx_client(base_url=_base_url(kwargs))
-        kwargs.setdefault("max_retries", 0)
         super().__init__(**kwargs)

@@ -5,13 +5,15 @@ the import changed.
 (or ``AsyncOpenAI``) it says ``from stormguard import OpenAI``, and where it says
 ``import openai`` it says ``import stormguard as openai``, so that ``openai.OpenAI(...)``
 and ``except openai.APIStatusError`` read as before (stormguard exports ``OpenAI`` and
-``AsyncOpenAI``, its ``Client`` and ``AsyncClient`` under openai's names). Every other
+``AsyncOpenAI``: openai's clients over stormguard's pipeline where openai is installed,
+its ``Client`` and ``AsyncClient`` where not). Every other
 line is the example's; where one had to differ (a call outside stormguard's surface, an
 import the snippet forgot, a top-level ``await``, a proxy's address), the example's
 docstring says how and why.
 
-Each example runs in both forms of forms.py: as written, and through
-``openai.OpenAI(http_client=stormguard.httpx_client(...), max_retries=0)``. The examples
+Each example runs in the three forms of forms.py: as written (``stormguard.OpenAI``), on
+``stormguard.Client`` under openai's names, and through
+``openai.OpenAI(http_client=stormguard.httpx_client(...))``. The examples
 build their clients as openai's do, with no base URL or key: both come from
 ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``. The server serves the examples' model names
 as aliases of one simulated model; ``gpt-4`` is not one of them.

@@ -1,10 +1,11 @@
 """openai-python's README "Handling errors" with ``import openai`` kept for its
 ``except`` clauses and only the client stormguard's: the handlers catch what
-``stormguard.OpenAI(openai_errors=True)`` raises, against the reference server.
+``stormguard.Client(openai_errors=True)`` raises, and what ``stormguard.OpenAI`` (openai's
+client over stormguard) raises with no option, against the reference server.
 
 The example file is the compat one (tests/compat/examples/readme_handling_errors.py);
-its two stormguard lines are turned back into openai's import and a client built with
-the option, the rest runs unchanged."""
+its stormguard lines are turned back into openai's import and a ``stormguard.Client``
+built with the option (or ``stormguard.OpenAI`` as it is), the rest runs unchanged."""
 
 from __future__ import annotations
 
@@ -20,15 +21,14 @@ from tests.e2e.server_process import RunningServer, free_port, run_server
 pytestmark = pytest.mark.e2e
 
 EXAMPLE = EXAMPLES / "readme_handling_errors.py"
-REWRITES = (
-    ("import stormguard as openai\n", "import openai\n"),
-    ("client = OpenAI()\n", "client = OpenAI(openai_errors=True)\n"),
-)
+KEEP_OPENAI = ("import stormguard as openai\n", "import openai\n")
+CLIENT = ("from stormguard import OpenAI\n", "from stormguard import Client as OpenAI\n")
+OPT_IN = ("client = OpenAI()\n", "client = OpenAI(openai_errors=True)\n")
 
 
-def source(*, opt_in: bool = True) -> str:
+def source(*rewrites: tuple[str, str]) -> str:
     text = EXAMPLE.read_text()
-    for old, new in REWRITES if opt_in else REWRITES[:1]:
+    for old, new in (KEEP_OPENAI, *rewrites):
         assert text.count(old) == 1, old
         text = text.replace(old, new)
     return text
@@ -54,29 +54,39 @@ def execute(text: str) -> dict[str, object]:
         exec(compile(text, str(EXAMPLE), "exec"), namespace)
     finally:
         client = namespace.get("client")
-        if isinstance(client, stormguard.Client):
+        if isinstance(client, (stormguard.Client, openai.OpenAI)):
             client.close()
     return namespace
 
 
+#: The two clients whose errors openai's handlers catch.
+CATCHING = {"client_opt_in": (CLIENT, OPT_IN), "openai_client": ()}
+
+
+@pytest.mark.parametrize("rewrites", CATCHING.values(), ids=CATCHING.keys())
 def test_a_status_error_reaches_openais_handler(
     server: RunningServer,
     env: None,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    rewrites: tuple[tuple[str, str], ...],
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-    execute(source())
+    execute(source(*rewrites))
     lines = capsys.readouterr().out.splitlines()
     assert lines[:2] == ["Another non-200-range status code was received", "404"]
     assert "404" in lines[2]  # the response
 
 
+@pytest.mark.parametrize("rewrites", CATCHING.values(), ids=CATCHING.keys())
 def test_an_unreachable_server_reaches_openais_connection_handler(
-    env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    env: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    rewrites: tuple[tuple[str, str], ...],
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{free_port()}/v1")
-    execute(source())
+    execute(source(*rewrites))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "The server could not be reached"
     assert lines[1] not in ("", "None")  # the underlying exception
@@ -87,5 +97,5 @@ def test_without_the_option_openais_handlers_catch_nothing(
 ) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
     with pytest.raises(stormguard.NotFoundError) as info:
-        execute(source(opt_in=False))
+        execute(source(CLIENT))
     assert not isinstance(info.value, openai.OpenAIError)

@@ -104,6 +104,33 @@ def test_streams_cut_mid_way_lower_the_limit_and_never_pause_the_endpoint(
     assert state.limit == 1
 
 
+@pytest.mark.parametrize("wiring", ["transport", "openai_client"])
+def test_openai_gets_a_stream_cut_mid_way_as_an_error_not_a_short_answer(
+    server: HostileServer, wiring: str
+) -> None:
+    """A body that ends before its choices finished, with no ``[DONE]``: openai-python
+    on its own ends such a stream quietly, and the caller (a framework) takes the half
+    answer for the whole. Over stormguard it raises the call's own error, as
+    ``stormguard.Client`` does, after the chunks that came."""
+    url = f"{server.origin}/v1/cut"
+    oai: openai.OpenAI
+    if wiring == "transport":
+        http = stormguard.httpx_client(base_url=url, model="m", timeout=30)
+        oai = openai.OpenAI(base_url=url, api_key="k", http_client=http)
+    else:
+        oai = stormguard.OpenAI(base_url=url, api_key="k", timeout=30)
+    received: list[str] = []
+    with oai, pytest.raises(openai.APIConnectionError) as info:
+        for c in oai.chat.completions.create(model="m", messages=MESSAGES, stream=True):  # type: ignore[arg-type]
+            received.append(c.choices[0].delta.content or "")
+    assert received == ["hel", "lo"]
+    assert isinstance(info.value, stormguard.StreamInterruptedError)
+    assert "before [DONE]" in str(info.value)
+    # as every openai error, it has a request: LangChain builds its own error from it
+    openai.APIConnectionError(message=info.value.message, request=info.value.request)
+    assert len(server.requests_to("/v1/cut/chat/completions")) == 1
+
+
 def test_openai_gets_a_json_200_to_a_stream_as_a_502_with_the_reason() -> None:
     """On its own, openai-python reads a JSON 200 to ``stream=True`` as an empty
     stream; on stormguard's transport it raises ``InternalServerError`` (502) that

@@ -142,3 +142,10 @@ class _AsyncBytes(httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for at in range(0, len(self._data), 1000):
             yield self._data[at : at + 1000]
+
+
+def test_a_declared_length_of_other_digits_is_no_length() -> None:
+    """A ``content-length`` of ``¹`` (latin-1 0xb9: a digit to ``str.isdigit``, no number
+    to ``int()``) is no declared length: the body is counted as it comes."""
+    response = httpx.Response(200, headers=[(b"content-length", b"\xb9")])
+    assert BodyLimit(10, response).size == 0

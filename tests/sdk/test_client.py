@@ -190,6 +190,17 @@ async def test_error_event_after_content_raises_its_class(api: Api, mock: respx.
         await api.collect(stream)
 
 
+async def test_an_error_event_whose_code_is_other_digits_is_a_500(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    """``"²"`` is a digit to ``str.isdigit``, no number to ``int()``: a code, not a status."""
+    died = json.dumps({"error": {"message": "engine died", "code": "\u00b2"}})
+    mock.post("/chat/completions").mock(return_value=event_stream(sse(chunk("a"), died)))
+    stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
+    with pytest.raises(stormguard.InternalServerError, match="engine died"):
+        await api.collect(stream)
+
+
 STATUS_CLASSES = [
     (400, stormguard.BadRequestError),
     (401, stormguard.AuthenticationError),

@@ -10,6 +10,7 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from stormguard.testing import FakeClock
+from stormguard_server.middleware import declared_content_length
 from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
 
 Headers = list[tuple[bytes, bytes]]
@@ -198,3 +199,18 @@ async def test_a_length_that_is_not_a_number_holds_the_body_size_limit(value: by
     assert gate.body_bytes.held == 600
     app.release.set()
     assert (await held[0])[0] == 200
+
+
+@pytest.mark.parametrize("declared", [b"\xb9", b"\xb2\xb3", b"12\xb9"])
+def test_a_content_length_of_other_digits_is_no_number(declared: bytes) -> None:
+    """``¹``, ``²³`` (latin-1 0xb9, 0xb2 0xb3) are digits to ``str.isdigit`` but no
+    number to ``int()``: no Content-Length, not a ValueError."""
+    scope = {"type": "http", "headers": [(b"content-length", declared)]}
+    assert declared_content_length(scope) is None
+
+
+async def test_a_request_with_such_a_content_length_is_answered() -> None:
+    app = Blocking()
+    app.release.set()
+    status, _, _ = await call(limits(app), [(b"content-length", b"\xb9")])
+    assert status == 200

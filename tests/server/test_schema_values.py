@@ -296,3 +296,11 @@ def test_strict_schemas_follow_openais_rules(
         check_schema(schema, strict=True)
     assert refused.value.context == context and says in refused.value.what
     check_schema(schema, strict=False)  # the same schema is fine when not strict
+
+
+def test_a_ref_index_of_other_digits_resolves_to_nothing() -> None:
+    """``#/x/¹``: a digit to ``str.isdigit``, no list index: a refusal, not a ValueError."""
+    schema = {"type": "object", "properties": {"a": {"$ref": "#/x/\u00b9"}}, "x": [{}]}
+    with pytest.raises(SchemaRefused) as refused:
+        check_schema(schema, strict=False)
+    assert "does not resolve" in refused.value.what
