@@ -50,6 +50,7 @@ from ._client import Client
 from ._client_core import DEFAULT_TIMEOUT
 from ._client_options import BaseURL, StormguardOptions
 from ._compat import Unpack
+from ._deployment import Deployment
 from ._exceptions import StormguardError
 from ._http import httpx
 from ._models import CALL_INFO_EXTENSION
@@ -141,6 +142,10 @@ def _pipeline(
     return pipeline, wrap(pipeline)
 
 
+#: The key openai's client is given when every endpoint is a ``Deployment`` with
+#: its own (``Deployment`` never sends a client's key, so this is never sent).
+DEPLOYMENTS_KEY = "stormguard-deployments-send-their-own-keys"
+
 #: The options that go to the stormguard client, not to openai's.
 _OWN = frozenset(StormguardOptions.__annotations__) | {"connection_limits"}
 
@@ -153,6 +158,10 @@ def _openai_arguments(pipeline: Client | AsyncClient, kwargs: dict[str, Any]) ->
         kwargs["base_url"] = pipeline.base_url
     if kwargs.get("api_key") is None and pipeline.api_key is not None:
         kwargs["api_key"] = pipeline.api_key
+    endpoints = pipeline._core.endpoints
+    if kwargs.get("api_key") is None and all(isinstance(e, Deployment) for e in endpoints):
+        # openai's client insists on a key; a deployment sends its own and never this.
+        kwargs["api_key"] = DEPLOYMENTS_KEY
     if is_omitted(kwargs.get("max_retries", NOT_GIVEN)):
         kwargs["max_retries"] = pipeline.max_retries
     if is_omitted(kwargs.get("timeout", NOT_GIVEN)):

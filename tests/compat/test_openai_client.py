@@ -268,3 +268,15 @@ def test_import_stormguard_as_openai_catches_what_its_client_raises() -> None:
     status_error, connection_error = caught
     assert isinstance(status_error, openai.InternalServerError)
     assert isinstance(connection_error, openai_here.APIConnectionError)
+
+
+def test_a_client_of_deployments_needs_no_key_of_its_own(server: RunningServer) -> None:
+    # openai's client refuses to be made without a key; each deployment sends its own.
+    deployment = stormguard.Deployment(
+        server.base_url, name="primary", api_key="sk-deployment-key-1234", models={"chat": MODEL}
+    )
+    with stormguard.OpenAI(base_url=[deployment]) as client:
+        result = client.chat.completions.create(model="chat", messages=HI, max_tokens=4)
+    assert isinstance(result, ChatCompletion) and result.choices[0].message.content
+    info = stormguard.call_info(result)
+    assert info is not None and info.deployment == "primary"
