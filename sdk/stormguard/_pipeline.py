@@ -41,6 +41,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ._base_url import normalize_base_url
 from ._body_reader import BodyReader
 from ._call_result import CallResults
 from ._call_spec import CallSpec, Delivery, HandOver
@@ -95,7 +96,7 @@ class LogicalCall(CallResults):
         if target is not None:
             # Counted and looked up as the deployment the call will most likely go
             # to knows the model: by its name for it, at its URL.
-            base_url, model = target.base_url, target.model_for(model)
+            base_url, model = normalize_base_url(target.base_url)[0], target.model_for(model)
         flow = policy.precheck_flow(model, kind, body, base_url=base_url, follow_fallbacks=False)
         return self._with_client_headers(flow, target)
 
