@@ -5,9 +5,10 @@ burst against a server that sheds, or the rebound after a cold start. Each has i
 engine flags, schedule, patience, default clients and server modes; the calibration,
 the replay, the sampler and the summary are the same code for all three. The fourth,
 ``fleet`` (a partial outage of several replicas under several client processes), has
-its own runner, figures and plots (``fleet*.py``) and shares the rest; so does the
+its own runner, figures and plots (``fleet*.py``) and shares the rest; so do the
 fifth, ``quota`` (a batch job of several processes on one API key against a hosted
-API's quota, ``quota*.py``).
+API's quota, ``quota*.py``), and the sixth, ``outage`` (a primary provider in partial
+outage and a secondary, ``outage*.py``).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from stormguard_drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
 from stormguard_drill.fleet_clients import FLEET_CLIENTS
 from stormguard_drill.fleet_config import fleet_preset
 from stormguard_drill.fleet_plots import plot_fleet
+from stormguard_drill.outage import outage_drill, outage_preset, targets_line
+from stormguard_drill.outage_clients import OUTAGE_CLIENTS, OutageClientName
 from stormguard_drill.plots import plot_all
 from stormguard_drill.quota import quota_drill
 from stormguard_drill.quota_clients import QUOTA_CLIENTS, QuotaClientName, quota_unavailable
@@ -100,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
         "(stormguard sync and async, openai, openai+tenacity, openai on stormguard's "
         "transport, LiteLLM Router with tpm/rpm, and with Redis), each on a fresh server; "
         "variants by --processes, --bound, --retry-after, --headers. "
+        "outage: a primary provider in partial outage (a share of 500s, a share of calls "
+        "hanging to their deadline, x10 time to first token on the rest) for 60 s, then "
+        "recovering over 30 s, and a healthy secondary with a higher latency: stormguard "
+        "(two Deployments), LiteLLM Router (a model group each, fallbacks) and openai on the "
+        "primary alone (with and without tenacity), each on its own two servers; the quick "
+        "run's pairings at once (--concurrency N: N at once). "
         "Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -133,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(CLIENT_NAMES)
         + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, "
         + f"{', '.join(FLEET_CLIENTS)} in the fleet (its only clients), all in the others; "
-        + f"the quota's: {', '.join(QUOTA_CLIENTS)}, all by default)",
+        + f"the quota's: {', '.join(QUOTA_CLIENTS)}, all by default; "
+        + f"the outage's: {', '.join(OUTAGE_CLIENTS)}, all by default)",
     )
     parser.add_argument(
         "--admission",
@@ -304,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if scenario == "quota":
         _quota_main(args, mode)
         return
+    if scenario == "outage":
+        _outage_main(args, mode)
+        return
     config = preset(
         mode,
         seed=args.seed,
@@ -439,6 +452,47 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
         f"wall time {document['wall_time_s']} s"
     )
     print(f"targets: {quota_targets_line(config.targets)}")
+    print(f"JSON: {out / 'drill.json'}")
+
+
+def _outage_clients(args: argparse.Namespace, skipped: dict[str, str]) -> list[OutageClientName]:
+    """The outage's clients asked for; LiteLLM's Router is left out where it cannot run."""
+    asked = _values(args.clients, "--clients", OUTAGE_CLIENTS)
+    clients = [c for c in OUTAGE_CLIENTS if asked is None or c in asked]
+    if "litellm-router" in clients:
+        reason = unavailable(("litellm-router",)).get("litellm-router")
+        if reason is not None:
+            skipped["litellm-router"] = reason
+            clients.remove("litellm-router")
+            print(f"skipped litellm-router: {reason}", file=sys.stderr)
+    if not clients:
+        raise SystemExit("no client selected: check --clients")
+    return clients
+
+
+def _outage_main(args: argparse.Namespace, mode: Mode) -> None:
+    given = args.concurrency if args.concurrency != 1 else None
+    config = outage_preset(mode, seed=args.seed, concurrency=given)
+    out: Path = args.out or Path("bench/results") / f"drill-outage-{mode}"
+    skipped: dict[str, str] = {}
+    clients = _outage_clients(args, skipped)
+    try:
+        document = asyncio.run(outage_drill(config, out, clients, skipped))
+    except KeyboardInterrupt:
+        print("interrupted: every server was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    write_json(out / "drill.json", document)
+    (out / "table.md").write_text(markdown_table(document["pairings"], "outage") + "\n")
+    print(table(document["pairings"], "outage"))
+    for pairing in document["pairings"]:
+        if pairing["fault_errors"]:
+            print(f"faults not done ({pairing['client']}): {pairing['fault_errors']}")
+    print(
+        f"\n{config.rate:g} calls/s; healthy {config.healthy_s:g} s, outage {config.outage_s:g} s,"
+        f" recovery {config.recovery_s:g} s, after {config.after_s:g} s; deadline"
+        f" {config.deadline_s:g} s a call; wall time {document['wall_time_s']} s"
+    )
+    print(f"targets (stormguard): {targets_line(document['targets_checked'])}")
     print(f"JSON: {out / 'drill.json'}")
 
 

@@ -116,12 +116,36 @@ _QUOTA_COLUMNS = (
     ("failed as", "errors", "errors"),
     ("missed", "missed", "list"),
 )
+# The provider outage's: figures of the calls that started during the outage (the
+# primary in partial outage), the share served by the secondary then and after the
+# recovery began, attempts per call at the primary and the secondary during the outage
+# (the servers' counts), how long after the recovery calls were back on the primary,
+# and the primary's peak attempts per second after the outage.
+_OUTAGE_COLUMNS = (
+    ("client", "client", "{}"),
+    ("logical", "logical_requests", "{}"),
+    ("success", "success_rate", "{:.1%}"),
+    ("outage ok", "outage_success_rate", "{:.1%}"),
+    ("p50 s", "outage_latency_p50_s", "{:.2f}"),
+    ("p99 s", "outage_latency_p99_s", "{:.2f}"),
+    ("ttft50", "outage_ttft_p50_s", "{:.2f}"),
+    ("ttft99", "outage_ttft_p99_s", "{:.2f}"),
+    ("on 2nd", "outage_secondary_share", "{:.1%}"),
+    ("att/call", "outage_attempts_per_call", "{:.2f}"),
+    ("att 1st", "outage_primary_attempts_per_call", "{:.2f}"),
+    ("att 2nd", "outage_secondary_attempts_per_call", "{:.2f}"),
+    ("2nd after", "after_secondary_share", "{:.1%}"),
+    ("back s", "back_on_primary_s", "{:.1f}"),
+    ("peak 1st", "primary_peak_over_offered_after", "{:.2f}"),
+    ("failed as", "windows.outage.errors", "errors"),
+)
 _COLUMNS_OF = {
     "avalanche": _COLUMNS,
     "burst": _BACKLOG_COLUMNS,
     "rebound": _BACKLOG_COLUMNS,
     "fleet": _FLEET_COLUMNS,
     "quota": _QUOTA_COLUMNS,
+    "outage": _OUTAGE_COLUMNS,
 }
 # Columns of a scenario that say nothing about it: the burst has no crash.
 _HIDDEN = {"burst": {"crash_count", "extra_crashes", "back_s"}}
@@ -132,6 +156,8 @@ SCENARIO_TITLES = {
     "fleet": "a partial outage of a fleet (one replica dead, one crash-looping, one slow;"
     " then recovery)",
     "quota": "a batch job on one API key meets a hosted API's quota (TPM/RPM, 429s)",
+    "outage": "a provider in partial outage (5xx, hangs, x10 time to first token), then"
+    " recovering; a healthy, slower secondary",
 }
 
 

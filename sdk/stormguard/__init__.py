@@ -70,6 +70,7 @@ if TYPE_CHECKING:
         TokenRateLimitedError,
         UnprocessableEntityError,
     )
+    from ._fallback import FallbackKind, Fallbacks, FallbackStep
     from ._history import AttemptRecord
     from ._limiter import ConcurrencyLimiter, LimitSnapshot
     from ._models import (
@@ -177,6 +178,9 @@ __all__ = [
     "EndpointHealth",
     "EndpointStatus",
     "EventLoopMismatchError",
+    "FallbackKind",
+    "FallbackStep",
+    "Fallbacks",
     "InternalServerError",
     "LegacyAPIResponse",
     "LimitSnapshot",
@@ -262,6 +266,9 @@ _MODULES: dict[str, str] = {
     "EndpointStatus": "._ejection",
     "Endpoint": "._endpoints",
     "SpillOver": "._endpoints",
+    "FallbackKind": "._fallback",
+    "FallbackStep": "._fallback",
+    "Fallbacks": "._fallback",
     "APIConnectionError": "._exceptions",
     "APIError": "._exceptions",
     "APIResponseValidationError": "._exceptions",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ._call_spec import CallSpec
     from ._endpoints import EndpointState
     from ._events import CallObserver
+    from ._fallback import FallbackStep
     from ._policies.quota import CallQuota, QuotaKey
     from .tokens import Precheck, Reservation
 
@@ -59,7 +60,8 @@ class CallBase:
     retry_stopped_by: StopReason | None = None
     attempt_number = 0
     total_attempts = 0
-    #: The model first asked for, once the call has moved to a fallback.
+    #: The model first asked for, once the call has moved to a fallback model
+    #: because its own could not serve (not for a longer context or a content filter).
     degraded_from: str | None = None
     precheck: Precheck | None = None
     #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
@@ -139,8 +141,10 @@ class CallBase:
             self._content = json.dumps(spec.body, separators=(",", ":")).encode()
         #: Endpoints this call has sent an attempt to (a failover goes only to others).
         self._tried: set[str] = set()
-        #: Models still to try when this one cannot serve (``fallback_models``).
-        self.fallbacks = [m for m in core.fallback_models if m != spec.model]
+        #: The models this call has been on (a fallback goes only to others), and its
+        #: moves from one to the next (``_fallback.py``).
+        self.models_tried: list[str] = [] if spec.model is None else [spec.model]
+        self.fallback_steps: list[FallbackStep] = []
         core.budget.record_call()
         core.stats.call()
         #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.

@@ -184,6 +184,7 @@ class CallResults(RetryLoop):
         info.attempt_history = tuple(self.history)
         info.precheck = self.precheck
         info.degraded_from = self.degraded_from
+        info.fallbacks = tuple(self.fallback_steps)
         info.model = self.spec.model
 
     def annotate(self, error: StormguardError) -> None:

@@ -28,6 +28,7 @@ from ._endpoints import (
     split_dns_scheme,
 )
 from ._events import Observer
+from ._fallback import Fallbacks
 from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
@@ -120,7 +121,7 @@ class ClientCore(SpecBuilder):
         retry_budget: RetryBudget | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         token_policy: TokenPolicy | None = None,
-        fallback_models: Sequence[str] = (),
+        fallback_models: Sequence[str] | Fallbacks = (),
         breaker: BreakerConfig | None = DEFAULT_BREAKER,
         breaker_listeners: Sequence[BreakerListener] = (),
         ejection: EjectionConfig | None = DEFAULT_EJECTION,

@@ -18,6 +18,7 @@ from ._clock import Clock
 from ._ejection import EjectionConfig, EjectionListener
 from ._endpoints import Endpoint, SpillOver
 from ._events import Observer
+from ._fallback import Fallbacks
 from ._http import httpx
 from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, Unset
@@ -80,7 +81,7 @@ class CallSettings:
     retry_policy: RetryPolicy
     max_response_bytes: int
     token_policy: TokenPolicy | None
-    fallback_models: Sequence[str]
+    fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None = None
 
 
@@ -106,7 +107,7 @@ class StormguardOptions(TypedDict, total=False):
     retry_budget: RetryBudget | None
     max_response_bytes: int
     token_policy: TokenPolicy | None
-    fallback_models: Sequence[str]
+    fallback_models: Sequence[str] | Fallbacks
     breaker: BreakerConfig | None
     breaker_listeners: Sequence[BreakerListener]
     ejection: EjectionConfig | None
@@ -140,7 +141,9 @@ class ClientOptions(StormguardOptions, total=False):
     ``max_response_bytes`` caps a response body; ``token_policy`` counts tokens
     and refuses what cannot fit before any I/O (``stormguard.tokens``);
     ``fallback_models`` serve a call, in order, when the model asked for is
-    overloaded or its breaker is open (the result says ``degraded``); ``breaker``
+    overloaded or its breaker is open (the result says ``degraded``), and a
+    ``stormguard.Fallbacks`` also routes requests too long for a model, or refused
+    by its content filter (docs/providers.md); ``breaker``
     configures the circuit breaker of every (endpoint, model), None turns them
     off, ``breaker_listeners`` receive their state changes; ``ejection`` says
     when an endpoint of several leaves rotation (unreachable at once, failing by
@@ -197,5 +200,5 @@ class ClientChanges(TypedDict, total=False):
     max_retries: int
     max_response_bytes: int
     token_policy: TokenPolicy | None
-    fallback_models: Sequence[str]
+    fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None

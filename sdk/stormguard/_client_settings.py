@@ -16,6 +16,7 @@ from ._client_options import CallSettings, checked_stream_timeouts
 from ._compat import Self
 from ._deployment import Deployment, is_account_header
 from ._endpoints import Endpoint, check_served
+from ._fallback import Fallbacks
 from ._options import (
     NOT_GIVEN,
     AttemptTimeouts,
@@ -81,9 +82,9 @@ class ClientSettings:
         self.token_policy = settings.token_policy
         if self.token_policy is not None:  # one clock: a policy without its own takes ours
             self.token_policy.adopt_clock(self.clock)
-        if isinstance(settings.fallback_models, str):
-            raise TypeError("fallback_models must be a list of model names, not one string")
-        self.fallback_models = tuple(settings.fallback_models)
+        #: Where a call goes when its model refuses it, by why (``_fallback.py``).
+        self.fallbacks = Fallbacks.of(settings.fallback_models)
+        self.fallback_models = self.fallbacks.models
         #: First-chunk, idle and overall bounds of every stream (None: the timeout only).
         self.stream_timeouts = checked_stream_timeouts(settings.stream_timeouts)
         default_headers = drop_omitted(settings.default_headers or {})
@@ -94,7 +95,7 @@ class ClientSettings:
             if priority is not None
             else parse_priority({k.lower(): v for k, v in default_headers.items()})
         )
-        for served in (self.model, *self.fallback_models):
+        for served in (self.model, *self.fallbacks.all_models()):
             # A clear error now for a model, or a class, that no endpoint serves.
             check_served(self.endpoints, served, self.priority)
         headers = {

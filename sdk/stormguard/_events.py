@@ -151,6 +151,9 @@ class FellBack:
     to_model: str
     #: Exception class name of the failure that caused it.
     reason: str
+    #: Why it moved (``FallbackKind``): ``"unavailable"``, ``"context_window"`` or
+    #: ``"content_policy"``.
+    kind: str = "unavailable"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ where the next one goes and after how long; and for a key's quota, one line when
 calls first wait for it and one when its limit is learned (or changes), naming the
 key by its fingerprint, never the key; with deployments of several tiers, one line
 when a model's calls leave their preferred tier (and why) and one when they
-return to it. At DEBUG also one line when the loop
+return to it; and one line when a call moves to another model (a fallback), with
+why. At DEBUG also one line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
 key a server echoes back is logged as ``[redacted]``.
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from ._stop_reason import StopReason
 
 __all__ = [
+    "fell_back",
     "logger",
     "quota_learned",
     "quota_waiting",
@@ -132,6 +134,20 @@ def quota_learned(*, key: str, model: str, dimension: str, limit: float) -> None
     """One INFO line when a key's limit is learned or changes."""
     if logger.isEnabledFor(logging.INFO):
         logger.info("quota of key %s (model %s): %g %s per minute", key, model, limit, dimension)
+
+
+def fell_back(
+    *, from_model: str | None, to_model: str, kind: object, error: BaseException, redactor: Redactor
+) -> None:
+    """One INFO line when a call moves to another model, with why."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(
+            "call moves from model %s to %s (%s): %s",
+            from_model,
+            to_model,
+            kind,
+            _reason(error, redactor),
+        )
 
 
 def tier_left(*, model: str | None, tier: int, to: int | None, why: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from ._fallback import FallbackStep
     from ._history import AttemptRecord
     from ._rate_limit_headers import RateLimit
     from ._stop_reason import StopReason
@@ -220,6 +221,7 @@ class CallInfo:
     __slots__ = (
         "attempt_history",
         "degraded_from",
+        "fallbacks",
         "model",
         "paced_429s",
         "precheck",
@@ -251,8 +253,12 @@ class CallInfo:
         self.model = model
         #: The token pre-check (counts, window, counter name); None when none ran.
         self.precheck: Precheck | None = None
-        #: The model first asked for, when a fallback model served the call.
+        #: The model first asked for, when a fallback model served the call because
+        #: its own could not (overload, outage, open breaker).
         self.degraded_from: str | None = None
+        #: Each move of the call to another model, with why (``FallbackStep``:
+        #: ``from_model``, ``to_model``, ``kind``, ``error_type``; docs/providers.md).
+        self.fallbacks: tuple[FallbackStep, ...] = ()
         #: Why the call stopped retrying, when it failed (``StopReason``); None when
         #: it succeeded. Set on the ``CallInfo`` of a failed call the transport answers.
         self.stop_reason: StopReason | None = None

@@ -41,6 +41,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ._base_url import normalize_base_url
 from ._body_reader import BodyReader
 from ._call_result import CallResults
 from ._call_spec import CallSpec, Delivery, HandOver
@@ -48,12 +49,13 @@ from ._call_state import ATTEMPT_OPEN
 from ._deployment import Deployment, is_account_header, with_query
 from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
+from ._fallback import FallbackKind, FallbackStep, next_fallback
 from ._http import httpx
 from ._limiter import Lease, SlotWaiter
+from ._logs import fell_back
 from ._own_pool import attempt_request
 from ._prompt_view import precheck_view
 from ._stop_reason import StopReason
-from ._verdict import classify
 from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 
 if TYPE_CHECKING:
@@ -80,25 +82,41 @@ class LogicalCall(CallResults):
     def precheck_flow(self) -> PrecheckFlow | None:
         """The token pre-check of this call (None when there is nothing to check): a
         flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
-        raises ``ContextWindowExceededError`` before any attempt is made."""
+        raises ``ContextWindowExceededError`` before any attempt is made; where the
+        call goes then is the fallback's decision (``fall_back``), not the policy's."""
         policy = self.core.token_policy
         view = precheck_view(self.spec)  # what the check reads of the body (_prompt_view.py)
         if policy is None or view is None or self.spec.model is None:
             return None
         kind, body = view
         self.machine.step("precheck")
-        flow = policy.precheck_flow(self.spec.model, kind, body, base_url=self.core.base_url)
-        return self._with_client_headers(flow)
+        target = self._precheck_target(self.spec.model)
+        base_url: str = self.core.base_url
+        model = self.spec.model
+        if target is not None:
+            # Counted and looked up as the deployment the call will most likely go
+            # to knows the model: by its name for it, at its URL.
+            base_url, model = normalize_base_url(target.base_url)[0], target.model_for(model)
+        flow = policy.precheck_flow(model, kind, body, base_url=base_url, follow_fallbacks=False)
+        return self._with_client_headers(flow, target)
 
-    def _with_client_headers(self, flow: PrecheckFlow) -> PrecheckFlow:
-        # The lookups (/models, /tokenize) go to the client's first endpoint and need
-        # its credentials (a deployment's own, never the client's key); the flow
+    def _precheck_target(self, model: str) -> Deployment | None:
+        """The deployment of the best tier serving ``model`` (the first listed on a tie);
+        None when the first endpoint is a plain one."""
+        endpoints = self.core.endpoints
+        if not endpoints or not isinstance(endpoints[0], Deployment):
+            return None
+        serving = [e for e in endpoints if isinstance(e, Deployment) and e.serves(model)]
+        return min(serving, key=lambda e: e.tier) if serving else endpoints[0]
+
+    def _with_client_headers(self, flow: PrecheckFlow, target: Deployment | None) -> PrecheckFlow:
+        # The lookups (/models, /tokenize) need the credentials of the server they go
+        # to: a deployment's own (and its query), never the client's key; the flow
         # itself knows nothing of them.
-        first = self.core.endpoints[0]
         base: Mapping[str, str] = self.core.headers
         names: tuple[str, ...] = ("authorization", "user-agent")
-        if isinstance(first, Deployment):
-            base = self.core.provider_headers(first)
+        if target is not None:
+            base = self.core.provider_headers(target)
             names = (*(n for n in base if is_account_header(n)), "user-agent")
         try:
             request = next(flow)
@@ -106,19 +124,29 @@ class LogicalCall(CallResults):
                 for name in names:
                     if name in base and name not in request.headers:
                         request.headers[name] = base[name]
+                if target is not None and target.query:
+                    request.url = httpx.URL(with_query(str(request.url), target.query))
                 request = flow.send((yield request))
         except StopIteration as stop:
             result: Precheck = stop.value
             return result
 
     def prechecked(self, check: Precheck) -> float:
-        """Apply a passed pre-check: switch to the context fallback model if it chose
-        one, and reserve the token cost with the rate limiter. Returns the seconds to
-        wait for the rate limiter (raises ``TokenRateLimitedError`` when that wait
-        would pass the deadline)."""
+        """Apply a passed pre-check: reserve the token cost with the rate limiter.
+        Returns the seconds to wait for the rate limiter (raises
+        ``TokenRateLimitedError`` when that wait would pass the deadline)."""
+        moved = next(
+            (s for s in self.fallback_steps if s.kind is FallbackKind.CONTEXT_WINDOW), None
+        )
+        if check.model != self.spec.model or moved is not None:
+            # The logical model (the check ran under a deployment's name for it), and
+            # the model first asked for when a longer context serves the call.
+            check = replace(
+                check,
+                model=self.spec.model or check.model,
+                fallback_from=None if moved is None else moved.from_model,
+            )
         self.precheck = check
-        if check.model != self.spec.model:
-            self._switch_model(check.model)
         if self._reservation is not None:  # a fallback model's check replaces the last one
             self._reservation.cancel()
             self._reservation = None
@@ -144,19 +172,39 @@ class LogicalCall(CallResults):
         return wait
 
     def fall_back(self, error: BaseException) -> bool:
-        """Move the call to the next fallback model if ``error`` allows it and time is
-        left; the driver then runs a fresh retry loop (attempt numbers restart at 1, on
-        the new model: it is not a retry of the old one). False: raise ``error``."""
-        if not self.fallbacks or not classify(error).fallback or self.deadline.expired:
+        """Move the call to another model if ``error`` has a route (``_fallback.py``:
+        its servers could not serve, the request is too long for it, its content
+        filter refused it) and time is left; the driver then runs a fresh retry loop
+        (attempt numbers restart at 1, on the new model: it is not a retry of the old
+        one). False: raise ``error``."""
+        if self.deadline.expired:
             return False
+        policy = self.core.token_policy
+        step = next_fallback(
+            self.core.fallbacks,
+            error,
+            model=self.spec.model,
+            asked=self.models_tried[0] if self.models_tried else None,
+            tried=self.models_tried,
+            context_fallbacks=None if policy is None else policy.context_fallbacks,
+        )
+        if step is None:
+            return False
+        model, kind = step
         if self.machine.state in ATTEMPT_OPEN:
             self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
             self.machine.step("stop")
         self.machine.step("fall_back")
-        model = self.fallbacks.pop(0)
+        from_model = self.spec.model
         if self._trace is not None:
-            self._trace.on_event(FellBack(self.spec.model, model, type(error).__name__))
-        self.degraded_from = self.degraded_from or self.spec.model
+            self._trace.on_event(FellBack(from_model, model, type(error).__name__, kind.value))
+        self.fallback_steps.append(FallbackStep(from_model, model, kind, type(error).__name__))
+        self.models_tried.append(model)
+        fell_back(
+            from_model=from_model, to_model=model, kind=kind, error=error, redactor=self.redactor
+        )
+        if kind is FallbackKind.UNAVAILABLE:
+            self.degraded_from = self.degraded_from or from_model
         self._switch_model(model)
         self.attempt_number = 0
         self._requeues = 0

@@ -58,6 +58,8 @@ __all__ = [
     "LimitOutcome",
     "Verdict",
     "classify",
+    "is_content_policy_refusal",
+    "is_context_length_refusal",
     "is_out_of_quota",
     "is_quota_refusal",
     "is_too_large_for_quota",
@@ -120,13 +122,17 @@ class Verdict:
     limit: LimitOutcome
     #: What the limit learns when this error cuts a stream after its first chunk.
     limit_after_first_chunk: LimitOutcome
-    #: The request cannot fit the model (the server's ``too_long``): the caller's error.
+    #: The request cannot fit the model (``is_context_length_refusal``): the caller's
+    #: error, which only a longer-context model can serve.
     too_long: bool
     #: A 429 ``insufficient_quota``: the account has no credit.
     out_of_quota: bool
     #: A 429 that refuses the caller's rate (``is_quota_refusal``): with a quota
     #: policy, a congestion signal for the key's pacer, not a shed.
     quota: bool = False
+    #: A content filter refused the request (``is_content_policy_refusal``): the
+    #: caller's error, moved to another model only by a configured route.
+    content_policy: bool = False
 
 
 _SUCCESS = Verdict(
@@ -207,6 +213,53 @@ def is_too_large_for_quota(error: BaseException | None) -> bool:
     return refusal_message(error)[:40].lower().lstrip().startswith("request too large")
 
 
+#: The ``code`` of a 400 that says the request is longer than the model's context
+#: window (OpenAI, LiteLLM's proxy, the reference server, this client's pre-check).
+CONTEXT_LENGTH_CODE = "context_length_exceeded"
+#: What a 400 without that code says instead, as LiteLLM's exception mapping reads it:
+#: vLLM ("This model's maximum context length is ...", "... is longer than the maximum
+#: model length of ..."), Anthropic ("prompt is too long"), others.
+_CONTEXT_LENGTH_PHRASES = (
+    "maximum context length",
+    "maximum context limit",
+    "maximum model length",
+    "longer than the model's context length",
+    "prompt is too long",
+)
+#: The ``code`` of a 400 a content filter answered: OpenAI's ``content_policy_violation``,
+#: Azure OpenAI's ``content_filter``.
+CONTENT_POLICY_CODES = frozenset({"content_policy_violation", "content_filter"})
+_CONTENT_POLICY_PHRASES = ("content management policy", "content_filter_policy", "safety system")
+
+
+def is_context_length_refusal(error: BaseException | None) -> bool:
+    """The request is longer than the model's context window: refused by the token
+    pre-check (``ContextWindowExceededError``), by a server's load shed ``too_long``,
+    or by a 400 whose ``code`` is ``context_length_exceeded`` or whose message says
+    so (``_CONTEXT_LENGTH_PHRASES``)."""
+    if not isinstance(error, APIStatusError):
+        return False
+    if error.server_load.load_shed == ShedReason.TOO_LONG.value:
+        return True
+    if error.status_code != 400:
+        return False
+    if CONTEXT_LENGTH_CODE in (error.code, error.type):
+        return True
+    message = refusal_message(error)[:500].lower()
+    return any(phrase in message for phrase in _CONTEXT_LENGTH_PHRASES)
+
+
+def is_content_policy_refusal(error: BaseException | None) -> bool:
+    """A 400 a content filter answered: its ``code`` (``CONTENT_POLICY_CODES``), or
+    its message naming the filter, as LiteLLM reads Azure's."""
+    if not isinstance(error, APIStatusError) or error.status_code != 400:
+        return False
+    if {error.code, error.type} & CONTENT_POLICY_CODES:
+        return True
+    message = refusal_message(error)[:500].lower()
+    return any(phrase in message for phrase in _CONTENT_POLICY_PHRASES)
+
+
 def refusal_message(error: APIStatusError) -> str:
     """The server's own message of an error answer (its body's ``message``, scrubbed),
     without the ``Error code: 429 - `` that ``message`` starts with."""
@@ -236,7 +289,7 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
     retry_statuses = TRANSIENT_STATUSES if policy is None else policy.retry_statuses
     retry, stop = _retry_rule(error, retry_statuses)
     status = error if isinstance(error, APIStatusError) else None
-    too_long = status is not None and status.server_load.load_shed == ShedReason.TOO_LONG.value
+    too_long = is_context_length_refusal(error)
     quota = is_out_of_quota(error)
     too_large = is_too_large_for_quota(error)
     shed = status is not None and status.status_code in REFUSAL_STATUSES and not too_long
@@ -264,6 +317,7 @@ def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> 
         too_long=too_long,
         out_of_quota=quota,
         quota=is_quota_refusal(error),
+        content_policy=is_content_policy_refusal(error),
     )
 
 
@@ -323,13 +377,13 @@ def _fallback_rule(error: BaseException, *, too_long: bool, quota: bool) -> bool
 
     Errors that are the caller's own fault (400, 401, 403, 404, 409, 422) fail as
     they are: another model would refuse the same request, and hiding a bug behind
-    a degraded answer helps nobody. Nor does a too-long request (the token
-    pre-check's ``context_fallbacks`` answer that). A 429 out of quota does not
-    fall back either: the fallback models go out with the same client, key and
-    endpoints, so the next model would be refused for the same empty account, one
-    more request to learn it; a limit per model is a rate limit, which still
-    falls back. A timeout or cut after the answer began does not: the caller's
-    deadline was spent on generation, not on a refusal.
+    a degraded answer helps nobody. Nor does a too-long request, nor a content
+    filter's refusal: those go only where their own routes say (``_fallback.py``).
+    A 429 out of quota does not fall back either: the fallback models go out with
+    the same client, key and endpoints, so the next model would be refused for the
+    same empty account, one more request to learn it; a limit per model is a rate
+    limit, which still falls back. A timeout or cut after the answer began does
+    not: the caller's deadline was spent on generation, not on a refusal.
     """
     if isinstance(error, (CircuitOpenError, QuotaWaitError)):
         return True  # a model's quota is its own (OpenAI's limits are per model)

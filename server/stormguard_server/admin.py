@@ -7,7 +7,8 @@ client, Host and Origin, the bearer token, and JSON when it has a body.
 GETs only read. Routes:
 
 - ``GET  /admin/faults``            the faults in force
-- ``POST /admin/faults``            change ``error_rate``, ``added_latency_ms``, ``oom_crash``
+- ``POST /admin/faults``            change ``error_rate``, ``hang_rate``, ``added_latency_ms``,
+                                    ``oom_crash``
 - ``POST /admin/stall``             freeze the engine loop for ``seconds``
 - ``POST /admin/crash``             crash the engine now (as an OOM would); body ``{}``
 - ``GET  /admin/engine``            live engine load and lifetime counters
@@ -35,6 +36,7 @@ class FaultUpdate(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
     error_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    hang_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     added_latency_ms: Annotated[float, Field(ge=0.0, le=3_600_000.0)] | None = None
     oom_crash: bool | None = None
 
@@ -85,6 +87,8 @@ def create_admin_app(state: ServerState, *, token: str) -> FastAPI:
             return current
         if update.error_rate is not None:
             current.set_error_rate(update.error_rate)
+        if update.hang_rate is not None:
+            current.set_hang_rate(update.hang_rate)
         if update.added_latency_ms is not None:
             current.set_added_latency(update.added_latency_ms / 1000.0)
         if update.oom_crash is not None:

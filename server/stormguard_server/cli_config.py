@@ -48,6 +48,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
     faults = FaultConfig(
         error_rate=args.error_rate,
+        hang_rate=args.hang_rate,
         added_latency_s=args.added_latency_ms / 1e3,
         stall_s=args.stall_s,
         seed=args.seed,

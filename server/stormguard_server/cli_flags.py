@@ -351,6 +351,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="fraction of requests failing with an injected 500",
     )
     faults.add_argument(
+        "--hang-rate",
+        type=_fraction,
+        default=0.0,
+        help="fraction of requests that hang without an answer until their deadline"
+        " (x-stormguard-deadline-ms) or 600 s, unless the client leaves first",
+    )
+    faults.add_argument(
         "--added-latency-ms",
         type=_non_negative,
         default=0.0,

@@ -60,6 +60,9 @@ class FaultConfig:
     error_rate: float = 0.0
     added_latency_s: float = 0.0
     stall_s: float = 0.0
+    #: Fraction of requests that hang: no answer until the request's deadline, or
+    #: ``HANG_LIMIT_S``, unless the client goes first (a provider in partial outage).
+    hang_rate: float = 0.0
     seed: int = 0
 
 

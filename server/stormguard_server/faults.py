@@ -3,7 +3,7 @@
 One mutable object holds them so that the CLI flags set the initial values,
 the admin endpoint changes them while the server runs, and the engine reads
 them once per request or per step. It decides nothing by itself beyond the
-coin flip of the random error rate.
+coin flips of the random error and hang rates.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class FaultSnapshot:
     """The faults in force, as the admin endpoint reports them."""
 
     error_rate: float
+    hang_rate: float
     added_latency_s: float
     stall_remaining_s: float
     oom_crash: bool
@@ -40,11 +41,13 @@ class FaultState:
         self._clock = as_clock(clock)
         self._rng = random.Random(config.seed)
         self.error_rate = 0.0
+        self.hang_rate = 0.0
         self.added_latency_s = 0.0
         self.oom_crash = oom_crash
         self._stall_until = 0.0
         self._crash_pending = False
         self.set_error_rate(config.error_rate)
+        self.set_hang_rate(config.hang_rate)
         self.set_added_latency(config.added_latency_s)
         if config.stall_s > 0:
             self.stall(config.stall_s)
@@ -54,6 +57,12 @@ class FaultState:
         if not 0.0 <= rate <= 1.0:
             raise ValueError("error rate must be within 0..1")
         self.error_rate = rate
+
+    def set_hang_rate(self, rate: float) -> None:
+        """Fraction of requests that hang without an answer (see ``should_hang``)."""
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError("hang rate must be within 0..1")
+        self.hang_rate = rate
 
     def set_added_latency(self, seconds: float) -> None:
         """Extra delay before each request enters the engine."""
@@ -84,10 +93,16 @@ class FaultState:
         """Flip the error-rate coin for one request."""
         return self.error_rate > 0 and self._rng.random() < self.error_rate
 
+    def should_hang(self) -> bool:
+        """Flip the hang coin for one request (after the error coin: a request that
+        fails is not also held)."""
+        return self.hang_rate > 0 and self._rng.random() < self.hang_rate
+
     def snapshot(self) -> FaultSnapshot:
         """The faults in force now."""
         return FaultSnapshot(
             error_rate=self.error_rate,
+            hang_rate=self.hang_rate,
             added_latency_s=self.added_latency_s,
             stall_remaining_s=self.stall_remaining(),
             oom_crash=self.oom_crash,

@@ -51,6 +51,8 @@ logger = logging.getLogger("stormguard_server.engine")
 
 _PROBE_ID = "__warmup_probe__"
 _IDLE_POLL_S = 0.05
+#: The longest a request held by the hang fault waits without a deadline of its own.
+HANG_LIMIT_S = 600.0
 
 
 @dataclass(eq=False)
@@ -161,6 +163,8 @@ class SimEngine:
         if self.faults.should_inject_error():
             self._stats.injected_errors += 1
             raise InjectedError("injected engine error")
+        if self.faults.should_hang():
+            await self._hang(deadline)
         if self.faults.added_latency_s > 0:
             await self._clock.sleep(self.faults.added_latency_s)
         stream = self._enqueue(request, deadline)
@@ -178,6 +182,18 @@ class SimEngine:
         finally:
             if not finished:
                 self.abort(request.request_id)
+
+    async def _hang(self, deadline: float | None) -> None:
+        """The hang fault: no answer, holding no KV block, until the request's deadline
+        (then ``DeadlineExceeded``, as a request aborted in the engine) or
+        ``HANG_LIMIT_S`` (then an injected error). A client that leaves first cancels it
+        (``disconnect.py``), as a timed-out client does at a hung provider."""
+        now = self._clock.now()
+        wait = HANG_LIMIT_S if deadline is None else min(HANG_LIMIT_S, max(0.0, deadline - now))
+        await self._clock.sleep(wait)
+        if deadline is not None and self._clock.now() >= deadline:
+            raise DeadlineExceeded(0)
+        raise InjectedError("injected hang ended without an answer")
 
     def abort(self, request_id: str) -> None:
         if request_id in self._streams:

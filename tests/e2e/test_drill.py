@@ -1,7 +1,7 @@
 """The drill end to end with a tiny workload: it completes and reports every field.
 
-Every scenario once (the avalanche, the burst, the rebound, the fleet, the quota), each
-at the ``--tiny`` size.
+Every scenario once (the avalanche, the burst, the rebound, the fleet, the quota, the
+provider outage), each at the ``--tiny`` size.
 Figures are not asserted: they depend on the machine (docs/benchmarks.md has a full
 run's); only facts that hold however slow the machine is (admission keeps the engine
 from any OOM; the rebound's crash is made and counted). Several pairings at a time keep
@@ -433,3 +433,57 @@ def test_drill_quota_tiny_runs_each_client_on_one_key_against_the_quota(tmp_path
         assert pairing["targets"].keys() == {"success", "req/call", "wall/ideal"}
         assert set(pairing["missed"]) <= pairing["targets"].keys()
         assert pairing["timeseries"]["admitted_per_s"]
+
+
+OUTAGE_PAIRING = {
+    "client",
+    "logical_requests",
+    "success_rate",
+    "outage_success_rate",
+    "outage_latency_p50_s",
+    "outage_latency_p99_s",
+    "outage_ttft_p50_s",
+    "outage_ttft_p99_s",
+    "outage_secondary_share",
+    "outage_attempts_per_call",
+    "outage_primary_attempts_per_call",
+    "outage_secondary_attempts_per_call",
+    "after_secondary_share",
+    "back_on_primary_s",
+    "primary_peak_over_offered_after",
+    "windows",
+    "client_stats",
+    "fault_errors",
+}
+
+
+@pytest.mark.timeout(150)
+def test_drill_outage_tiny_fails_over_to_the_secondary_during_the_primarys_outage(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "outage"
+    done = run_drill(out, "--scenario", "outage", timeout=140)
+
+    document: dict[str, Any] = json.loads((out / "drill.json").read_text())
+    assert document["scenario"] == "outage"
+    assert done.stdout.startswith("scenario outage:")
+    assert "targets (stormguard): outage_success" in done.stdout
+    assert (out / "table.md").read_text().startswith("**scenario outage:")
+    ran = {p["client"] for p in document["pairings"]}
+    expected = {"stormguard", "litellm-router", "openai", "openai+tenacity"}
+    assert ran == expected - set(document["skipped"])
+    by = {p["client"]: p for p in document["pairings"]}
+    for pairing in document["pairings"]:
+        assert pairing.keys() >= OUTAGE_PAIRING, OUTAGE_PAIRING - pairing.keys()
+        assert pairing["logical_requests"] == document["logical_requests_per_pairing"]
+        assert pairing["fault_errors"] == []  # every fault was set on the primary
+        assert set(pairing["windows"]) == {"healthy", "outage", "recovery", "after"}
+        assert pairing["windows"]["outage"]["calls"] > 0
+    # openai on the primary alone never reaches the secondary; stormguard's calls move
+    # to it while the primary is out, with its deployments' own counts to say so.
+    for name in ("openai", "openai+tenacity"):
+        assert by[name]["windows"]["outage"]["secondary_attempts_per_call"] == 0
+    ours = by["stormguard"]
+    assert ours["outage_secondary_share"] > 0.5
+    assert ours["client_stats"]["deployments"]["secondary"]["served"] > 0
+    assert document["targets_checked"]["outage_success"]["value"] is not None

@@ -152,6 +152,54 @@ CASES = [
         id="400-too-long",
     ),
     pytest.param(
+        status(400, body={"code": "context_length_exceeded", "message": "too long"}),
+        replace(SENT, accepted=True, too_long=True),
+        id="400-context-length-exceeded-openai",
+    ),
+    pytest.param(
+        status(
+            400,
+            body={
+                "message": "This model's maximum context length is 8192 tokens. However, you"
+                " requested 9000 tokens (8000 in the messages, 1000 in the completion).",
+                "type": "BadRequestError",
+            },
+        ),
+        replace(SENT, accepted=True, too_long=True),
+        id="400-context-length-vllm-message",
+    ),
+    pytest.param(
+        status(400, body={"message": "prompt is too long: 210000 tokens > 200000 maximum"}),
+        replace(SENT, accepted=True, too_long=True),
+        id="400-context-length-anthropic-message",
+    ),
+    pytest.param(
+        status(400, body={"code": "content_filter", "message": "filtered"}),
+        replace(SENT, accepted=True, content_policy=True),
+        id="400-content-filter-azure",
+    ),
+    pytest.param(
+        status(400, body={"code": "content_policy_violation", "message": "refused"}),
+        replace(SENT, accepted=True, content_policy=True),
+        id="400-content-policy-openai",
+    ),
+    pytest.param(
+        status(
+            400,
+            body={
+                "message": "The response was filtered due to the prompt triggering Azure"
+                " OpenAI's content management policy."
+            },
+        ),
+        replace(SENT, accepted=True, content_policy=True),
+        id="400-content-policy-azure-message",
+    ),
+    pytest.param(
+        status(422, body={"code": "context_length_exceeded"}),
+        replace(SENT, accepted=True),
+        id="422-is-not-a-context-refusal",
+    ),
+    pytest.param(
         status(503, load_shed="too_long", should_retry=False),
         replace(
             SENT,
@@ -231,7 +279,7 @@ CASES = [
     ),
     pytest.param(stormguard.EventLoopMismatchError("loop"), LOCAL, id="event-loop-mismatch"),
     pytest.param(stormguard.TokenRateLimitedError("t", tokens=1, wait=1.0), LOCAL, id="token-rate"),
-    pytest.param(CONTEXT, LOCAL, id="context-window"),
+    pytest.param(CONTEXT, replace(LOCAL, too_long=True), id="context-window"),
     pytest.param(ValueError("caller bug"), LOCAL, id="other"),
 ]
 

@@ -90,6 +90,10 @@ async def test_loopback_client_with_the_token_changes_faults(state: ServerState)
     assert bad.status_code == 400
     unknown = await call(state, "POST", "/admin/faults", json={"bogus": 1})
     assert unknown.status_code == 400
+    hang = await call(state, "POST", "/admin/faults", json={"hang_rate": 0.5})
+    assert hang.status_code == 200 and hang.json()["hang_rate"] == 0.5
+    too_much = await call(state, "POST", "/admin/faults", json={"hang_rate": 1.5})
+    assert too_much.status_code == 400
 
 
 @pytest.mark.parametrize(

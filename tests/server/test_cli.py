@@ -37,7 +37,7 @@ def test_flags_map_to_fields() -> None:
         [
             "--admission", "off", "--no-oom", "--num-kv-blocks", "64", "--step-base-ms", "2",
             "--max-queue-requests", "5", "--min-retry-after-ms", "100", "--error-rate", "0.5",
-            "--model-alias", "small", "--admin-port", "9999",
+            "--hang-rate", "0.25", "--model-alias", "small", "--admin-port", "9999",
         ]
     )  # fmt: skip
     config = config_from_args(args)
@@ -48,6 +48,7 @@ def test_flags_map_to_fields() -> None:
     assert config.admission.max_queue_requests == 5
     assert config.admission.min_retry_after_s == 0.1
     assert config.faults.error_rate == 0.5
+    assert config.faults.hang_rate == 0.25
     assert config.model_aliases == ("small",)
     assert config.admin_port == 9999
 

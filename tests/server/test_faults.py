@@ -26,6 +26,18 @@ def test_error_rate_is_seeded_and_bounded() -> None:
         one.set_error_rate(1.5)
 
 
+def test_hang_rate_is_seeded_bounded_and_in_the_snapshot() -> None:
+    one = FaultState(FaultConfig(hang_rate=0.3, seed=7))
+    two = FaultState(FaultConfig(hang_rate=0.3, seed=7))
+    flips = [one.should_hang() for _ in range(1000)]
+    assert flips == [two.should_hang() for _ in range(1000)]
+    assert 200 < sum(flips) < 400
+    assert not any(FaultState().should_hang() for _ in range(100))
+    assert one.snapshot().hang_rate == 0.3
+    with pytest.raises(ValueError, match="hang rate"):
+        one.set_hang_rate(-0.1)
+
+
 def test_stall_counts_down_on_the_clock() -> None:
     clock = Clock()
     faults = FaultState(FaultConfig(stall_s=2.0), clock=clock)

@@ -20,7 +20,7 @@ from stormguard_server.engine import (
     TokenDelta,
 )
 from stormguard_server.faults import FaultState
-from stormguard_server.sim_engine import SimEngine
+from stormguard_server.sim_engine import HANG_LIMIT_S, SimEngine
 from tests.server.fake_clock import FakeClock
 
 FAST = SimEngineConfig(
@@ -219,6 +219,28 @@ async def test_injected_errors_added_latency_and_stall(clock: FakeClock) -> None
         start = clock.now()
         await clock.drive(collect(sim.generate(request("stalled", max_tokens=1))))
         assert 2.0 <= clock.now() - start < 2.0 + 0.05 + quick  # the stall, polled
+    finally:
+        await sim.stop()
+
+
+async def test_a_hung_request_answers_nothing_until_its_deadline_or_the_limit(
+    clock: FakeClock,
+) -> None:
+    faults = FaultState(oom_crash=True, clock=clock)
+    sim = await started(FAST, clock, faults=faults)
+    try:
+        faults.set_hang_rate(1.0)
+        start = clock.now()
+        with pytest.raises(DeadlineExceeded):
+            await clock.drive(collect(sim.generate(request("held", timeout_s=2.0))))
+        assert clock.now() - start == pytest.approx(2.0)
+        assert sim.load().running == 0 and sim.load().kv_cache_usage == 0  # held outside
+        start = clock.now()
+        with pytest.raises(InjectedError, match="hang"):
+            await clock.drive(collect(sim.generate(request("no-deadline"))))
+        assert clock.now() - start == pytest.approx(HANG_LIMIT_S)
+        faults.set_hang_rate(0.0)
+        await clock.drive(collect(sim.generate(request("served", max_tokens=1))))
     finally:
         await sim.stop()
 

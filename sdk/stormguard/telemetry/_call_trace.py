@@ -265,8 +265,10 @@ class _CallTrace:
                         n.FALLBACK_FROM: event.from_model or "",
                         n.FALLBACK_MODEL: event.to_model,
                         n.FALLBACK_REASON: event.reason,
+                        n.FALLBACK_KIND: event.kind,
                     },
                 )
+                self.span.set_attribute(n.FALLBACK_KIND, event.kind)
 
     def _call_ended(self, event: CallEnded) -> None:
         duration = time.perf_counter() - self.t0

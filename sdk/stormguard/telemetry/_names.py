@@ -75,6 +75,8 @@ TOKENS_RATE_LIMIT_WAIT = "stormguard.tokens.rate_limit_wait_s"
 FALLBACK_MODEL = "stormguard.fallback.model"
 FALLBACK_FROM = "stormguard.fallback.from_model"
 FALLBACK_REASON = "stormguard.fallback.reason"
+#: Why the call moved to another model: unavailable, context_window, content_policy.
+FALLBACK_KIND = "stormguard.fallback.kind"
 DEGRADED = "stormguard.degraded"
 CANCELLED = "stormguard.cancelled"
 CALL_OUTCOME = "stormguard.call.outcome"

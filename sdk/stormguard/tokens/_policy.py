@@ -176,6 +176,7 @@ class TokenPolicy:
         body: Mapping[str, Any],
         *,
         base_url: str | httpx.URL | None = None,
+        follow_fallbacks: bool = True,
     ) -> Flow[Precheck]:
         """Count the prompt, find the context window, and return a :class:`Precheck` or raise.
 
@@ -184,6 +185,8 @@ class TokenPolicy:
         ``base_url=None`` it asks no server. Raises
         :class:`~stormguard.ContextWindowExceededError` when prompt + max_tokens
         exceeds the context window of the model and of every context fallback.
+        ``follow_fallbacks=False`` checks ``model`` alone: a client does, and moves the
+        call to its context fallback itself, with its other fallbacks (``Fallbacks``).
         """
         request = read_request(kind, body)
         tried: list[tuple[str, int, int, int, str]] = []
@@ -209,7 +212,7 @@ class TokenPolicy:
             tried.append((current, count.tokens, max_tokens, context_window, count.counter))
             if source == "server" and count.max_model_len is None and base_url is not None:
                 self.server_context_windows.refused(base_url)
-            fallback = self.context_fallbacks.lookup(current)
+            fallback = self.context_fallbacks.lookup(current) if follow_fallbacks else None
             if fallback is None or fallback in {t[0] for t in tried}:
                 raise _exceeded(tried, defaulted=request.max_tokens is None)
             current = fallback
