@@ -5,7 +5,10 @@ the call back to the pacer instead of spending a retry (``_retry_loop.py``).
 
 A call whose key has sent no quota signal yet pays a dict look-up and nothing
 else: no ``CallQuota`` is made until the key is paced, or its first answer
-carries the headers.
+carries the headers. With a Redis URL (``QuotaPolicy.redis_url``) a key is paced
+from its first call: another process may know its limit. A reservation in Redis is
+I/O, which the call flow yields (``SharedAsk``) and its driver performs; its answer
+comes back through ``answered``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ from typing import TYPE_CHECKING
 
 from ._call_events import CallEvents
 from ._exceptions import APIStatusError
-from ._policies.quota import CREDENTIAL_HEADERS, CallQuota, Pace, QuotaKey, estimate_cost
+from ._policies.quota import (
+    CREDENTIAL_HEADERS,
+    CallQuota,
+    Pace,
+    QuotaKey,
+    SharedAsk,
+    estimate_cost,
+)
 from ._rate_limit_headers import NO_RATE_LIMIT
 from ._verdict import (
     is_out_of_quota,
@@ -25,6 +35,7 @@ from ._verdict import (
 
 if TYPE_CHECKING:
     from ._policies.quota import QuotaGate
+    from ._policies.quota._redis import Reply
 
 __all__ = ["CallPacing"]
 
@@ -35,20 +46,31 @@ _MAX_MODELS = 256
 class CallPacing(CallEvents):
     """The call's place in its key's quota, and what it tells the key's pacer."""
 
-    def pace(self) -> Pace | None:
-        """Before an attempt: None, go now; else sleep ``seconds``, then send
-        (``granted``) or ask again. Raises ``QuotaWaitError`` when the call's
-        deadline cannot be met even at the whole key's rate."""
+    def pace(self) -> Pace | SharedAsk | None:
+        """Before an attempt: None, go now; a ``SharedAsk``, the I/O to do first (its
+        answer to ``answered``); else sleep ``seconds``, then send (``granted``) or
+        ask again. Raises ``QuotaWaitError`` when the call's deadline cannot be met
+        even at the whole key's rate."""
         quota = self._quota
         if quota is None:
             gate, key = self.core.quota, self._key()
-            if gate is None or key is None or gate.registry.get(key) is None:
-                return None  # the key is not paced: nothing to wait for
+            if gate is None or key is None:
+                return None
+            if gate.registry.get(key) is None:
+                if not gate.shared:
+                    return None  # the key is not paced: nothing to wait for
+                gate.registry.activate(key)
             quota = self._quota = gate.call(key, self.priority.rank)
         elif quota.state() is None:
             return None
         self.machine.step("pace")
         return quota.pace(self.quota_cost(), self.core.clock.now(), self.deadline.at)
+
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | None:
+        """The answer to the ``SharedAsk`` ``pace`` returned (a Redis reply, or the
+        error that stood for it): as ``pace``'s."""
+        assert self._quota is not None
+        return self._quota.answered(ask, reply, self.core.clock.now())
 
     def left_pacing(self) -> None:
         """The attempt ended before it was sent (refused, cancelled): the call's place

@@ -9,7 +9,10 @@ level instead.
 At INFO, one line per retry, failover and requeue: which attempt failed, why,
 where the next one goes and after how long; and for a key's quota, one line when
 calls first wait for it and one when its limit is learned (or changes), naming the
-key by its fingerprint, never the key. At DEBUG also one line when the loop
+key by its fingerprint, never the key. A Redis that shares the quotas and stops
+answering gets one WARNING (logged whatever ``STORMGUARD_LOG`` says, as Python
+logs warnings), and one INFO line when it answers again; both name its host and
+port, never a password. At DEBUG also one line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
 key a server echoes back is logged as ``[redacted]``.
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 __all__ = [
     "logger",
     "quota_learned",
+    "quota_redis_back",
+    "quota_redis_down",
     "quota_waiting",
     "retry_stopped",
     "retrying",
@@ -128,3 +133,20 @@ def quota_learned(*, key: str, model: str, dimension: str, limit: float) -> None
     """One INFO line when a key's limit is learned or changes."""
     if logger.isEnabledFor(logging.INFO):
         logger.info("quota of key %s (model %s): %g %s per minute", key, model, limit, dimension)
+
+
+def quota_redis_down(*, where: str, error: str, retry: float) -> None:
+    """One WARNING when the Redis that shares the quotas fails (once per outage)."""
+    logger.warning(
+        "the Redis at %s that shares the quotas failed (%s): pacing each key in this"
+        " process alone, asking Redis again in %.1f s",
+        where,
+        error,
+        retry,
+    )
+
+
+def quota_redis_back(*, where: str) -> None:
+    """One INFO line when that Redis answers again."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("the Redis at %s answers again: the quotas are shared in it", where)

@@ -1,0 +1,422 @@
+"""``SharedKeyQuota``: one key's quota shared through Redis by every process on it, with
+this process's own pacing (``KeyQuota``) kept warm beside it for when Redis fails.
+
+A reservation is I/O, which a policy never does: ``reserve`` returns a ``SharedAsk``,
+an action the call flow yields and its driver performs (redis-py's sync client, or
+``redis.asyncio``), bounded by ``QuotaPolicy.redis_timeout``; a call with less time
+left than that paces locally. ``answered`` turns the reply into the ``Pace`` a call
+sleeps, or a ``QuotaWaitError`` when its turn comes after its deadline.
+
+What a process learns between two of its reservations (a limit from the headers or a
+429's message, the provider's ``remaining``, a cost to give back, a 429's pause) waits
+in an outbox and rides on its next reservation: one round trip per attempt, never a
+blocking call outside the flow. Every signal also goes to the local ``KeyQuota``, so
+that the fall back to it (Redis down, slow or answering garbage; ``_redis.py``) paces
+on what the process has seen.
+
+**The provider's ``remaining`` is folded in** against Redis's clock: a send is
+stamped (``Grant``) with the Redis time of its turn and what the key had taken after
+it (``S``). When its answer says R was left, the bucket may hold at most
+R + rho * (now - t) - (S_now - S_then): what was left, refilled since, less what was
+taken after it. It only lowers the bucket, never raises it: the bucket never holds
+more than the provider says is left. Pending answers fold into one number per
+dimension (their least R + S_then - rho * t).
+
+**A refund** gives a reservation back when the provider did not charge it: the
+attempt was never sent (cancelled, refused before sending), or the provider refused
+it (a 429, or another answer it does not charge). An answer that used fewer tokens
+than reserved gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission
+and refunds nothing, so neither does the bucket (docs/quotas.md).
+
+**Before a limit is known** (no process on the key has had a signal) the script has
+nothing to pace; it still counts what each process takes. The process then paces
+itself as without Redis, and asks Redis again after ``recheck`` (or at once when it
+learned something to tell), so a key with no quota costs one round trip per
+``recheck``, and a process learns another's limit within it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..._aimd_limit import MAX_PAUSE_S
+from ..._exceptions import QuotaWaitError
+from ..._fork import fork_safe_lock
+from ._config import QuotaPolicy
+from ._key import KeyQuota, Pace, QuotaKey, QuotaSnapshot
+from ._signals import Reading, Refusal
+
+if TYPE_CHECKING:
+    from ._redis import RedisStore, Reply
+
+__all__ = ["Grant", "SharedAsk", "SharedKeyQuota"]
+
+
+@dataclass(slots=True)
+class Grant:
+    """What one attempt's reservation took, to be given back if it was not charged."""
+
+    cost: float
+    #: The local ``KeyQuota`` took it too (the shared bucket knew no limit).
+    local: bool
+    #: Reserved in Redis: the Redis time of the send, and what each dimension had taken
+    #: after it (None: not reserved in Redis).
+    t: float | None = None
+    spent_tokens: float = 0.0
+    spent_requests: float = 0.0
+    #: Given back already (a refused answer, then its 429).
+    returned: bool = False
+
+
+@dataclass(slots=True)
+class _Outbox:
+    """What one dimension tells Redis at the next reservation."""
+
+    #: The limit this process knows (re-made in Redis if the hash is gone), and whether
+    #: it was learned since the last reservation (then it replaces the shared one).
+    limit: float | None = None
+    new: bool = False
+    #: The least R + S_then - rho * t of the answers not folded in yet.
+    anchor: float | None = None
+    refund: float = 0.0
+
+    def args(self) -> tuple[object, ...]:
+        anchor = "" if self.anchor is None else repr(self.anchor)
+        return (repr(self.limit or 0.0), "1" if self.new else "0", anchor, repr(self.refund))
+
+    def fold(self, reading: Reading, spent: float, t: float) -> None:
+        anchor = reading.remaining + spent - reading.limit / 60.0 * t
+        if math.isfinite(anchor):
+            self.anchor = anchor if self.anchor is None else min(self.anchor, anchor)
+
+    def learn(self, limit: float) -> None:
+        if limit != self.limit:
+            self.limit, self.new = limit, True
+
+
+class SharedAsk:
+    """The I/O of one reservation (a call-flow action): run the key's script on Redis.
+    The driver sends back what ``ask_sync``/``ask_async`` return (a ``Reply``, or the
+    error, never raised)."""
+
+    __slots__ = ("args", "cost", "deadline", "grant", "outbox", "state", "ticket", "waited")
+
+    def __init__(
+        self,
+        state: SharedKeyQuota,
+        args: tuple[object, ...],
+        ticket: tuple[int, int],
+        cost: float,
+        deadline: float,
+        waited: float,
+        outbox: tuple[_Outbox, _Outbox, float],
+    ) -> None:
+        self.state = state
+        self.args = args
+        self.ticket = ticket
+        self.cost = cost
+        self.deadline = deadline
+        self.waited = waited
+        self.outbox = outbox
+        #: What the reservation took, once answered and granted.
+        self.grant: Grant | None = None
+
+    def ask_sync(self) -> Reply | BaseException:
+        return self.state.store.run_sync(self.state.name, self.args)
+
+    async def ask_async(self) -> Reply | BaseException:
+        return await self.state.store.run_async(self.state.name, self.args)
+
+
+class SharedKeyQuota:
+    """One key's quota in Redis, and this process's own beside it (module doc)."""
+
+    def __init__(
+        self,
+        key: QuotaKey,
+        policy: QuotaPolicy,
+        store: RedisStore,
+        rng: random.Random | None = None,
+    ) -> None:
+        from ._redis import redis_key
+
+        self.key = key
+        self.local = KeyQuota(key, policy, rng)
+        self.store = store
+        self.name = redis_key(key)
+        self._policy = policy
+        self._lock = fork_safe_lock()
+        self._tokens = _Outbox()
+        self._requests = _Outbox()
+        #: A 429's pause (this process's clock) not told to Redis yet.
+        self._pause_until = -math.inf
+        #: The shared bucket knew no limit: ask again after this (this process's clock).
+        self._ask_after = -math.inf
+        #: Redis's last reply.
+        self.reply: Reply | None = None
+        self._waits = 0
+        self._wait_s = 0.0
+        self._refused = 0
+
+    @property
+    def waited(self) -> bool:
+        return self.local.waited
+
+    # -- the call's side -----------------------------------------------------------
+
+    def reserve(
+        self,
+        ticket: tuple[int, int],
+        cost: float,
+        now: float,
+        deadline: float,
+        waited: float = 0.0,
+    ) -> Pace | SharedAsk:
+        """Ask Redis (a ``SharedAsk`` for the driver), or pace locally: Redis is down,
+        the call has less time left than a Redis call may take, or the shared bucket
+        knew no limit a moment ago and there is nothing to tell it."""
+        store = self.store
+        if (
+            deadline - now >= store.timeout
+            and (now >= self._ask_after or self._dirty(now))
+            and store.usable(now)
+        ):
+            with self._lock:
+                outbox = (self._tokens, self._requests, self._pause_until)
+                pause = max(0.0, min(self._pause_until - now, MAX_PAUSE_S))
+                args = (
+                    repr(cost),
+                    repr(max(deadline - now, 0.0)),
+                    repr(MAX_PAUSE_S),
+                    repr(max(MAX_PAUSE_S - waited, 0.0)),
+                    _ttl(),
+                    repr(pause),
+                    *self._tokens.args(),
+                    *self._requests.args(),
+                )
+                self._tokens = _Outbox(self._tokens.limit)
+                self._requests = _Outbox(self._requests.limit)
+                self._pause_until = -math.inf
+            return SharedAsk(self, args, ticket, cost, deadline, waited, outbox)
+        return self.local.reserve(ticket, cost, now, deadline, waited)
+
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException, now: float) -> Pace:
+        """Redis's reply to ``ask`` (or the error that stood for it): the call's
+        ``Pace`` (granted: ``ask.grant`` says what it took), or ``QuotaWaitError``."""
+        if isinstance(reply, BaseException):
+            self.store.failed(now, reply)
+            self._put_back(ask.outbox)
+            return self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
+        self.store.answered()
+        self.reply = reply
+        if reply.paused_for > 0:
+            self.local.hold(now + reply.paused_for)
+        if not reply.known:
+            return self._unpaced(ask, reply, now)
+        self._ask_after = -math.inf
+        if not reply.granted:
+            self._refused += 1
+            raise self._refusal(ask.cost, reply.wait, max(ask.deadline - now, 0.0))
+        ask.grant = Grant(ask.cost, False, reply.now + reply.wait, *_spent(reply))
+        self.local.shadow(now + reply.wait, ask.cost)
+        first = False
+        if reply.wait > 0:
+            first = not self.local.waited
+            self.local.waited = True
+            self._waits += 1
+            self._wait_s += reply.wait
+        return Pace(reply.wait, True, first)
+
+    def _unpaced(self, ask: SharedAsk, reply: Reply, now: float) -> Pace:
+        """No process on the key has learned a limit: this process paces itself (its
+        429-learned rate, any pause), and what Redis counted is stamped on the call."""
+        self._ask_after = now + self._policy.recheck
+        try:
+            pace = self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
+        except BaseException:
+            self._give_back_shared(ask.cost, reply.granted)
+            raise
+        if not pace.granted:
+            self._give_back_shared(ask.cost, reply.granted)
+        elif reply.granted:
+            ask.grant = Grant(ask.cost, True, reply.now + pace.seconds, *_spent(reply))
+        else:
+            ask.grant = Grant(ask.cost, True)
+        return pace
+
+    def withdraw(self, ticket: tuple[int, int]) -> None:
+        self.local.withdraw(ticket)
+
+    def refund(self, cost: float, grant: Grant | None = None) -> None:
+        """A granted attempt that was never sent: its cost goes back where it was taken."""
+        if grant is None or grant.local:
+            self.local.refund(cost)
+        if grant is not None:
+            self._return_shared(grant)
+
+    def least_wait(self, now: float, cost: float) -> float:
+        return self.local.least_wait(now, cost)
+
+    # -- what the provider said ----------------------------------------------------
+
+    def observe(
+        self,
+        t_send: float,
+        now: float,
+        readings: tuple[Reading | None, Reading | None],
+        admitted: float,
+        grant: Grant | None = None,
+    ) -> list[tuple[str, float]]:
+        learned = self.local.observe(t_send, now, readings, admitted)
+        stamped = grant is not None and grant.t is not None
+        with self._lock:
+            for reading, outbox in zip(readings, (self._tokens, self._requests), strict=True):
+                if reading is None:
+                    continue
+                outbox.learn(reading.limit)
+                if stamped:
+                    assert grant is not None and grant.t is not None
+                    self._fold(outbox, reading, grant, charged=admitted > 0)
+        if grant is not None and admitted <= 0:
+            self._return_shared(grant)
+        return learned
+
+    def refused(
+        self,
+        t_send: float,
+        now: float,
+        refusal: Refusal,
+        wait: float | None,
+        had_headers: bool,
+        grant: Grant | None = None,
+    ) -> float:
+        """A quota 429: this process's pause (and the local pacing's lesson), told to
+        every process through Redis at the next reservation, with the limit and level
+        its message names when no headers came, and its cost given back."""
+        pause = self.local.refused(t_send, now, refusal, wait, had_headers)
+        reading = None if had_headers else refusal.reading()
+        with self._lock:
+            self._pause_until = max(self._pause_until, now + pause)
+            if reading is not None:
+                outbox = self._tokens if reading.dimension == "tokens" else self._requests
+                outbox.learn(reading.limit)
+                if grant is not None and grant.t is not None:
+                    self._fold(outbox, reading, grant, charged=False)
+        if grant is not None:
+            self._return_shared(grant)
+        return pause
+
+    # -- reading it ----------------------------------------------------------------
+
+    def snapshot(self, now: float) -> QuotaSnapshot:
+        mine = self.local.snapshot(now)
+        reply = self.reply
+        backend = "local-fallback" if self.store.down else "redis"
+        limit_tokens, limit_requests = mine.limit_tokens, mine.limit_requests
+        if reply is not None:
+            limit_tokens = reply.limit_tokens or limit_tokens
+            limit_requests = reply.limit_requests or limit_requests
+        return _replace(
+            mine,
+            backend=backend,
+            limit_tokens=limit_tokens,
+            limit_requests=limit_requests,
+            waits=mine.waits + self._waits,
+            wait_s=mine.wait_s + self._wait_s,
+            refused=mine.refused + self._refused,
+        )
+
+    def view(self) -> tuple[float, float | None, float | None]:
+        return self.local.view()
+
+    @property
+    def active(self) -> bool:
+        return self.local.active
+
+    # -- inside -------------------------------------------------------------------
+
+    def _dirty(self, now: float) -> bool:
+        """Whether something waits to be told to Redis."""
+        tokens, requests = self._tokens, self._requests
+        return (
+            tokens.new
+            or requests.new
+            or tokens.anchor is not None
+            or requests.anchor is not None
+            or tokens.refund > 0
+            or requests.refund > 0
+            or self._pause_until > now
+        )
+
+    def _fold(self, outbox: _Outbox, reading: Reading, grant: Grant, *, charged: bool) -> None:
+        assert grant.t is not None
+        own = 0.0
+        if not charged:
+            # Not charged: the provider's level does not hold this call, nor does the
+            # bucket once its cost is given back (in this reservation or before).
+            own = grant.cost if outbox is self._tokens else 1.0
+        spent = grant.spent_tokens if outbox is self._tokens else grant.spent_requests
+        outbox.fold(reading, spent - own, grant.t)
+
+    def _return_shared(self, grant: Grant) -> None:
+        """The provider did not charge ``grant`` (or it was never sent): what Redis
+        took for it goes back, once."""
+        if grant.t is not None and not grant.returned:
+            grant.returned = True
+            self._give_back_shared(grant.cost, True)
+
+    def _give_back_shared(self, cost: float, taken: bool) -> None:
+        if taken:
+            with self._lock:
+                self._tokens.refund += cost
+                self._requests.refund += 1.0
+
+    def _put_back(self, outbox: tuple[_Outbox, _Outbox, float]) -> None:
+        """A reservation that failed: what it was to tell is told at the next one (a
+        refund is dropped: the bucket refills within a minute anyway)."""
+        tokens, requests, pause = outbox
+        with self._lock:
+            for old, now in ((tokens, self._tokens), (requests, self._requests)):
+                if old.new and now.limit == old.limit:
+                    now.new = True
+                if old.anchor is not None:
+                    now.anchor = old.anchor if now.anchor is None else min(now.anchor, old.anchor)
+            self._pause_until = max(self._pause_until, pause)
+
+    def _refusal(self, cost: float, wait: float, left: float) -> QuotaWaitError:
+        key, reply = self.key, self.reply
+        rates = []
+        if reply is not None:
+            for limit, unit in ((reply.limit_tokens, "tokens"), (reply.limit_requests, "requests")):
+                if limit is not None:
+                    rates.append(f"{limit:g} {unit}/min")
+        return QuotaWaitError(
+            f"The quota of key {key.fingerprint} (model {key.model}) cannot take this call"
+            f" ({cost:.0f} tokens) before its deadline: its turn in the key's shared bucket"
+            f" ({', '.join(rates)}; Redis) comes in {wait:.2f} s, and the call has"
+            f" {left:.2f} s left",
+            key=key.fingerprint,
+            model=key.model,
+            wait=wait,
+            least_wait=wait,
+            remaining=left,
+        )
+
+
+def _spent(reply: Reply) -> tuple[float, float]:
+    return reply.spent_tokens, reply.spent_requests
+
+
+def _ttl() -> str:
+    from ._redis import TTL_S
+
+    return str(TTL_S)
+
+
+def _replace(snapshot: QuotaSnapshot, **changes: object) -> QuotaSnapshot:
+    import dataclasses
+
+    return dataclasses.replace(snapshot, **changes)  # type: ignore[arg-type]
