@@ -24,7 +24,7 @@ each send so that a later ``remaining`` can be folded in; and ``nb``, no call be
 it (a 429's pause). Every call sets its TTL (``TTL_S``), so an idle key goes away.
 
 **Bounds.** Every number read from Redis or the caller is checked (a non-number,
-``nan`` or ``inf`` reads as absent); a key of another type is replaced; no level
+``nan``, or one past 10^15 reads as absent); a key of another type is replaced; no level
 falls below ``MAX_PAUSE_S`` of the refill (no reservation waits longer), no pause
 lasts past it. The reply is checked field by field: a reply of another shape is a
 failure, as a timeout is (``ReplyError``).
@@ -78,14 +78,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local function num(x)
   local v = tonumber(x)
-  if v == nil or v ~= v or v == math.huge or v == -math.huge then return nil end
+  if v == nil or v ~= v or v > 1e15 or v < -1e15 then return nil end
   return v
 end
 local cost = math.max(num(ARGV[1]) or 0, 0)
 local room = num(ARGV[2]) or 0
-local maxpause = math.max(num(ARGV[3]) or 60, 0)
+local maxpause = math.min(math.max(num(ARGV[3]) or 60, 0), 3600)
 local cap = math.min(math.max(num(ARGV[4]) or 0, 0), maxpause)
-local ttl = math.max(math.floor(num(ARGV[5]) or 300), 1)
+local ttl = math.min(math.max(math.floor(num(ARGV[5]) or 300), 1), 86400)
 local pause = math.min(math.max(num(ARGV[6]) or 0, 0), maxpause)
 local h = redis.call('HMGET', key, 'tL', 'tV', 'tT', 'tS', 'rL', 'rV', 'rT', 'rS', 'nb')
 local nb = num(h[9]) or 0
@@ -94,7 +94,7 @@ if pause > 0 and now + pause > nb then nb = now + pause end
 local function dim(i, a, need)
   local d = {L = num(h[i]), V = num(h[i + 1]), T = num(h[i + 2]), S = num(h[i + 3]) or 0}
   if d.L ~= nil and d.L <= 0 then d.L = nil end
-  if d.S < 0 then d.S = 0 end
+  if d.S < 0 or d.S > 1e14 then d.S = 0 end
   local limit, anchor, refund = num(ARGV[a]), num(ARGV[a + 2]), num(ARGV[a + 3]) or 0
   if refund < 0 then refund = 0 end
   if limit ~= nil and limit > 0 and (ARGV[a + 1] == '1' or d.L == nil) then
@@ -323,16 +323,18 @@ class RedisStore:
         except Exception as exc:  # any failure of Redis is pacing's, never the call's
             return exc
 
-    def _options(self) -> dict[str, Any]:
+    def _options(self, *, asynchronous: bool = False) -> dict[str, Any]:
+        from redis.asyncio.retry import Retry as AsyncRetry
         from redis.backoff import NoBackoff
         from redis.retry import Retry
 
         # No retry inside redis-py (its default retries 3 times with a back-off): a
         # failed call paces locally at once, and the store's back-off decides the next.
+        retry = AsyncRetry(NoBackoff(), 0) if asynchronous else Retry(NoBackoff(), 0)
         return {
             "socket_timeout": self.timeout,
             "socket_connect_timeout": self.timeout,
-            "retry": Retry(NoBackoff(), 0),
+            "retry": retry,
             "health_check_interval": 0,
         }
 
@@ -357,7 +359,7 @@ class RedisStore:
                 gone = ref()
                 if gone is None or getattr(gone, "is_closed", lambda: False)():
                     del self._async[ident]
-            client = aioredis.Redis.from_url(self.url, **self._options())
+            client = aioredis.Redis.from_url(self.url, **self._options(asynchronous=True))
             self._async[id(loop)] = (weakref.ref(loop), client)
             return client
 
