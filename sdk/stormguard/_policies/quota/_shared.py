@@ -29,10 +29,11 @@ than reserved gives nothing back: OpenAI charges prompt + ``max_tokens`` at admi
 and refunds nothing, so neither does the bucket (docs/quotas.md).
 
 **Before a limit is known** (no process on the key has had a signal) the script has
-nothing to pace; it still counts what each process takes. The process then paces
-itself as without Redis, and asks Redis again after ``recheck`` (or at once when it
-learned something to tell), so a key with no quota costs one round trip per
-``recheck``, and a process learns another's limit within it.
+nothing to pace; it still counts what each process takes, and the process paces
+itself as without Redis. Every attempt asks Redis, known limit or not: a burst that
+starts on many hosts at once is paced from the moment any one of them learns the
+limit (a 429's message, the headers), which is the case a local estimate cannot
+meet; the price is one round trip per attempt (docs/quotas.md has the figure).
 """
 
 from __future__ import annotations
@@ -153,8 +154,6 @@ class SharedKeyQuota:
         self._requests = _Outbox()
         #: A 429's pause (this process's clock) not told to Redis yet.
         self._pause_until = -math.inf
-        #: The shared bucket knew no limit: ask again after this (this process's clock).
-        self._ask_after = -math.inf
         #: Redis's last reply.
         self.reply: Reply | None = None
         self._waits = 0
@@ -176,14 +175,9 @@ class SharedKeyQuota:
         waited: float = 0.0,
     ) -> Pace | SharedAsk:
         """Ask Redis (a ``SharedAsk`` for the driver), or pace locally: Redis is down,
-        the call has less time left than a Redis call may take, or the shared bucket
-        knew no limit a moment ago and there is nothing to tell it."""
+        or the call has less time left than a Redis call may take."""
         store = self.store
-        if (
-            deadline - now >= store.timeout
-            and (now >= self._ask_after or self._dirty(now))
-            and store.usable(now)
-        ):
+        if deadline - now >= store.timeout and store.usable(now):
             with self._lock:
                 outbox = (self._tokens, self._requests, self._pause_until)
                 pause = max(0.0, min(self._pause_until - now, MAX_PAUSE_S))
@@ -216,7 +210,6 @@ class SharedKeyQuota:
             self.local.hold(now + reply.paused_for)
         if not reply.known:
             return self._unpaced(ask, reply, now)
-        self._ask_after = -math.inf
         if not reply.granted:
             self._refused += 1
             raise self._refusal(ask.cost, reply.wait, max(ask.deadline - now, 0.0))
@@ -233,7 +226,6 @@ class SharedKeyQuota:
     def _unpaced(self, ask: SharedAsk, reply: Reply, now: float) -> Pace:
         """No process on the key has learned a limit: this process paces itself (its
         429-learned rate, any pause), and what Redis counted is stamped on the call."""
-        self._ask_after = now + self._policy.recheck
         try:
             pace = self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
         except BaseException:
@@ -337,19 +329,6 @@ class SharedKeyQuota:
         return self.local.active
 
     # -- inside -------------------------------------------------------------------
-
-    def _dirty(self, now: float) -> bool:
-        """Whether something waits to be told to Redis."""
-        tokens, requests = self._tokens, self._requests
-        return (
-            tokens.new
-            or requests.new
-            or tokens.anchor is not None
-            or requests.anchor is not None
-            or tokens.refund > 0
-            or requests.refund > 0
-            or self._pause_until > now
-        )
 
     def _fold(self, outbox: _Outbox, reading: Reading, grant: Grant, *, charged: bool) -> None:
         assert grant.t is not None
