@@ -358,11 +358,12 @@ class SharedKeyQuota:
         refund is dropped: the bucket refills within a minute anyway)."""
         tokens, requests, pause = outbox
         with self._lock:
-            for old, now in ((tokens, self._tokens), (requests, self._requests)):
-                if old.new and now.limit == old.limit:
-                    now.new = True
+            for old, current in ((tokens, self._tokens), (requests, self._requests)):
+                if old.new and current.limit == old.limit:
+                    current.new = True
                 if old.anchor is not None:
-                    now.anchor = old.anchor if now.anchor is None else min(now.anchor, old.anchor)
+                    anchor = current.anchor
+                    current.anchor = old.anchor if anchor is None else min(anchor, old.anchor)
             self._pause_until = max(self._pause_until, pause)
 
     def _refusal(self, cost: float, wait: float, left: float) -> QuotaWaitError:
