@@ -47,8 +47,20 @@ def quota_server(*extra: str) -> Any:
         "--no-quota-headers",
         "--quota-retry-after",
         "seconds",
+        # ~0.1 s answers whatever their length, and room for every call at once: the
+        # time is the quota's, not the simulated engine's.
         "--added-latency-ms",
         "100",
+        "--step-base-ms",
+        "0",
+        "--prefill-token-us",
+        "0",
+        "--decode-seq-us",
+        "0",
+        "--num-kv-blocks",
+        "8192",
+        "--max-num-seqs",
+        "256",
         *extra,
     )
 
@@ -108,8 +120,9 @@ def test_processes_on_one_key_share_its_bucket_in_redis_without_429s() -> None:
     assert all(r["backends"] == ["redis"] for r in results), results
     assert admitted == calls
     # The first 429 anywhere teaches every process: only the calls already on their
-    # way when it came are refused (measured: 0-3; each process alone meets its own).
-    assert refused <= THREADS, (refused, attempts)
+    # way when it came, and a few paced retries, are refused (measured: 5 of 66 on
+    # an instant engine; without Redis each process meets its own, again and again).
+    assert refused <= 8, (refused, attempts)
     assert attempts == calls + refused
     assert wall < 60, wall  # ~9 calls past the bucket at ~1 a second
 
@@ -199,6 +212,7 @@ async def test_async_clients_of_two_processes_share_one_bucket() -> None:
         for client in clients:
             assert client.stats().quota[0].backend == "redis"
             await client.close()
-    # 62 calls at once, before any limit is known: the ~5 past the bucket are refused,
-    # and a few more on their way when the first 429 came.
-    assert admitted == 62 and refused <= 12
+    # 62 calls at once on an instant engine, before any limit is known: the ~6 past the
+    # bucket are refused at once, and their paced retries met 429s again (measured:
+    # 18-19 in all, at most a third of the calls; see docs/quotas.md, "Not done").
+    assert admitted == 62 and refused <= 21

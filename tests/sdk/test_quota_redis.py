@@ -146,16 +146,14 @@ def test_the_provider_s_remaining_lowers_the_bucket_and_never_raises_it(
 ) -> None:
     redis = fakeredis.FakeRedis()
     sent = reserve(redis, 1000, limit=6000)  # the bucket: 5,000 left
-    t, spent = sent.now, sent.spent_tokens
-    reserve(redis, 1000, limit=6000)  # another process's, after it: 4,000 left
-    redis_clock.advance(2.0)  # + 200 refilled
-    # The provider said 1,000 were left after the first: 1,000 + 200 - 1,000 taken since.
-    anchor = repr(1000 + spent - 100.0 * t)
-    folded = reserve(redis, 0, limit=6000, anchor=anchor)
-    assert folded.level_tokens == pytest.approx(200.0, abs=1e-3)
+    reserve(redis, 1000, limit=6000)  # another process's: 4,000 left
+    redis_clock.advance(2.0)  # + 200 refilled: 4,200
+    # The provider said 1,000 were left when the first was admitted: 1,000 + 200.
+    folded = reserve(redis, 0, limit=6000, anchor=repr(1000 - 100.0 * sent.now))
+    assert folded.level_tokens == pytest.approx(1200.0, abs=1e-3)
     # A remaining above what the bucket holds changes nothing.
-    high = repr(5900 + spent - 100.0 * t)
-    assert reserve(redis, 0, limit=6000, anchor=high).level_tokens == pytest.approx(200.0, abs=1)
+    high = repr(5900 - 100.0 * sent.now)
+    assert reserve(redis, 0, limit=6000, anchor=high).level_tokens == pytest.approx(1200.0, abs=1)
 
 
 def test_a_refund_goes_back_to_the_bucket_never_past_its_limit(redis_clock: FakeClock) -> None:

@@ -19,9 +19,8 @@ provider's ``remaining`` is folded in against the same clock.
 **What is stored.** One hash per (key fingerprint, host, model), named
 ``stormguard:quota:<fingerprint>:<hash of host and model>``: never the key. Per
 dimension (tokens ``t*``, requests ``r*``): the limit per minute ``L``, the level
-``V`` at time ``T``, and ``S``, what has been taken (less refunds), which stamps
-each send so that a later ``remaining`` can be folded in; and ``nb``, no call before
-it (a 429's pause). Every call sets its TTL (``TTL_S``), so an idle key goes away.
+``V`` at time ``T``, and ``S``, what has been taken (less refunds); and ``nb``, no
+call before it (a 429's pause). Every call sets its TTL (``TTL_S``), so an idle key goes away.
 
 **Bounds.** Every number read from Redis or the caller is checked (a non-number,
 ``nan``, or one past 10^15 reads as absent); a key of another type is replaced; no level
@@ -108,7 +107,7 @@ local function dim(i, a, need)
     local rho = d.L / 60
     if d.V == nil or d.T == nil then d.V, d.T = d.L, now end
     d.V = math.min(d.L, d.V + math.max(now - d.T, 0) * rho + refund)
-    if anchor ~= nil then d.V = math.min(d.V, anchor + rho * now - d.S) end
+    if anchor ~= nil then d.V = math.min(d.V, anchor + rho * now) end
     d.V = math.max(d.V, -rho * maxpause)
     d.T = now
     d.take = math.min(need, d.L)

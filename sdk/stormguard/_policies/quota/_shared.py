@@ -14,13 +14,15 @@ blocking call outside the flow. Every signal also goes to the local ``KeyQuota``
 that the fall back to it (Redis down, slow or answering garbage; ``_redis.py``) paces
 on what the process has seen.
 
-**The provider's ``remaining`` is folded in** against Redis's clock: a send is
-stamped (``Grant``) with the Redis time of its turn and what the key had taken after
-it (``S``). When its answer says R was left, the bucket may hold at most
-R + rho * (now - t) - (S_now - S_then): what was left, refilled since, less what was
-taken after it. It only lowers the bucket, never raises it: the bucket never holds
-more than the provider says is left. Pending answers fold into one number per
-dimension (their least R + S_then - rho * t).
+**The provider's ``remaining`` is folded in** against Redis's clock: an answer sent
+at t (this process's clock, moved to Redis's by the offset the last reply showed)
+that says R was left caps the bucket at R + rho * (now - t): what was left, refilled
+since. It only lowers the bucket, never raises it: the bucket never holds more than
+the provider says is left. (It does not subtract what other calls took after t: under
+concurrency the provider may have admitted them before, and subtracting them sank
+the bucket by a whole burst; what it leaves out is at most the calls in flight, which
+the bucket has already taken.) Pending answers fold into one number per dimension
+(their least R - rho * t).
 
 **A refund** gives a reservation back when the provider did not charge it: the
 attempt was never sent (cancelled, refused before sending), or the provider refused
@@ -64,7 +66,7 @@ class Grant:
     #: The local ``KeyQuota`` took it too (the shared bucket knew no limit).
     local: bool
     #: Reserved in Redis: the Redis time of the send, and what each dimension had taken
-    #: after it (None: not reserved in Redis).
+    #: after it (None: not reserved in Redis, so nothing there to give back).
     t: float | None = None
     spent_tokens: float = 0.0
     spent_requests: float = 0.0
@@ -80,7 +82,7 @@ class _Outbox:
     #: it was learned since the last reservation (then it replaces the shared one).
     limit: float | None = None
     new: bool = False
-    #: The least R + S_then - rho * t of the answers not folded in yet.
+    #: The least R - rho * t of the answers not folded in yet (t on Redis's clock).
     anchor: float | None = None
     refund: float = 0.0
 
@@ -88,8 +90,8 @@ class _Outbox:
         anchor = "" if self.anchor is None else repr(self.anchor)
         return (repr(self.limit or 0.0), "1" if self.new else "0", anchor, repr(self.refund))
 
-    def fold(self, reading: Reading, spent: float, t: float) -> None:
-        anchor = reading.remaining + spent - reading.limit / 60.0 * t
+    def fold(self, reading: Reading, t: float) -> None:
+        anchor = reading.remaining - reading.limit / 60.0 * t
         if math.isfinite(anchor):
             self.anchor = anchor if self.anchor is None else min(self.anchor, anchor)
 
@@ -154,8 +156,9 @@ class SharedKeyQuota:
         self._requests = _Outbox()
         #: A 429's pause (this process's clock) not told to Redis yet.
         self._pause_until = -math.inf
-        #: Redis's last reply.
+        #: Redis's last reply, and Redis's clock less this process's at it.
         self.reply: Reply | None = None
+        self._offset: float | None = None
         self._waits = 0
         self._wait_s = 0.0
         self._refused = 0
@@ -205,7 +208,7 @@ class SharedKeyQuota:
             self._put_back(ask.outbox)
             return self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
         self.store.answered()
-        self.reply = reply
+        self.reply, self._offset = reply, reply.now - now
         if reply.paused_for > 0:
             self.local.hold(now + reply.paused_for)
         if not reply.known:
@@ -263,15 +266,12 @@ class SharedKeyQuota:
         grant: Grant | None = None,
     ) -> list[tuple[str, float]]:
         learned = self.local.observe(t_send, now, readings, admitted)
-        stamped = grant is not None and grant.t is not None
         with self._lock:
             for reading, outbox in zip(readings, (self._tokens, self._requests), strict=True):
                 if reading is None:
                     continue
                 outbox.learn(reading.limit)
-                if stamped:
-                    assert grant is not None and grant.t is not None
-                    self._fold(outbox, reading, grant, charged=admitted > 0)
+                self._fold(outbox, reading, t_send)
         if grant is not None and admitted <= 0:
             self._return_shared(grant)
         return learned
@@ -295,8 +295,7 @@ class SharedKeyQuota:
             if reading is not None:
                 outbox = self._tokens if reading.dimension == "tokens" else self._requests
                 outbox.learn(reading.limit)
-                if grant is not None and grant.t is not None:
-                    self._fold(outbox, reading, grant, charged=False)
+                self._fold(outbox, reading, t_send)
         if grant is not None:
             self._return_shared(grant)
         return pause
@@ -330,15 +329,9 @@ class SharedKeyQuota:
 
     # -- inside -------------------------------------------------------------------
 
-    def _fold(self, outbox: _Outbox, reading: Reading, grant: Grant, *, charged: bool) -> None:
-        assert grant.t is not None
-        own = 0.0
-        if not charged:
-            # Not charged: the provider's level does not hold this call, nor does the
-            # bucket once its cost is given back (in this reservation or before).
-            own = grant.cost if outbox is self._tokens else 1.0
-        spent = grant.spent_tokens if outbox is self._tokens else grant.spent_requests
-        outbox.fold(reading, spent - own, grant.t)
+    def _fold(self, outbox: _Outbox, reading: Reading, t_send: float) -> None:
+        if self._offset is not None:  # no reply yet: Redis's clock is not known here
+            outbox.fold(reading, t_send + self._offset)
 
     def _return_shared(self, grant: Grant) -> None:
         """The provider did not charge ``grant`` (or it was never sent): what Redis
