@@ -5,8 +5,8 @@
 # `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
 # tests against it (docs/vllm.md).
 # `make setup-redis` installs redis-server from the system's packages where it is not on
-# PATH: the tests of the quota shared in Redis start their own on a free loopback port
-# (tests/e2e/redis_server.py).
+# PATH: the quota drill's LiteLLM row with Redis, and the tests of the quota shared in
+# Redis, start their own on a free loopback port (bench/stormguard_drill/redis_server.py).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python

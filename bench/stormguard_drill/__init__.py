@@ -7,7 +7,10 @@ of very long prompts, then steady load again. Two more scenarios
 (``--scenario``): ``burst``, 300 short calls at once against a server that sheds,
 and ``rebound``, an engine crash while a backlog of calls waits, then what comes
 back after the cold start; both also with openai-python on stormguard's httpx
-transport and with LiteLLM. ``stormguard-drill --help``.
+transport and with LiteLLM. ``fleet``: a partial outage of several replicas under
+several client processes. ``quota``: a batch job of several processes on one API key
+against a hosted API's quota (OpenAI's 429s, Retry-After, ``x-ratelimit-*``), every
+client side by side, LiteLLM's Router with Redis included. ``stormguard-drill --help``.
 
 It is a package of its own, beside the server rather than inside it: it drives
 ``stormguard_server`` processes and borrows a few of its pieces (the tiny model

@@ -5,7 +5,9 @@ burst against a server that sheds, or the rebound after a cold start. Each has i
 engine flags, schedule, patience, default clients and server modes; the calibration,
 the replay, the sampler and the summary are the same code for all three. The fourth,
 ``fleet`` (a partial outage of several replicas under several client processes), has
-its own runner, figures and plots (``fleet*.py``) and shares the rest.
+its own runner, figures and plots (``fleet*.py``) and shares the rest; so does the
+fifth, ``quota`` (a batch job of several processes on one API key against a hosted
+API's quota, ``quota*.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,19 @@ from stormguard_drill.fleet_clients import FLEET_CLIENTS
 from stormguard_drill.fleet_config import fleet_preset
 from stormguard_drill.fleet_plots import plot_fleet
 from stormguard_drill.plots import plot_all
+from stormguard_drill.quota import quota_drill
+from stormguard_drill.quota_clients import QUOTA_CLIENTS, QuotaClientName, quota_unavailable
+from stormguard_drill.quota_config import (
+    BOUNDS,
+    RETRY_AFTER_MODES,
+    Bound,
+    QuotaVariant,
+    RetryAfterMode,
+    cross_variants,
+    default_variants,
+    quota_preset,
+)
+from stormguard_drill.quota_summary import quota_targets_line
 from stormguard_drill.report import (
     load_average,
     machine,
@@ -79,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         "slowed by 2 s a request, then all recovered (the dead one restarted on its port) "
         "and the traffic's rebound; openai picking a replica at random per call, LiteLLM "
         "Router over the replicas and stormguard over the replicas, each on a fresh fleet, "
-        "admission on by default. Traffic goes to 127.0.0.1 only.",
+        "admission on by default. quota: a batch job of P worker processes x W threads (or "
+        "tasks) on ONE API key against a hosted API's quota (the server's --quota-tpm/rpm: "
+        "OpenAI's 429s, Retry-After, x-ratelimit headers), every client side by side "
+        "(stormguard sync and async, openai, openai+tenacity, openai on stormguard's "
+        "transport, LiteLLM Router with tpm/rpm, and with Redis), each on a fresh server; "
+        "variants by --processes, --bound, --retry-after, --headers. "
+        "Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
@@ -111,12 +132,50 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated subset of clients, of: "
         + ", ".join(CLIENT_NAMES)
         + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, "
-        + f"{', '.join(FLEET_CLIENTS)} in the fleet (its only clients), all in the others)",
+        + f"{', '.join(FLEET_CLIENTS)} in the fleet (its only clients), all in the others; "
+        + f"the quota's: {', '.join(QUOTA_CLIENTS)}, all by default)",
     )
     parser.add_argument(
         "--admission",
         default=None,
-        help="comma-separated subset of server modes (default: off,on; on in the fleet)",
+        help="comma-separated subset of server modes (default: off,on; on in the fleet;"
+        " the quota's server runs admission on)",
+    )
+    quota = parser.add_argument_group(
+        "quota",
+        "The quota scenario's variants. Without any of these flags: its default matrix"
+        " (full: 4 processes, TPM-bound, retry-after in seconds, x-ratelimit headers on;"
+        " then 1 and 16 processes, no Retry-After, no headers, RPM-bound, one change at a"
+        " time). With any: every combination of the values given, the base for the rest.",
+    )
+    quota.add_argument(
+        "--processes", default=None, metavar="P,...", help="worker processes, e.g. 1,4,16"
+    )
+    quota.add_argument(
+        "--bound", default=None, metavar="tpm,rpm", help="the limit that binds: tpm, rpm"
+    )
+    quota.add_argument(
+        "--retry-after",
+        default=None,
+        metavar="MODE,...",
+        help=f"what a quota 429 says, of: {', '.join(RETRY_AFTER_MODES)}",
+    )
+    quota.add_argument(
+        "--headers", default=None, metavar="on,off", help="the x-ratelimit-* headers: on, off"
+    )
+    quota.add_argument(
+        "--calls", type=int, default=None, help="calls in the batch (default: the size's)"
+    )
+    quota.add_argument(
+        "--stream",
+        action="store_true",
+        help="stream every call (default: whole answers, as a batch job asks for them)",
+    )
+    quota.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="threads (or tasks) per worker process (default: the size's)",
     )
     return parser
 
@@ -242,6 +301,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if scenario == "fleet":
         _fleet_main(args, mode)
         return
+    if scenario == "quota":
+        _quota_main(args, mode)
+        return
     config = preset(
         mode,
         seed=args.seed,
@@ -292,6 +354,90 @@ def _fleet_main(args: argparse.Namespace, mode: Mode) -> None:
             print(f"faults not done ({pairing['client']}): {pairing['fault_errors']}")
     print(f"targets: {fleet_targets_line(config)}")
     print(f"JSON: {out / 'drill.json'}; plots: {', '.join(p.name for p in plots)}")
+
+
+def _values(text: str | None, flag: str, choices: Sequence[str]) -> tuple[str, ...] | None:
+    """A comma-separated flag's values (None when not given), each one of ``choices``."""
+    if text is None:
+        return None
+    values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    unknown = [v for v in values if v not in choices]
+    if unknown or not values:
+        raise SystemExit(f"{flag}: choose from {', '.join(choices)} (got {text!r})")
+    return values
+
+
+def _quota_variants(args: argparse.Namespace, mode: Mode) -> tuple[QuotaVariant, ...]:
+    """The default matrix, or the cross product of the variant flags given."""
+    processes: tuple[int, ...] | None = None
+    if args.processes is not None:
+        try:
+            processes = tuple(dict.fromkeys(int(p) for p in args.processes.split(",") if p))
+        except ValueError:
+            raise SystemExit(f"--processes: whole numbers, got {args.processes!r}") from None
+        if not processes or min(processes) < 1:
+            raise SystemExit(f"--processes: at least 1 each, got {args.processes!r}")
+    bounds: tuple[Bound, ...] | None = _values(args.bound, "--bound", BOUNDS)  # type: ignore[assignment]
+    retry_afters: tuple[RetryAfterMode, ...] | None = _values(  # type: ignore[assignment]
+        args.retry_after, "--retry-after", RETRY_AFTER_MODES
+    )
+    headers_given = _values(args.headers, "--headers", ("on", "off"))
+    headers = None if headers_given is None else tuple(h == "on" for h in headers_given)
+    if all(given is None for given in (processes, bounds, retry_afters, headers)):
+        return default_variants(mode)
+    return cross_variants(mode, processes, bounds, retry_afters, headers)
+
+
+def _quota_clients(args: argparse.Namespace, skipped: dict[str, str]) -> list[QuotaClientName]:
+    """The quota's clients asked for; what cannot run is left out, said on stderr and
+    noted in ``skipped``."""
+    asked = _values(args.clients, "--clients", QUOTA_CLIENTS)
+    clients = [c for c in QUOTA_CLIENTS if asked is None or c in asked]
+    for name, reason in quota_unavailable(tuple(clients)).items():
+        skipped[name] = reason
+        clients.remove(name)
+        print(f"skipped {name}: {reason}", file=sys.stderr)
+    if not clients:
+        raise SystemExit("no client selected: check --clients")
+    return clients
+
+
+def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
+    for flag in ("calls", "workers"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{flag}: at least 1, got {value}")
+    config = quota_preset(
+        mode,
+        seed=args.seed,
+        concurrency=max(1, args.concurrency),
+        variants=_quota_variants(args, mode),
+        calls=args.calls,
+        workers=args.workers,
+        stream=args.stream,
+    )
+    out: Path = args.out or Path("bench/results") / f"drill-quota-{mode}"
+    skipped: dict[str, str] = {}
+    clients = _quota_clients(args, skipped)
+    try:
+        document = asyncio.run(quota_drill(config, out, clients, skipped))
+    except KeyboardInterrupt:
+        print("interrupted: every server, Redis and worker process was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+    write_json(out / "drill.json", document)
+    (out / "table.md").write_text(markdown_table(document["pairings"], "quota") + "\n")
+    print(table(document["pairings"], "quota"))
+    workload = config.workload
+    demand = document["demand_tokens"]
+    print(
+        f"\nbatch: {workload.calls} calls ({demand} tokens at the server, "
+        f"~{demand / workload.calls:.0f} a call), {workload.workers} workers a process, "
+        f"{workload.deadline_s:.0f} s a call, "
+        f"{'streamed' if config.stream else 'whole answers'}; "
+        f"wall time {document['wall_time_s']} s"
+    )
+    print(f"targets: {quota_targets_line(config.targets)}")
+    print(f"JSON: {out / 'drill.json'}")
 
 
 def _shaded(config: DrillConfig) -> tuple[tuple[float, float] | None, str]:

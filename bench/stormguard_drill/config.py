@@ -1,7 +1,8 @@
 """The drill's knobs: the engine every server runs, the workload, the callers' patience.
 
 Three scenarios (``--scenario``), each with its own engine, workload and patience (a
-fourth, ``fleet``, has its knobs in ``fleet_config.py``):
+fourth, ``fleet``, has its knobs in ``fleet_config.py``, a fifth, ``quota``, in
+``quota_config.py``):
 
 - ``avalanche`` (the default): the OOM avalanche. One engine for every pairing (only
   ``--admission`` differs), sized so that a few long prompts overflow its KV cache.
@@ -30,8 +31,8 @@ from typing import Literal
 Mode = Literal["full", "quick", "tiny"]
 Engine = Literal["sim", "vllm"]
 ENGINES: tuple[Engine, ...] = ("sim", "vllm")
-Scenario = Literal["avalanche", "burst", "rebound", "fleet"]
-SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound", "fleet")
+Scenario = Literal["avalanche", "burst", "rebound", "fleet", "quota"]
+SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound", "fleet", "quota")
 Kind = Literal["short", "medium", "long"]
 
 # Engine flags passed to every `python -m stormguard_server`. The KV cache holds

@@ -63,21 +63,24 @@ def server_args(config: FleetConfig, admission: Admission) -> tuple[str, ...]:
     return ("--admission", admission, "--seed", str(config.seed), "--engine", "sim")
 
 
-class _Worker:
-    """One client process, spoken to line by line."""
+class WorkerProcess:
+    """One client process (a fleet or quota worker), spoken to line by line."""
 
     def __init__(self, process: asyncio.subprocess.Process, log_path: Path) -> None:
         self.process = process
         self.log_path = log_path
 
     @classmethod
-    async def spawn(cls, log_path: Path) -> _Worker:
+    async def spawn(
+        cls, log_path: Path, module: str = "stormguard_drill.fleet_worker"
+    ) -> WorkerProcess:
+        """``python -m module``, its stderr to ``log_path``."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("wb") as log:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "stormguard_drill.fleet_worker",
+                module,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log,
@@ -122,7 +125,8 @@ async def run_fleet_pairing(
     """One pairing on a fresh fleet (see the module doc)."""
     label = f"fleet-{client}-admission-{admission}"
     workers = [
-        await _Worker.spawn(log_dir / f"{label}-client{k}.log") for k in range(config.processes)
+        await WorkerProcess.spawn(log_dir / f"{label}-client{k}.log")
+        for k in range(config.processes)
     ]
     replicas = Replicas(servers, label, server_args(config, admission), config.replicas)
     timeline: asyncio.Task[None] | None = None

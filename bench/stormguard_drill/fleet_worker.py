@@ -14,19 +14,17 @@ talks to it over stdin and stdout, one JSON document a line:
 4. the worker replays its arrivals (open loop, as ``runner.replay`` does for the other
    scenarios), then writes its results (``WorkerResult``) and exits.
 
-The protocol has the process's stdout to itself: anything a library prints goes to
-stderr, which the runner sends to a file of the run's ``logs/``.
+The protocol has the process's stdout to itself (``worker_pipe.py``): anything a
+library prints goes to stderr, which the runner sends to a file of the run's ``logs/``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import stormguard
 from stormguard_drill import attempt_log
@@ -35,6 +33,7 @@ from stormguard_drill.clients import ClientName
 from stormguard_drill.config import Patience
 from stormguard_drill.fleet_clients import make_fleet_client
 from stormguard_drill.runner import replay
+from stormguard_drill.worker_pipe import claim_stdout, send
 from stormguard_drill.workload import Arrival
 
 
@@ -108,14 +107,6 @@ async def _warm_up(job: Job) -> None:
 _WARMUP = Arrival(index=-1, at_s=0.0, kind="short", prompt="warm up", max_tokens=4)
 
 
-_PROTOCOL = sys.stdout  # main() gives the protocol a descriptor of its own
-
-
-def _send(document: dict[str, Any] | str) -> None:
-    _PROTOCOL.write((document if isinstance(document, str) else json.dumps(document)) + "\n")
-    _PROTOCOL.flush()
-
-
 async def run(job: Job) -> WorkerResult:
     await _warm_up(job)
     # Listeners may run in the SDK's connect-check threads: list.append is atomic.
@@ -124,7 +115,7 @@ async def run(job: Job) -> WorkerResult:
         job.client, job.base_urls, job.patience.timeout_s, job.seed, transitions.append
     )
     try:
-        _send({"ready": True})
+        send({"ready": True})
         line = await asyncio.to_thread(sys.stdin.readline)
         t0 = float(json.loads(line)["t0"])
         cpu0 = time.process_time()
@@ -155,13 +146,10 @@ async def run(job: Job) -> WorkerResult:
 
 
 def main() -> None:
-    global _PROTOCOL
-    _PROTOCOL = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # prints of libraries: to the log
-    sys.stdout = sys.stderr
+    claim_stdout()
     job = Job.from_json(sys.stdin.readline())
     result = asyncio.run(run(job))
-    _send(result.to_json())
+    send(result.to_json())
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stormguard_drill.drill_client import API_KEY, MODEL, CallOutcome, ClientName, ClientUnavailable
-from stormguard_drill.stream_tally import StreamTally
+from stormguard_drill.stream_tally import StreamTally, whole_answer
 from stormguard_drill.workload import Arrival
 
 _LITELLM_RETRIES = 2
@@ -41,14 +41,30 @@ def import_litellm() -> Any:
 class LiteLLMClient:
     """``litellm.acompletion`` with 2 retries, or a ``litellm.Router`` with 2 retries
     over one deployment per server of ``base_url`` (one, or several: the fleet); the
-    caller's timeout is LiteLLM's ``timeout``."""
+    caller's timeout is LiteLLM's ``timeout``.
 
-    def __init__(self, base_url: str | Sequence[str], timeout_s: float, *, router: bool) -> None:
+    The quota scenario sets more of the Router: ``num_retries=None`` leaves LiteLLM's
+    default, ``deployment`` adds to each deployment's ``litellm_params`` (its ``tpm`` and
+    ``rpm``), ``router_options`` to the Router's own arguments (its routing strategy, its
+    Redis settings), and ``stream=False`` asks for whole answers."""
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str],
+        timeout_s: float,
+        *,
+        router: bool,
+        num_retries: int | None = _LITELLM_RETRIES,
+        deployment: dict[str, Any] | None = None,
+        router_options: dict[str, Any] | None = None,
+        stream: bool = True,
+    ) -> None:
         self.name: ClientName = "litellm-router" if router else "litellm"
         self._litellm = import_litellm()
         urls = [base_url] if isinstance(base_url, str) else list(base_url)
         self._base_url = urls[0]
         self._timeout_s = timeout_s
+        self._stream = stream
         self._router: Any = None
         if router:
             deployments = [
@@ -58,13 +74,15 @@ class LiteLLMClient:
                         "model": f"openai/{MODEL}",
                         "api_base": url,
                         "api_key": API_KEY,
+                        **(deployment or {}),
                     },
                 }
                 for url in urls
             ]
-            self._router = self._litellm.Router(
-                model_list=deployments, num_retries=_LITELLM_RETRIES, timeout=timeout_s
-            )
+            options: dict[str, Any] = {"timeout": timeout_s, **(router_options or {})}
+            if num_retries is not None:
+                options["num_retries"] = num_retries
+            self._router = self._litellm.Router(model_list=deployments, **options)
         elif len(urls) > 1:
             raise ValueError("litellm.acompletion takes one server: use the Router for several")
 
@@ -79,17 +97,14 @@ class LiteLLMClient:
 
     async def call(self, arrival: Arrival) -> CallOutcome:
         tally = StreamTally()
-        request: dict[str, Any] = {
-            "messages": arrival.messages,
-            "max_tokens": arrival.max_tokens,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        request: dict[str, Any] = {"messages": arrival.messages, "max_tokens": arrival.max_tokens}
+        if self._stream:
+            request.update(stream=True, stream_options={"include_usage": True})
         try:
             if self._router is not None:
-                stream = await self._router.acompletion(model=MODEL, **request)
+                answer = await self._router.acompletion(model=MODEL, **request)
             else:
-                stream = await self._litellm.acompletion(
+                answer = await self._litellm.acompletion(
                     model=f"openai/{MODEL}",
                     api_base=self._base_url,
                     api_key=API_KEY,
@@ -97,7 +112,9 @@ class LiteLLMClient:
                     timeout=self._timeout_s,
                     **request,
                 )
-            async for chunk in stream:
+            if not self._stream:
+                return whole_answer(answer)
+            async for chunk in answer:
                 tally.saw(chunk)
         except Exception as exc:  # LiteLLM's errors subclass openai's, and more
             return CallOutcome(ok=False, error=type(exc).__name__)

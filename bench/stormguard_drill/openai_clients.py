@@ -14,15 +14,18 @@ import stormguard
 from stormguard_drill import attempt_log
 from stormguard_drill.drill_client import API_KEY, MODEL, CallOutcome, ClientName
 from stormguard_drill.stormguard_figures import limiter_gauges, stormguard_stats
-from stormguard_drill.stream_tally import StreamTally
+from stormguard_drill.stream_tally import StreamTally, whole_answer
 from stormguard_drill.workload import Arrival
 
 
 class OpenAIClient:
     """openai-python with its defaults; optionally inside a tenacity retry."""
 
-    def __init__(self, base_url: str, timeout_s: float, *, tenacity_wrapper: bool) -> None:
+    def __init__(
+        self, base_url: str, timeout_s: float, *, tenacity_wrapper: bool, stream: bool = True
+    ) -> None:
         self.name: ClientName = "openai+tenacity" if tenacity_wrapper else "openai"
+        self._streamed = stream
         self._attempts = 0
         self._tenacity = tenacity_wrapper
         self._client = openai.AsyncOpenAI(
@@ -48,7 +51,7 @@ class OpenAIClient:
     async def call(self, arrival: Arrival) -> CallOutcome:
         try:
             if not self._tenacity:
-                return await self._stream(arrival)
+                return await self._call(arrival)
             # The tutorial decorator: retry on anything, 5 attempts, 1-2-4-8 s apart.
             retrying = tenacity.AsyncRetrying(
                 stop=tenacity.stop_after_attempt(5),
@@ -57,16 +60,31 @@ class OpenAIClient:
             )
             async for attempt in retrying:
                 with attempt:
-                    return await self._stream(arrival)
+                    return await self._call(arrival)
             raise AssertionError("unreachable: tenacity reraises")
         except openai.OpenAIError as exc:
             return CallOutcome(ok=False, error=type(exc).__name__)
 
-    async def _stream(self, arrival: Arrival) -> CallOutcome:
-        return await openai_stream(self._client, arrival)
+    async def _call(self, arrival: Arrival) -> CallOutcome:
+        return await openai_call(self._client, arrival, stream=self._streamed)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+async def openai_call(
+    client: openai.AsyncOpenAI, arrival: Arrival, *, stream: bool = True
+) -> CallOutcome:
+    """One chat completion of ``arrival``: streamed, with the usage chunk asked for, or
+    (``stream=False``) the whole answer at once."""
+    if not stream:
+        response = await client.chat.completions.create(
+            model=MODEL,
+            messages=[ChatCompletionUserMessageParam(role="user", content=arrival.prompt)],
+            max_tokens=arrival.max_tokens,
+        )
+        return whole_answer(response)
+    return await openai_stream(client, arrival)
 
 
 async def openai_stream(client: openai.AsyncOpenAI, arrival: Arrival) -> CallOutcome:
@@ -91,7 +109,8 @@ class OpenAIOnStormguardClient:
 
     name: ClientName = "openai+sg-httpx"
 
-    def __init__(self, base_url: str, timeout_s: float) -> None:
+    def __init__(self, base_url: str, timeout_s: float, *, stream: bool = True) -> None:
+        self._streamed = stream
         # The drill's own key: without one the client would read OPENAI_API_KEY.
         http = stormguard.async_httpx_client(
             base_url=base_url, api_key=API_KEY, model=MODEL, timeout=timeout_s
@@ -118,7 +137,7 @@ class OpenAIOnStormguardClient:
 
     async def call(self, arrival: Arrival) -> CallOutcome:
         try:
-            return await openai_stream(self._client, arrival)
+            return await openai_call(self._client, arrival, stream=self._streamed)
         except openai.OpenAIError as exc:
             return CallOutcome(ok=False, error=type(exc).__name__)
 

@@ -95,11 +95,33 @@ _FLEET_COLUMNS = (
     ("failed as", "errors", "errors"),
     ("missed", "missed", "list"),
 )
+# The quota's: each row one client under one variant (processes, the limit that binds,
+# the Retry-After the 429s carry, the x-ratelimit headers on or off); requests per call
+# at the server ("srv", every status) and as the client counts them ("cli"), the
+# server's 429s, the batch's wall time against the ideal the quota allows.
+_QUOTA_COLUMNS = (
+    ("variant", "variant", "{}"),
+    ("client", "client", "{}"),
+    ("calls", "calls", "{}"),
+    ("success", "success_rate", "{:.1%}"),
+    ("req/call srv", "requests_per_call_server", "{:.2f}"),
+    ("req/call cli", "requests_per_call_client", "{:.2f}"),
+    ("429s", "server_429s", "{}"),
+    ("wall s", "wall_s", "{:.1f}"),
+    ("ideal s", "ideal_wall_s", "{:.1f}"),
+    ("wall/ideal", "wall_over_ideal", "{:.2f}"),
+    ("p50 s", "latency_p50_s", "{:.2f}"),
+    ("p99 s", "latency_p99_s", "{:.2f}"),
+    ("cpu s", "client_cpu_s", "{:.1f}"),
+    ("failed as", "errors", "errors"),
+    ("missed", "missed", "list"),
+)
 _COLUMNS_OF = {
     "avalanche": _COLUMNS,
     "burst": _BACKLOG_COLUMNS,
     "rebound": _BACKLOG_COLUMNS,
     "fleet": _FLEET_COLUMNS,
+    "quota": _QUOTA_COLUMNS,
 }
 # Columns of a scenario that say nothing about it: the burst has no crash.
 _HIDDEN = {"burst": {"crash_count", "extra_crashes", "back_s"}}
@@ -109,6 +131,7 @@ SCENARIO_TITLES = {
     "rebound": "a cold start, then the backlog's rebound (engine crashed at ~1 s)",
     "fleet": "a partial outage of a fleet (one replica dead, one crash-looping, one slow;"
     " then recovery)",
+    "quota": "a batch job on one API key meets a hosted API's quota (TPM/RPM, 429s)",
 }
 
 

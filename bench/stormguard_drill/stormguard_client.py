@@ -11,7 +11,7 @@ import stormguard
 from stormguard_drill import attempt_log
 from stormguard_drill.drill_client import API_KEY, MODEL, CallOutcome, ClientName
 from stormguard_drill.stormguard_figures import limiter_gauges, stormguard_stats
-from stormguard_drill.stream_tally import StreamTally
+from stormguard_drill.stream_tally import StreamTally, whole_answer
 from stormguard_drill.workload import Arrival
 
 
@@ -29,12 +29,15 @@ class StormguardClient:
         paced: bool = True,
         record: bool = False,
         ejection_listeners: Sequence[Callable[[stormguard.EjectionTransition], None]] = (),
+        stream: bool = True,
     ) -> None:
         # Paced: a limiter of its own, as the default client has; not paced: none (the
         # calibration's closed loop paces itself). Record: each attempt goes into the
         # fleet's record (attempt_log), through an httpx client like the default one
         # (``httpx.AsyncClient()``) with a request hook; ejection_listeners see each
-        # endpoint leave and rejoin the rotation (the fleet's record of them).
+        # endpoint leave and rejoin the rotation (the fleet's record of them). stream:
+        # every call streams (False: the whole answer at once, the quota's batch).
+        self._stream = stream
         self._http = (
             httpx.AsyncClient(event_hooks={"request": [attempt_log.httpx_hook]}) if record else None
         )
@@ -60,6 +63,11 @@ class StormguardClient:
     async def call(self, arrival: Arrival) -> CallOutcome:
         tally = StreamTally()
         try:
+            if not self._stream:
+                response = await self._client.chat.completions.create(
+                    messages=arrival.messages, max_tokens=arrival.max_tokens
+                )
+                return whole_answer(response)
             stream = await self._client.chat.completions.create(
                 messages=arrival.messages,
                 max_tokens=arrival.max_tokens,

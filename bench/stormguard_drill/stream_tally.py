@@ -1,6 +1,8 @@
 """``StreamTally``: what the drill measures of one streamed call, whichever client
 streams it: the first chunk's time (time to first token) and the completion tokens
-(the usage chunk's, else one per chunk), which goodput counts."""
+(the usage chunk's, else one per chunk), which goodput counts. ``whole_answer``: the
+same of a call that is not streamed (the quota scenario's, by default): its usage's
+completion tokens, no first-token time."""
 
 from __future__ import annotations
 
@@ -30,3 +32,10 @@ class StreamTally:
     def outcome(self) -> CallOutcome:
         tokens = self.usage_tokens if self.usage_tokens is not None else self.chunks
         return CallOutcome(ok=True, completion_tokens=tokens, first_token_at=self.first_at)
+
+
+def whole_answer(response: Any) -> CallOutcome:
+    """The outcome of a chat completion that was not streamed."""
+    usage = getattr(response, "usage", None)
+    tokens = getattr(usage, "completion_tokens", None) or 0
+    return CallOutcome(ok=True, completion_tokens=int(tokens))

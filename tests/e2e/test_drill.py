@@ -1,7 +1,7 @@
 """The drill end to end with a tiny workload: it completes and reports every field.
 
-Every scenario once (the avalanche, the burst, the rebound, the fleet), each at the
-``--tiny`` size.
+Every scenario once (the avalanche, the burst, the rebound, the fleet, the quota), each
+at the ``--tiny`` size.
 Figures are not asserted: they depend on the machine (docs/benchmarks.md has a full
 run's); only facts that hold however slow the machine is (admission keeps the engine
 from any OOM; the rebound's crash is made and counted). Several pairings at a time keep
@@ -11,6 +11,7 @@ the tests short; the real drill runs them one after another.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -333,3 +334,102 @@ def test_drill_fleet_tiny_does_every_fault_and_reports_every_figure(tmp_path: Pa
         v is not None
         for v in dict(pairing["timeseries"]["attempts_per_s_by_replica"]["3"]).values()
     )
+
+
+QUOTA_TOP_LEVEL = (TOP_LEVEL - {"cold_start_s", "calibration", "patience"}) | {
+    "variants",
+    "clients",
+    "targets",
+    "demand_tokens",
+    "skipped",
+}
+QUOTA_PAIRING = {
+    "variant",
+    "processes",
+    "bound",
+    "retry_after",
+    "headers",
+    "tpm",
+    "rpm",
+    "client",
+    "client_title",
+    "runs_in",
+    "workers_per_process",
+    "calls",
+    "succeeded",
+    "success_rate",
+    "not_started",
+    "server_requests",
+    "requests_per_call_server",
+    "client_attempts",
+    "requests_per_call_client",
+    "server_429s",
+    "responses_by_status",
+    "quota_admitted",
+    "quota_refused_by_reason",
+    "tokens_charged",
+    "demand_tokens",
+    "wall_s",
+    "ideal_wall_s",
+    "wall_over_ideal",
+    "latency_p50_s",
+    "latency_p99_s",
+    "started_at_second_of_minute",
+    "client_cpu_s",
+    "errors",
+    "processes_detail",
+    "timeseries",
+    "targets",
+    "missed",
+}
+QUOTA_CLIENTS = ("stormguard-sync", "stormguard-async", "openai", "litellm-router+redis")
+
+
+@pytest.mark.timeout(150)
+def test_drill_quota_tiny_runs_each_client_on_one_key_against_the_quota(tmp_path: Path) -> None:
+    out = tmp_path / "quota"
+    # Threads and tasks, a peer, and LiteLLM's Router with its Redis (the drill starts a
+    # redis-server of its own): what every client shares is the machinery proved here.
+    done = run_drill(out, "--scenario", "quota", "--clients", ",".join(QUOTA_CLIENTS), timeout=140)
+
+    document: dict[str, Any] = json.loads((out / "drill.json").read_text())
+    assert document.keys() >= QUOTA_TOP_LEVEL, QUOTA_TOP_LEVEL - document.keys()
+    assert document["scenario"] == "quota"
+    assert done.stdout.startswith("scenario quota:")
+    assert "targets: success >= 99.9%" in done.stdout
+    assert (out / "table.md").read_text().startswith("**scenario quota:")
+    ran = {p["client"] for p in document["pairings"]}
+    redis_ok = shutil.which("redis-server") is not None
+    assert ran == set(QUOTA_CLIENTS) - (set() if redis_ok else {"litellm-router+redis"})
+    assert redis_ok or "litellm-router+redis" in document["skipped"]
+    workload = document["workload"]
+    demand = document["demand_tokens"]
+    calls = workload["calls"]
+    assert demand > workload["tpm_bound"]["tpm"]  # the batch asks for more than the bucket
+    for pairing in document["pairings"]:
+        assert pairing.keys() >= QUOTA_PAIRING, QUOTA_PAIRING - pairing.keys()
+        assert pairing["calls"] == calls == document["logical_requests_per_pairing"]
+        assert sum(p["calls"] for p in pairing["processes_detail"]) == calls
+        assert len(pairing["processes_detail"]) == pairing["processes"] == 2
+        assert pairing["runs_in"] == (
+            "threads" if pairing["client"] == "stormguard-sync" else "tasks"
+        )
+        # Every request on the chat route was either charged or refused by the quota, and
+        # every 429 was the quota's.
+        statuses = pairing["responses_by_status"]
+        assert pairing["server_requests"] == sum(statuses.values())
+        assert pairing["server_429s"] == statuses.get("429", 0)
+        assert pairing["server_429s"] == sum(pairing["quota_refused_by_reason"].values())
+        assert pairing["quota_admitted"] == pairing["server_requests"] - pairing["server_429s"]
+        assert pairing["server_requests"] >= pairing["succeeded"]
+        if pairing["client_attempts"] is not None:  # the client saw what the server saw
+            assert pairing["client_attempts"] == pairing["server_requests"]
+        # No client beats the quota: a batch whose every call was served once took at
+        # least the demand beyond the bucket at the refill rate, and was charged it.
+        if pairing["succeeded"] == calls and pairing["quota_admitted"] == calls:
+            assert pairing["tokens_charged"] == demand
+            tpm = pairing["tpm"]
+            assert pairing["wall_s"] >= (demand - tpm) / (tpm / 60)
+        assert pairing["targets"].keys() == {"success", "req/call", "wall/ideal"}
+        assert set(pairing["missed"]) <= pairing["targets"].keys()
+        assert pairing["timeseries"]["admitted_per_s"]
