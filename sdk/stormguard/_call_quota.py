@@ -148,20 +148,24 @@ class CallPacing(CallEvents):
     def _quota_observed(self, status: int) -> None:
         """The response's ``x-ratelimit-*`` headers, for the key's pacer: a charged
         request (a success, or a 5xx the provider admitted) counts in this process's
-        share; a refusal or a caller's error does not."""
+        share; a refusal or a caller's error does not. An answer the provider did not
+        charge (a 4xx; a 429 once ``_quota_refused`` has judged it) gives back what a
+        shared bucket took for it."""
         gate = self.core.quota
-        if gate is None or self.rate_limit is NO_RATE_LIMIT:
-            return
-        quota = self._quota_call(gate)
-        if quota is None:
+        if gate is None:
             return
         charged = status < 300 or status >= 500
-        quota.observe(
-            self._started,
-            self.core.clock.now(),
-            self.rate_limit,
-            self.quota_cost() if charged else 0.0,
-        )
+        if self.rate_limit is not NO_RATE_LIMIT:
+            quota = self._quota_call(gate)
+            if quota is not None:
+                quota.observe(
+                    self._started,
+                    self.core.clock.now(),
+                    self.rate_limit,
+                    self.quota_cost() if charged else 0.0,
+                )
+        if not charged and status != 429 and self._quota is not None:
+            self._quota.not_charged()
 
     def _quota_refused(self, error: APIStatusError) -> bool:
         """Whether ``error`` is a quota 429 the key's pacer takes (the call then goes
@@ -172,9 +176,11 @@ class CallPacing(CallEvents):
             return False
         if not is_quota_refusal(error):
             paced = self._quota is not None and self._quota.state() is not None
-            if not paced or error.server_load.load_shed is not None:
-                return False
-            if is_out_of_quota(error) or is_too_large_for_quota(error):
+            if error.server_load.load_shed is not None:
+                return False  # the server's shed, after the quota charged it (server.md)
+            if not paced or is_out_of_quota(error) or is_too_large_for_quota(error):
+                if self._quota is not None:
+                    self._quota.not_charged()  # refused, and not by the rate: nothing charged
                 return False
         quota = self._quota_call(gate)
         if quota is None:

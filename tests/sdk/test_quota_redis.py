@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 import stormguard
 from stormguard._aimd_limit import MAX_PAUSE_S
-from stormguard._policies.quota import REDIS_ENV, QuotaKey
+from stormguard._policies.quota import REDIS_ENV, CallQuota, Pace, QuotaGate, QuotaKey, SharedAsk
 from stormguard._policies.quota._redis import (
     BUCKET_SCRIPT,
     TTL_S,
@@ -36,8 +36,10 @@ from stormguard._policies.quota._redis import (
     redis_key,
     where,
 )
+from stormguard._rate_limit_headers import NO_RATE_LIMIT
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
+from tests.sdk.quota_shared_sim import run_shared
 
 #: Redis's clock is the test's FakeClock, from this epoch.
 EPOCH = 1_750_000_000.0
@@ -119,7 +121,6 @@ def test_a_bucket_starts_full_at_its_limit_and_serves_calls_in_turn(
     redis_clock.advance(40.0)  # the turns came: the bucket is empty, not negative
     after = reserve(redis, 100, limit=6000)
     assert after.wait == pytest.approx(1.0) and after.level_tokens == pytest.approx(-100.0)
-    assert after.spent_tokens == 100 + 5 * 2000 + 100 and after.spent_requests == 7
     assert redis.ttl("k") == TTL_S
 
 
@@ -128,7 +129,7 @@ def test_a_turn_past_the_deadline_takes_nothing(redis_clock: FakeClock) -> None:
     reserve(redis, 6000, limit=6000)
     refused = reserve(redis, 500, limit=6000, room=4.0)
     assert not refused.granted and refused.wait == pytest.approx(5.0)
-    assert refused.spent_tokens == 6000 and refused.level_tokens == pytest.approx(0.0)
+    assert refused.level_tokens == pytest.approx(0.0)
     assert reserve(redis, 500, limit=6000, room=5.0).granted
 
 
@@ -160,7 +161,7 @@ def test_a_refund_goes_back_to_the_bucket_never_past_its_limit(redis_clock: Fake
     redis = fakeredis.FakeRedis()
     reserve(redis, 3000, limit=6000)
     back = reserve(redis, 0, limit=6000, refund=3000)
-    assert back.level_tokens == pytest.approx(6000.0) and back.spent_tokens == 0
+    assert back.level_tokens == pytest.approx(6000.0)
     assert reserve(redis, 0, limit=6000, refund=5000).level_tokens == pytest.approx(6000.0)
 
 
@@ -248,7 +249,7 @@ def test_a_script_the_server_lost_is_sent_again(redis_clock: FakeClock, server: 
     assert store.run_sync("k", args).granted  # EVALSHA: not cached, so EVAL
     store._sync.script_flush()
     second = store.run_sync("k", args)
-    assert not isinstance(second, BaseException) and second.spent_tokens == 20
+    assert not isinstance(second, BaseException) and second.level_tokens == pytest.approx(580)
 
 
 # -- calls of two processes on one Redis ---------------------------------------------
@@ -326,26 +327,138 @@ def count_asks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return asked
 
 
-async def test_a_refused_attempt_gives_its_reservation_back(
+# -- what goes back to the bucket ----------------------------------------------------
+
+KEY = QuotaKey("k", "h", "m")
+
+
+def rate_600(used: int) -> str:
+    """The provider's 429 for a key of 600 tokens a minute (10 a second)."""
+    return (
+        "Rate limit reached for m in organization org-x on tokens per min (TPM): Limit 600,"
+        f" Used {used}, Requested 40. Please try again in 1s."
+    )
+
+
+def process(clock: FakeClock, i: int) -> QuotaGate:
+    """A process's quota: its own registry (one per policy), on the shared Redis."""
+    gate = QuotaGate(policy(max_keys=1024 - i), clock)
+    gate.registry.activate(KEY)
+    return gate
+
+
+def take(quota: CallQuota, clock: FakeClock, cost: float = 28.0) -> float:
+    """One attempt's reservation: the seconds until its turn (0: go now)."""
+    pace: Pace | SharedAsk | None = quota.pace(cost, clock.now(), clock.now() + 100)
+    while isinstance(pace, SharedAsk):
+        pace = quota.answered(pace, pace.ask_sync(), clock.now())
+    assert pace is None or pace.granted
+    quota.sent()
+    return 0.0 if pace is None else pace.seconds
+
+
+def test_a_call_reserved_before_any_limit_was_known_gives_nothing_back(
+    redis_clock: FakeClock, server: Any
+) -> None:
+    one, two = process(redis_clock, 0), process(redis_clock, 1)
+    early = [one.call(KEY, 1), two.call(KEY, 1)]
+    assert [take(q, redis_clock) for q in early] == [0.0, 0.0]  # nothing known: go
+    # The provider refuses both: its bucket was spent. The first 429 teaches the limit
+    # (600 a minute, nothing left), and its call's next reservation waits its turn.
+    early[0].refused(0.0, 0.0, rate_600(600), 1.0, NO_RATE_LIMIT)
+    first = take(early[0], redis_clock)
+    assert first == pytest.approx(2.8, abs=0.01)  # 28 tokens at 10 a second
+    # The other 429 comes after. Its call took nothing from the bucket (there was no
+    # limit to take from): giving its cost back would seat its retry on the same turn.
+    early[1].refused(0.0, 0.0, rate_600(600), 1.0, NO_RATE_LIMIT)
+    assert take(early[1], redis_clock) == pytest.approx(first + 2.8, abs=0.01)
+
+
+def test_a_refused_call_gives_back_what_the_provider_had_left_not_its_reservation(
+    redis_clock: FakeClock, server: Any
+) -> None:
+    one = process(redis_clock, 0)
+    learner = one.call(KEY, 1)
+    take(learner, redis_clock)
+    learner.refused(0.0, 0.0, rate_600(600), 1.0, NO_RATE_LIMIT)  # 600 a minute, spent
+    a, c = one.call(KEY, 1), one.call(KEY, 1)
+    assert take(a, redis_clock) == pytest.approx(2.8, abs=0.01)
+    assert take(c, redis_clock) == pytest.approx(5.6, abs=0.01)
+    redis_clock.advance(2.8)
+    # At its turn the provider had 10 tokens for a's 28 (another client, a cost
+    # underestimated): the bucket counted 18 too many. 10 go back, not 28: c's turn
+    # still comes, and the next call's after it, as the provider will have it.
+    a.refused(2.8, 2.8, rate_600(590), 1.0, NO_RATE_LIMIT)
+    b = one.call(KEY, 1)
+    assert take(b, redis_clock) == pytest.approx((28 + 18) / 10, abs=0.01)
+
+
+def spent_then(*answers: httpx.Response) -> list[httpx.Response]:
+    """A 429 that teaches the key's limit (600 tokens a minute, spent), its paced retry's
+    success, then ``answers``."""
+    return [httpx.Response(429, json=RATE_600, headers={"retry-after": "1"}), ok(), *answers]
+
+
+async def test_an_answer_the_provider_did_not_charge_gives_its_reservation_back(
     shared_api: Api, mock: respx.MockRouter, server: Any
 ) -> None:
+    # A 400 costs nothing (the reference server charges a request once it is valid).
     api = shared_api
-    mock.post("/chat/completions").mock(
-        side_effect=[
-            ok(),
-            httpx.Response(429, json=RATE_600, headers={"retry-after": "1"}),
-            ok(),
-        ]
+    bad = {"error": {"message": "bad", "type": "invalid_request_error"}}
+    mock.post("/chat/completions").mock(side_effect=spent_then(httpx.Response(400, json=bad), ok()))
+    client = api.client(quota=policy(), max_retries=0)
+    first = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    assert first.attempt_history[1].quota_wait > 2.0  # one call's cost at 10 tokens a second
+    with pytest.raises(stormguard.BadRequestError):
+        await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    last = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    # The 400 was not charged: its reservation went back, and the next call found it.
+    assert last.attempt_history[0].quota_wait == pytest.approx(0.0, abs=1e-6)
+    assert client.stats().quota[0].backend == "redis"
+
+
+async def test_a_shed_keeps_its_reservation_the_quota_charged_it(
+    shared_api: Api, mock: respx.MockRouter, server: Any
+) -> None:
+    # A server's shed comes after its quota charged the request (docs/server.md): the
+    # bucket keeps what it took, and the requeued attempt waits a turn of its own.
+    api = shared_api
+    shed = httpx.Response(
+        429,
+        json={"error": {"message": "queue full", "type": "overloaded"}},
+        headers={"x-load-shed": "queue_full", "retry-after": "0"},
     )
+    mock.post("/chat/completions").mock(side_effect=spent_then(shed, ok()))
     client = api.client(quota=policy())
-    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
-    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
-    # Three reservations, the 429's given back: two calls' worth spent, two requests.
-    (name,) = fakeredis.FakeRedis(server=server).keys("stormguard:quota:*")
-    stored = fakeredis.FakeRedis(server=server).hgetall(name)
-    assert float(stored[b"rS"]) == 2.0
-    cost = client.stats().quota[0]
-    assert cost.backend == "redis" and cost.paced_429s == 1
+    first = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    turn = first.attempt_history[1].quota_wait
+    started = api.clock.now()
+    second = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    assert [a.outcome for a in second.attempt_history][-1] == "ok"
+    # Two turns: the shed attempt's, and its requeue's after it (given back, the requeue
+    # would have gone after its back-off alone).
+    assert api.clock.now() - started == pytest.approx(2 * turn, rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("processes", "workers", "calls"),
+    [(3, 4, 66), (2, 31, 62)],
+    ids=["3x4-threads", "62-at-once"],
+)
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_once_the_bucket_knows_the_limit_no_call_it_grants_is_refused(
+    redis_clock: FakeClock, server: Any, processes: int, workers: int, calls: int, seed: int
+) -> None:
+    # The reference server's quota without headers (429s only), as in
+    # tests/e2e/test_quota_redis.py: every call before the limit is known goes at once;
+    # those on their way when the first 429 taught the bucket are the first wave, and
+    # may be refused; every call the bucket granted after that finds its room.
+    run = run_shared(redis_clock, processes=processes, workers=workers, calls=calls, seed=seed)
+    assert run.ok == calls
+    assert run.in_flight_when_learned is not None
+    assert run.refused_after_learning == 0
+    assert run.provider.refused <= run.in_flight_when_learned
+    assert run.last <= run.ideal * 1.2 + 1.0
 
 
 async def test_redis_down_calls_pace_locally_with_one_warning_then_come_back(
@@ -377,7 +490,7 @@ async def test_redis_down_calls_pace_locally_with_one_warning_then_come_back(
 
 @pytest.mark.parametrize(
     "answer",
-    [b"OK", [b"1", b"2"], [b"1"] * 9 + [b"nan"], [b"x"] * 10, [b"2", b"0"] + [b"1"] * 8],
+    [b"OK", [b"1", b"2"], [b"1"] * 7 + [b"nan"], [b"x"] * 8, [b"2", b"0"] + [b"1"] * 6],
     ids=["status", "short", "nan", "words", "granted-2"],
 )
 async def test_a_reply_that_is_not_the_script_s_paces_locally(

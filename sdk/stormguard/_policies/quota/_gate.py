@@ -257,10 +257,17 @@ class CallQuota:
         else:
             self.gate.registry.touch(self.key)
         self.gate.used(self.key)
-        for dimension, limit in state.observe(t_send, now, found, admitted, self._grant):
+        for dimension, limit in state.observe(t_send, now, found, admitted):
             _logs.quota_learned(
                 key=self.key.fingerprint, model=self.key.model, dimension=dimension, limit=limit
             )
+
+    def not_charged(self) -> None:
+        """The attempt was sent and answered, and the provider did not charge it (a 4xx
+        other than a quota 429): what a shared bucket took for it goes back."""
+        state = self._state
+        if state is not None:
+            state.not_charged(self._grant)
 
     def refused(
         self,

@@ -154,13 +154,15 @@ class KeyState(Protocol):
     def refund(self, cost: float, grant: Grant | None = None) -> None:
         """A granted call that was never sent: its cost goes back."""
 
+    def not_charged(self, grant: Grant | None) -> None:
+        """A sent call the provider answered without charging it."""
+
     def observe(
         self,
         t_send: float,
         now: float,
         readings: tuple[Reading | None, Reading | None],
         admitted: float,
-        grant: Grant | None = None,
     ) -> list[tuple[str, float]]:
         """A response's headers; returns the limits newly learned (dimension, limit)."""
 
@@ -311,6 +313,9 @@ class KeyQuota:
             self.requests.give_back(1.0)
             self.cubic.give_back(cost)
 
+    def not_charged(self, grant: Grant | None) -> None:
+        """Nothing to do here: the share counts only what the provider charged."""
+
     def least_wait(self, now: float, cost: float) -> float:
         """The lower bound of a wait for ``cost`` (module doc, "Bounds")."""
         with self._lock:
@@ -324,7 +329,6 @@ class KeyQuota:
         now: float,
         readings: tuple[Reading | None, Reading | None],
         admitted: float,
-        grant: Grant | None = None,
     ) -> list[tuple[str, float]]:
         learned: list[tuple[str, float]] = []
         with self._lock:

@@ -18,9 +18,9 @@ provider's ``remaining`` is folded in against the same clock.
 
 **What is stored.** One hash per (key fingerprint, host, model), named
 ``stormguard:quota:<fingerprint>:<hash of host and model>``: never the key. Per
-dimension (tokens ``t*``, requests ``r*``): the limit per minute ``L``, the level
-``V`` at time ``T``, and ``S``, what has been taken (less refunds); and ``nb``, no
-call before it (a 429's pause). Every call sets its TTL (``TTL_S``), so an idle key goes away.
+dimension (tokens ``t*``, requests ``r*``): the limit per minute ``L`` and the level
+``V`` at time ``T``; and ``nb``, no call before it (a 429's pause). Every call sets
+its TTL (``TTL_S``), so an idle key goes away.
 
 **Bounds.** Every number read from Redis or the caller is checked (a non-number,
 ``nan``, or one past 10^15 reads as absent); a key of another type is replaced; no level
@@ -86,21 +86,19 @@ local maxpause = math.min(math.max(num(ARGV[3]) or 60, 0), 3600)
 local cap = math.min(math.max(num(ARGV[4]) or 0, 0), maxpause)
 local ttl = math.min(math.max(math.floor(num(ARGV[5]) or 300), 1), 86400)
 local pause = math.min(math.max(num(ARGV[6]) or 0, 0), maxpause)
-local h = redis.call('HMGET', key, 'tL', 'tV', 'tT', 'tS', 'rL', 'rV', 'rT', 'rS', 'nb')
-local nb = num(h[9]) or 0
+local h = redis.call('HMGET', key, 'tL', 'tV', 'tT', 'rL', 'rV', 'rT', 'nb')
+local nb = num(h[7]) or 0
 if nb > now + maxpause then nb = now + maxpause end
 if pause > 0 and now + pause > nb then nb = now + pause end
 local function dim(i, a, need)
-  local d = {L = num(h[i]), V = num(h[i + 1]), T = num(h[i + 2]), S = num(h[i + 3]) or 0}
+  local d = {L = num(h[i]), V = num(h[i + 1]), T = num(h[i + 2])}
   if d.L ~= nil and d.L <= 0 then d.L = nil end
-  if d.S < 0 or d.S > 1e14 then d.S = 0 end
   local limit, anchor, refund = num(ARGV[a]), num(ARGV[a + 2]), num(ARGV[a + 3]) or 0
   if refund < 0 then refund = 0 end
   if limit ~= nil and limit > 0 and (ARGV[a + 1] == '1' or d.L == nil) then
     if d.L == nil or d.V == nil or d.T == nil then d.V, d.T = limit, now end
     d.L = limit
   end
-  d.S = math.max(d.S - refund, 0)
   d.wait = 0
   d.take = 0
   if d.L ~= nil then
@@ -116,20 +114,18 @@ local function dim(i, a, need)
   return d
 end
 local tk = dim(1, 7, cost)
-local rq = dim(5, 11, cost > 0 and 1 or 0)
+local rq = dim(4, 11, cost > 0 and 1 or 0)
 local wait = math.max(nb - now, tk.wait, rq.wait, 0)
 local granted = 0
 if cost > 0 and wait <= room then
   granted = 1
   if wait > cap then wait = cap end
-  tk.S = tk.S + cost
-  rq.S = rq.S + 1
   for _, d in ipairs({tk, rq}) do
     if d.L ~= nil then d.V = math.max(d.V - d.take, -d.L / 60 * maxpause) end
   end
 end
 local f = function(x) return string.format('%.17g', x) end
-local fields = {'tS', f(tk.S), 'rS', f(rq.S), 'nb', f(nb)}
+local fields = {'nb', f(nb)}
 for _, p in ipairs({{'t', tk}, {'r', rq}}) do
   local d = p[2]
   if d.L ~= nil then
@@ -141,7 +137,7 @@ for _, p in ipairs({{'t', tk}, {'r', rq}}) do
 end
 redis.call('HSET', key, (table.unpack or unpack)(fields))
 redis.call('EXPIRE', key, ttl)
-return {tostring(granted), f(wait), f(now), f(tk.S), f(rq.S),
+return {tostring(granted), f(wait), f(now),
   f(tk.L or -1), f(tk.V or 0), f(rq.L or -1), f(rq.V or 0), f(math.max(nb - now, 0))}
 """
 _SHA = hashlib.sha1(BUCKET_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
@@ -160,9 +156,6 @@ class Reply:
     wait: float
     #: Redis's clock when it ran (seconds since the epoch).
     now: float
-    #: What each dimension has taken so far, after this reservation.
-    spent_tokens: float
-    spent_requests: float
     #: The shared limits per minute (None: no process has learned one) and levels.
     limit_tokens: float | None
     level_tokens: float
@@ -177,7 +170,7 @@ class Reply:
         return self.limit_tokens is not None or self.limit_requests is not None
 
 
-_FIELDS = 10
+_FIELDS = 8
 _BIG = 1e18
 
 
@@ -199,15 +192,13 @@ def parse_reply(raw: object) -> Reply:
         if not -_BIG <= value <= _BIG:  # also nan
             raise ReplyError("the quota script's reply holds a number out of range")
         values.append(value)
-    granted, wait, now, st, sr, lt, vt, lr, vr, paused = values
+    granted, wait, now, lt, vt, lr, vr, paused = values
     if granted not in (0.0, 1.0) or wait < 0 or paused < 0 or now <= 0:
         raise ReplyError("the quota script's reply is out of range")
     return Reply(
         granted=granted == 1.0,
         wait=min(wait, MAX_PAUSE_S),
         now=now,
-        spent_tokens=st,
-        spent_requests=sr,
         limit_tokens=lt if lt > 0 else None,
         level_tokens=vt,
         limit_requests=lr if lr > 0 else None,

@@ -14,28 +14,40 @@ blocking call outside the flow. Every signal also goes to the local ``KeyQuota``
 that the fall back to it (Redis down, slow or answering garbage; ``_redis.py``) paces
 on what the process has seen.
 
-**The provider's ``remaining`` is folded in** against Redis's clock: an answer sent
-at t (this process's clock, moved to Redis's by the offset the last reply showed)
-that says R was left caps the bucket at R + rho * (now - t): what was left, refilled
-since. It only lowers the bucket, never raises it: the bucket never holds more than
-the provider says is left. (It does not subtract what other calls took after t: under
-concurrency the provider may have admitted them before, and subtracting them sank
-the bucket by a whole burst; what it leaves out is at most the calls in flight, which
-the bucket has already taken.) Pending answers fold into one number per dimension
-(their least R - rho * t).
+**The provider's ``remaining`` is folded in** against Redis's clock: an answer
+received at t (this process's clock, moved to Redis's by the offset the last reply
+showed, taken at its latest) that says R was left caps the bucket at
+R + rho * (now - t): what was left, refilled since. It only lowers the bucket, never
+raises it: R counts neither the calls still on their way nor those waiting for their
+turn, which the bucket has already taken, so a bucket raised to it would hand their
+room out twice. (Nor does the cap subtract what other calls took after t: under
+concurrency the provider may have admitted them first, and subtracting them sank the
+bucket by a whole burst.) Pending answers fold into one number per dimension (their
+least R - rho * t).
 
-**A refund** gives a reservation back when the provider did not charge it: the
-attempt was never sent (cancelled, refused before sending), or the provider refused
-it (a 429, or another answer it does not charge). An answer that used fewer tokens
-than reserved gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission
-and refunds nothing, so neither does the bucket (docs/quotas.md).
+**Giving back.** A reservation goes back when the provider did not charge it: the
+attempt was never sent (cancelled, refused before sending), or the provider answered
+without charging it (a 4xx other than a 429; a shed is charged: the quota comes
+before admission). Only what the bucket took goes back: a reservation made before any
+process knew the limit took nothing from it, and giving its cost back (each call of
+a burst's first wave that met a 429) would fill the bucket with room the provider
+never had. A quota 429 gives back what the provider had left for the call (its
+message's Limit - Used, at most the call's cost), not the whole reservation: the
+bucket granted the call because it counted at least the cost there, so it counted
+too much by the cost less what was there, and the refusal is the one place that
+error shows (in a queue of calls taken ahead, R + the refill is above the bucket and
+caps nothing). Given back whole, the error would stay, and the next turn would meet
+a 429 again. A 429 that does not say what was left gives nothing back on the limit
+it names (nor on either, naming none). An answer that used fewer tokens than
+reserved gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission and
+refunds nothing, so neither does the bucket (docs/quotas.md).
 
 **Before a limit is known** (no process on the key has had a signal) the script has
-nothing to pace; it still counts what each process takes, and the process paces
-itself as without Redis. Every attempt asks Redis, known limit or not: a burst that
-starts on many hosts at once is paced from the moment any one of them learns the
-limit (a 429's message, the headers), which is the case a local estimate cannot
-meet; the price is one round trip per attempt (docs/quotas.md has the figure).
+nothing to pace and takes nothing; the process paces itself as without Redis. Every
+attempt asks Redis, known limit or not: a burst that starts on many hosts at once is
+paced from the moment any one of them learns the limit (a 429's message, the
+headers), which is the case a local estimate cannot meet; the price is one round trip
+per attempt (docs/quotas.md has the figure).
 """
 
 from __future__ import annotations
@@ -65,12 +77,11 @@ class Grant:
     cost: float
     #: The local ``KeyQuota`` took it too (the shared bucket knew no limit).
     local: bool
-    #: Reserved in Redis: the Redis time of the send, and what each dimension had taken
-    #: after it (None: not reserved in Redis, so nothing there to give back).
-    t: float | None = None
-    spent_tokens: float = 0.0
-    spent_requests: float = 0.0
-    #: Given back already (a refused answer, then its 429).
+    #: What the shared bucket took: the cost from its tokens, one from its requests
+    #: (False: that dimension knew no limit, so the bucket took nothing from it).
+    tokens: bool = False
+    requests: bool = False
+    #: Given back already (once: an attempt is refused or unsent, not both).
     returned: bool = False
 
 
@@ -105,7 +116,17 @@ class SharedAsk:
     The driver sends back what ``ask_sync``/``ask_async`` return (a ``Reply``, or the
     error, never raised)."""
 
-    __slots__ = ("args", "cost", "deadline", "grant", "outbox", "state", "ticket", "waited")
+    __slots__ = (
+        "args",
+        "asked",
+        "cost",
+        "deadline",
+        "grant",
+        "outbox",
+        "state",
+        "ticket",
+        "waited",
+    )
 
     def __init__(
         self,
@@ -116,6 +137,7 @@ class SharedAsk:
         deadline: float,
         waited: float,
         outbox: tuple[_Outbox, _Outbox, float],
+        asked: float,
     ) -> None:
         self.state = state
         self.args = args
@@ -124,6 +146,8 @@ class SharedAsk:
         self.deadline = deadline
         self.waited = waited
         self.outbox = outbox
+        #: This process's clock when it asked (Redis ran the script after it).
+        self.asked = asked
         #: What the reservation took, once answered and granted.
         self.grant: Grant | None = None
 
@@ -156,7 +180,10 @@ class SharedKeyQuota:
         self._requests = _Outbox()
         #: A 429's pause (this process's clock) not told to Redis yet.
         self._pause_until = -math.inf
-        #: Redis's last reply, and Redis's clock less this process's at it.
+        #: Redis's last reply, and Redis's clock less this process's, at its most: the
+        #: script ran after the ask was sent, so Redis's time less the ask's is the
+        #: largest offset the reply allows, and an answer's time moved by it is at its
+        #: latest (the refill since it, at its least: a cap never too high).
         self.reply: Reply | None = None
         self._offset: float | None = None
         self._waits = 0
@@ -197,7 +224,7 @@ class SharedKeyQuota:
                 self._tokens = _Outbox(self._tokens.limit)
                 self._requests = _Outbox(self._requests.limit)
                 self._pause_until = -math.inf
-            return SharedAsk(self, args, ticket, cost, deadline, waited, outbox)
+            return SharedAsk(self, args, ticket, cost, deadline, waited, outbox, now)
         return self.local.reserve(ticket, cost, now, deadline, waited)
 
     def answered(self, ask: SharedAsk, reply: Reply | BaseException, now: float) -> Pace:
@@ -208,7 +235,7 @@ class SharedKeyQuota:
             self._put_back(ask.outbox)
             return self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
         self.store.answered()
-        self.reply, self._offset = reply, reply.now - now
+        self.reply, self._offset = reply, reply.now - ask.asked
         if reply.paused_for > 0:
             self.local.hold(now + reply.paused_for)
         if not reply.known:
@@ -216,7 +243,8 @@ class SharedKeyQuota:
         if not reply.granted:
             self._refused += 1
             raise self._refusal(ask.cost, reply.wait, max(ask.deadline - now, 0.0))
-        ask.grant = Grant(ask.cost, False, reply.now + reply.wait, *_spent(reply))
+        took = (reply.limit_tokens is not None, reply.limit_requests is not None)
+        ask.grant = Grant(ask.cost, False, *took)
         self.local.shadow(now + reply.wait, ask.cost)
         first = False
         if reply.wait > 0:
@@ -228,17 +256,10 @@ class SharedKeyQuota:
 
     def _unpaced(self, ask: SharedAsk, reply: Reply, now: float) -> Pace:
         """No process on the key has learned a limit: this process paces itself (its
-        429-learned rate, any pause), and what Redis counted is stamped on the call."""
-        try:
-            pace = self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
-        except BaseException:
-            self._give_back_shared(ask.cost, reply.granted)
-            raise
-        if not pace.granted:
-            self._give_back_shared(ask.cost, reply.granted)
-        elif reply.granted:
-            ask.grant = Grant(ask.cost, True, reply.now + pace.seconds, *_spent(reply))
-        else:
+        429-learned rate, any pause). The shared bucket took nothing, so nothing goes
+        back to it."""
+        pace = self.local.reserve(ask.ticket, ask.cost, now, ask.deadline, ask.waited)
+        if pace.granted:
             ask.grant = Grant(ask.cost, True)
         return pace
 
@@ -250,7 +271,13 @@ class SharedKeyQuota:
         if grant is None or grant.local:
             self.local.refund(cost)
         if grant is not None:
-            self._return_shared(grant)
+            self._give_back(grant, grant.cost, 1.0)
+
+    def not_charged(self, grant: Grant | None) -> None:
+        """An attempt the provider answered without charging it (a 4xx other than a
+        quota 429): what the shared bucket took for it goes back."""
+        if grant is not None:
+            self._give_back(grant, grant.cost, 1.0)
 
     def least_wait(self, now: float, cost: float) -> float:
         return self.local.least_wait(now, cost)
@@ -263,7 +290,6 @@ class SharedKeyQuota:
         now: float,
         readings: tuple[Reading | None, Reading | None],
         admitted: float,
-        grant: Grant | None = None,
     ) -> list[tuple[str, float]]:
         learned = self.local.observe(t_send, now, readings, admitted)
         with self._lock:
@@ -271,9 +297,7 @@ class SharedKeyQuota:
                 if reading is None:
                     continue
                 outbox.learn(reading.limit)
-                self._fold(outbox, reading, t_send)
-        if grant is not None and admitted <= 0:
-            self._return_shared(grant)
+                self._fold(outbox, reading, now)
         return learned
 
     def refused(
@@ -287,17 +311,18 @@ class SharedKeyQuota:
     ) -> float:
         """A quota 429: this process's pause (and the local pacing's lesson), told to
         every process through Redis at the next reservation, with the limit and level
-        its message names when no headers came, and its cost given back."""
+        its message names when no headers came; and what the provider had left for
+        the call given back (module doc, "Giving back")."""
         pause = self.local.refused(t_send, now, refusal, wait, had_headers)
-        reading = None if had_headers else refusal.reading()
+        reading = refusal.reading()
         with self._lock:
             self._pause_until = max(self._pause_until, now + pause)
-            if reading is not None:
+            if reading is not None and not had_headers:
                 outbox = self._tokens if reading.dimension == "tokens" else self._requests
                 outbox.learn(reading.limit)
-                self._fold(outbox, reading, t_send)
+                self._fold(outbox, reading, now)
         if grant is not None:
-            self._return_shared(grant)
+            self._give_back(grant, *_left_for(grant, refusal, reading))
         return pause
 
     # -- reading it ----------------------------------------------------------------
@@ -329,22 +354,22 @@ class SharedKeyQuota:
 
     # -- inside -------------------------------------------------------------------
 
-    def _fold(self, outbox: _Outbox, reading: Reading, t_send: float) -> None:
+    def _fold(self, outbox: _Outbox, reading: Reading, at: float) -> None:
+        """The reading of an answer received at ``at`` (this process's clock)."""
         if self._offset is not None:  # no reply yet: Redis's clock is not known here
-            outbox.fold(reading, t_send + self._offset)
+            outbox.fold(reading, at + self._offset)
 
-    def _return_shared(self, grant: Grant) -> None:
-        """The provider did not charge ``grant`` (or it was never sent): what Redis
-        took for it goes back, once."""
-        if grant.t is not None and not grant.returned:
+    def _give_back(self, grant: Grant, tokens: float, requests: float) -> None:
+        """Give ``tokens`` and ``requests`` of ``grant`` back to the shared bucket, once,
+        in the dimensions it took from."""
+        with self._lock:
+            if grant.returned:
+                return
             grant.returned = True
-            self._give_back_shared(grant.cost, True)
-
-    def _give_back_shared(self, cost: float, taken: bool) -> None:
-        if taken:
-            with self._lock:
-                self._tokens.refund += cost
-                self._requests.refund += 1.0
+            if grant.tokens:
+                self._tokens.refund += tokens
+            if grant.requests:
+                self._requests.refund += requests
 
     def _put_back(self, outbox: tuple[_Outbox, _Outbox, float]) -> None:
         """A reservation that failed: what it was to tell is told at the next one (a
@@ -379,8 +404,16 @@ class SharedKeyQuota:
         )
 
 
-def _spent(reply: Reply) -> tuple[float, float]:
-    return reply.spent_tokens, reply.spent_requests
+def _left_for(grant: Grant, refusal: Refusal, reading: Reading | None) -> tuple[float, float]:
+    """What a quota 429 gives back of ``grant`` (tokens, requests): on the limit it
+    names, what its message says was left (at most the grant), nothing when it does
+    not say; on the other, all of it; nothing on either when it names no limit."""
+    if refusal.dimension is None:
+        return 0.0, 0.0
+    left = 0.0 if reading is None else max(0.0, reading.remaining)
+    if refusal.dimension == "tokens":
+        return min(left, grant.cost), 1.0
+    return grant.cost, min(left, 1.0)
 
 
 def _ttl() -> str:
