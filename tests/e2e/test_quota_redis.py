@@ -1,11 +1,13 @@
 """The quota shared in a real redis-server (``QuotaPolicy(redis_url=...)``), against the
 reference server's hosted-API quota without headers (429s only, whole-second
-Retry-After): several processes on one key finish every call with ~no 429s; Redis
-killed mid-run: the calls go on, paced locally, with one WARNING, and come back to
-Redis when it answers again.
+Retry-After): several processes on one key finish every call, and only the first wave
+(the calls on their way when the first 429 taught the shared bucket the limit) meets a
+429; Redis killed mid-run: the calls go on, paced locally, with one WARNING, and come
+back to Redis when it answers again.
 
 Each test starts its own redis-server on a free loopback port (no persistence) and
-stops it (tests/e2e/redis_server.py); without redis-server they skip, except in CI.
+stops it (the drill's helper, bench/stormguard_drill/redis_server.py); without
+redis-server they skip, except in CI (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,31 +19,39 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 import stormguard
-from tests.e2e.redis_server import RedisServer, running_redis, start_redis
+from stormguard_drill.redis_server import RedisServer
+from stormguard_server.quota import key_label
+from tests.e2e.conftest import start_redis_or_skip
 from tests.e2e.server_process import RunningServer, run_server
 
 pytestmark = pytest.mark.e2e
 
-KEY = "sk-e2e-shared-quota-key"
 MODEL = "stormguard-sim"
 MESSAGES = [{"role": "user", "content": "Summarize the report."}]
-#: 12,000 tokens a minute (200 a second); each call is charged ~210 (its ~10 prompt
-#: tokens and 200 max_tokens): the bucket holds ~57 calls, then ~1 a second.
+#: 12,000 tokens a minute (200 a second); each call is charged 215 (its 15 prompt
+#: tokens and 200 max_tokens): a full bucket holds 55 calls, then ~1 a second.
 TPM = 12_000
 MAX_TOKENS = 200
 PROCESSES = 3
 THREADS = 4
-CALLS = 22  # per process: 66 in all, ~9 past the bucket
+CALLS = 22  # per process: 66 in all, 11 past the bucket
+#: The most one Redis call may take. The default (0.1 s) is a production budget: on
+#: this shared 2-core machine a burst of asks can take longer, and the call then paces
+#: locally (the fall-back, tested below) instead of on the shared bucket under test.
+REDIS_TIMEOUT = 5.0
 
 
-def quota_server(*extra: str) -> Any:
-    return run_server(
+@pytest.fixture(scope="module")
+def quota_server() -> Iterator[RunningServer]:
+    """One server for the module: each test calls on a key of its own (a quota of its own)."""
+    with run_server(
         "--quota-tpm",
         str(TPM),
         "--no-quota-headers",
@@ -61,28 +71,40 @@ def quota_server(*extra: str) -> Any:
         "8192",
         "--max-num-seqs",
         "256",
-        *extra,
-    )
+    ) as server:
+        yield server
 
 
-def server_counts(server: RunningServer) -> tuple[float, float]:
-    """Requests the key's quota admitted, and its 429s."""
+def server_counts(server: RunningServer, key: str) -> tuple[float, float, float]:
+    """Requests ``key``'s quota admitted, its 429s, and the tokens it charged."""
     samples = server.metrics()
+    label = re.escape(f'key="{key_label({"authorization": f"Bearer {key}"})}"')
 
     def total(name: str) -> float:
-        return sum(v for k, v in samples.items() if re.match(rf"stormguard_{name}_total\{{", k))
+        return sum(
+            v for k, v in samples.items() if re.match(rf"stormguard_{name}_total\{{.*{label}", k)
+        )
 
-    return total("quota_admitted"), total("quota_refused")
+    return total("quota_admitted"), total("quota_refused"), total("quota_tokens_charged")
 
 
-def worker(base_url: str, redis_url: str, calls: int, threads: int, start_at: float) -> dict:
-    """One process of the batch (spawned): ``calls`` chat calls on ``threads`` threads."""
+_start: Any = None
+
+
+def _meet_at(barrier: Any) -> None:
+    global _start
+    _start = barrier
+
+
+def worker(base_url: str, redis_url: str, key: str, calls: int, threads: int) -> dict[str, Any]:
+    """One process of the batch (spawned): ``calls`` chat calls on ``threads`` threads,
+    begun when every process is ready (the pool's barrier)."""
     client = stormguard.Client(
         base_url=base_url,
-        api_key=KEY,
+        api_key=key,
         model=MODEL,
         timeout=90.0,
-        quota=stormguard.QuotaPolicy(redis_url=redis_url),
+        quota=stormguard.QuotaPolicy(redis_url=redis_url, redis_timeout=REDIS_TIMEOUT),
     )
     outcomes: Counter[str] = Counter()
 
@@ -93,126 +115,139 @@ def worker(base_url: str, redis_url: str, calls: int, threads: int, start_at: fl
         except stormguard.StormguardError as exc:
             outcomes[type(exc).__name__] += 1
 
-    time.sleep(max(0.0, start_at - time.time()))  # every process starts at once
+    _start.wait(timeout=60)  # every process starts at once, however slow its start-up
+    began = time.time()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, range(calls)))
+    ended = time.time()
     stats = client.stats()
     client.close()
     return {
         "outcomes": dict(outcomes),
         "attempts": stats.attempts,
         "backends": [q.backend for q in stats.quota],
+        "began": began,
+        "ended": ended,
     }
 
 
-def test_processes_on_one_key_share_its_bucket_in_redis_without_429s() -> None:
-    with running_redis() as redis, quota_server() as server:
-        start_at = time.time() + 3.0  # time for every process to start and import
-        jobs = [(server.base_url, redis.url, CALLS, THREADS, start_at)] * PROCESSES
-        with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
-            results = pool.starmap(worker, jobs)
-        wall = time.time() - start_at
-        admitted, refused = server_counts(server)
+def ideal_s(calls: int, charge: float) -> float:
+    """The least time the key allows ``calls`` of ``charge``: a full bucket at once,
+    then its refill."""
+    return max(0.0, (calls * charge - TPM) / (TPM / 60))
+
+
+def test_processes_on_one_key_share_its_bucket_in_redis(
+    quota_server: RunningServer, redis_server: RedisServer
+) -> None:
+    key = "sk-e2e-shared-quota-processes"
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    jobs = [(quota_server.base_url, redis_server.url, key, CALLS, THREADS)] * PROCESSES
+    with context.Pool(PROCESSES, initializer=_meet_at, initargs=(barrier,)) as pool:
+        results = pool.starmap(worker, jobs)
+    admitted, refused, charged = server_counts(quota_server, key)
     calls = PROCESSES * CALLS
     ok = sum(r["outcomes"].get("ok", 0) for r in results)
     attempts = sum(r["attempts"] for r in results)
     assert ok == calls, results
     assert all(r["backends"] == ["redis"] for r in results), results
-    assert admitted == calls
-    # The first 429 anywhere teaches every process: only the calls already on their
-    # way when it came, and a few paced retries, are refused (measured: 5 of 66 on
-    # an instant engine; without Redis each process meets its own, again and again).
-    assert refused <= 8, (refused, attempts)
-    assert attempts == calls + refused
-    assert wall < 60, wall  # ~9 calls past the bucket at ~1 a second
+    assert admitted == calls and attempts == calls + refused
+    # Only the first wave may be refused: the calls already on their way when the first
+    # 429 anywhere taught the shared bucket the limit, at most one per thread. Every
+    # call the bucket granted after that finds its room (each process alone meets its
+    # own 429s, again and again: docs/quotas.md).
+    assert refused <= PROCESSES * THREADS, (refused, attempts)
+    # The bucket is charged the estimate (the body's bytes / 4 + max_tokens, a little
+    # above the server's charge) and paces no faster than the key: within 1.5 x the
+    # least time, and 2 s for the start-up and the first wave's pause.
+    wall = max(r["ended"] for r in results) - min(r["began"] for r in results)
+    assert wall < 1.5 * ideal_s(calls, charged / calls) + 2.0, wall
 
 
 def test_redis_killed_mid_run_calls_go_on_locally_with_one_warning_and_come_back(
-    caplog: pytest.LogCaptureFixture,
+    quota_server: RunningServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="stormguard")
-    redis = start_redis()
-    try:
-        with quota_server() as server:
-            client = stormguard.Client(
-                base_url=server.base_url,
-                api_key=KEY,
-                model=MODEL,
-                timeout=60.0,
-                quota=stormguard.QuotaPolicy(redis_url=redis.url),
-            )
-            errors: list[BaseException] = []
-            done = Counter[str]()
-            lock = threading.Lock()
+    redis = start_redis_or_skip()
+    client = stormguard.Client(
+        base_url=quota_server.base_url,
+        api_key="sk-e2e-shared-quota-killed",
+        model=MODEL,
+        timeout=60.0,
+        quota=stormguard.QuotaPolicy(redis_url=redis.url, redis_timeout=REDIS_TIMEOUT),
+    )
+    errors: list[BaseException] = []
+    done = Counter[str]()
+    lock = threading.Lock()
 
-            def one() -> None:
-                try:
-                    client.chat.completions.create(messages=MESSAGES, max_tokens=10)
-                    with lock:
-                        done["ok"] += 1
-                except BaseException as exc:  # every error counts against the test
-                    errors.append(exc)
-
-            def batch(n: int) -> None:
-                with ThreadPoolExecutor(4) as pool:
-                    for future in [pool.submit(one) for _ in range(n)]:
-                        future.result()
-
-            batch(8)
-            assert client.stats().quota[0].backend == "redis"
-            redis.kill()
-            batch(8)  # Redis gone: refused connections, then its back-off
-            assert client.stats().quota[0].backend == "local-fallback"
-            warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
-            assert len(warnings) == 1, caplog.text
-            assert f"127.0.0.1:{redis.port}" in warnings[0].getMessage()
-            redis = restart_on(redis.port)
-            deadline = time.monotonic() + 40  # the back-off: 1 s, then 2, 4... jittered
-            while client.stats().quota[0].backend != "redis":
-                assert time.monotonic() < deadline, caplog.text
-                batch(2)
-                time.sleep(0.2)
-            client.close()
-        assert errors == [] and done["ok"] >= 18
-        assert "answers again" in caplog.text
-        assert sum(r.levelno >= logging.WARNING for r in caplog.records) == 1
-    finally:
-        redis.stop()
-
-
-def restart_on(port: int) -> RedisServer:
-    """A new redis-server on ``port`` (the old one's, now free)."""
-    for _ in range(50):
+    def one() -> None:
         try:
-            return start_redis(port=port)
-        except RuntimeError:
-            time.sleep(0.1)
-    raise RuntimeError(f"redis-server did not start again on port {port}")
+            client.chat.completions.create(messages=MESSAGES, max_tokens=10)
+            with lock:
+                done["ok"] += 1
+        except BaseException as exc:  # every error counts against the test
+            errors.append(exc)
+
+    def batch(n: int) -> None:
+        with ThreadPoolExecutor(4) as pool:
+            for future in [pool.submit(one) for _ in range(n)]:
+                future.result()
+
+    try:
+        batch(8)
+        assert client.stats().quota[0].backend == "redis"
+        redis.kill()
+        batch(8)  # Redis gone: refused connections, then its back-off
+        assert client.stats().quota[0].backend == "local-fallback"
+        warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1, caplog.text
+        assert f"127.0.0.1:{redis.port}" in warnings[0].getMessage()
+        redis.stop()
+        redis = start_redis_or_skip(port=redis.port)  # where the client looks for it
+        deadline = time.monotonic() + 40  # the back-off: 1 s, then 2, 4... jittered
+        while client.stats().quota[0].backend != "redis":
+            assert time.monotonic() < deadline, caplog.text
+            batch(2)
+            time.sleep(0.2)
+    finally:
+        client.close()
+        redis.stop()
+    assert errors == [] and done["ok"] >= 18
+    assert "answers again" in caplog.text
+    assert sum(r.levelno >= logging.WARNING for r in caplog.records) == 1
 
 
-async def test_async_clients_of_two_processes_share_one_bucket() -> None:
+async def test_async_clients_of_two_processes_share_one_bucket(
+    quota_server: RunningServer, redis_server: RedisServer
+) -> None:
     # Two registries (two policies) stand for two processes; redis.asyncio on one loop.
-    with running_redis() as redis, quota_server() as server:
-        clients = [
-            stormguard.AsyncClient(
-                base_url=server.base_url,
-                api_key=KEY,
-                model=MODEL,
-                timeout=60.0,
-                quota=stormguard.QuotaPolicy(redis_url=redis.url, max_keys=1024 - i),
-            )
-            for i in range(2)
-        ]
+    key = "sk-e2e-shared-quota-async"
+    clients = [
+        stormguard.AsyncClient(
+            base_url=quota_server.base_url,
+            api_key=key,
+            model=MODEL,
+            timeout=60.0,
+            quota=stormguard.QuotaPolicy(
+                redis_url=redis_server.url, redis_timeout=REDIS_TIMEOUT, max_keys=1024 - i
+            ),
+        )
+        for i in range(2)
+    ]
 
-        async def one(client: stormguard.AsyncClient) -> None:
-            await client.chat.completions.create(messages=MESSAGES, max_tokens=MAX_TOKENS)
+    async def one(client: stormguard.AsyncClient) -> int:
+        result = await client.chat.completions.create(messages=MESSAGES, max_tokens=MAX_TOKENS)
+        return result.call_info.paced_429s
 
-        await asyncio.gather(*(one(clients[i % 2]) for i in range(62)))
-        admitted, refused = server_counts(server)
-        for client in clients:
-            assert client.stats().quota[0].backend == "redis"
-            await client.close()
-    # 62 calls at once on an instant engine, before any limit is known: the ~6 past the
-    # bucket are refused at once, and their paced retries met 429s again (measured:
-    # 18-19 in all, at most a third of the calls; see docs/quotas.md, "Not done").
-    assert admitted == 62 and refused <= 21
+    paced = await asyncio.gather(*(one(clients[i % 2]) for i in range(62)))
+    admitted, refused, charged = server_counts(quota_server, key)
+    for client in clients:
+        assert client.stats().quota[0].backend == "redis"
+        await client.close()
+    # 62 calls at once before any limit is known: a full bucket takes 55 (12,000 / 215),
+    # and only the 7 past it (the first wave) are refused, each once: their paced
+    # retries, and every call after, find their room in the shared bucket.
+    assert admitted == 62 and charged == 62 * 215
+    assert refused <= 62 - TPM // 215, paced
+    assert sum(paced) == refused
