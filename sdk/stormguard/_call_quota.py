@@ -13,6 +13,7 @@ comes back through ``answered``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ._call_events import CallEvents
@@ -24,6 +25,9 @@ from ._policies.quota import (
     QuotaKey,
     SharedAsk,
     estimate_cost,
+    output_tokens,
+    prompt_estimate,
+    refusal_of,
 )
 from ._rate_limit_headers import NO_RATE_LIMIT
 from ._verdict import (
@@ -116,19 +120,35 @@ class CallPacing(CallEvents):
         return url.partition("://")[2].partition("/")[0].rpartition("@")[2]
 
     def quota_cost(self) -> float:
-        """What the provider charges the call when it admits it (``estimate_cost``)."""
+        """What the provider charges the call when it admits it (``estimate_cost``,
+        with the key's correction of a prompt no pre-check counted)."""
         cost = self._quota_cost
         if cost is None:
             gate = self.core.quota
             check = self.precheck
+            key = self._quota_key
             cost = self._quota_cost = estimate_cost(
                 self.spec.body,
                 self._content,
                 embeddings=self.spec.operation == "embeddings",
                 default_output=gate.policy.default_output_tokens if gate is not None else 0,
                 precheck=None if check is None else (check.prompt_tokens, check.max_tokens),
+                prompt_scale=1.0 if gate is None or key is None else gate.prompt_scale(key),
             )
         return cost
+
+    def quota_counted(self, usage: Mapping[str, object]) -> None:
+        """An answer's ``usage``: the provider's count of the prompt corrects the key's
+        estimate of the next calls' (``QuotaGate.calibrate``)."""
+        prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+        if type(prompt) is int:
+            self._quota_calibrate(float(prompt))
+
+    def _quota_calibrate(self, counted: float) -> None:
+        gate, quota = self.core.quota, self._quota
+        if gate is None or quota is None or self.precheck is not None:
+            return  # a pre-check's count is the provider's tokenizer's, not an estimate
+        gate.calibrate(quota.key, prompt_estimate(self._content), counted)
 
     def _quota_call(self, gate: QuotaGate) -> CallQuota | None:
         """The call's place in its key's quota, made now if it was not."""
@@ -185,11 +205,16 @@ class CallPacing(CallEvents):
         quota = self._quota_call(gate)
         if quota is None:
             return False
+        message = refusal_message(error)
         quota.refused(
             self._started,
             self.core.clock.now(),
-            refusal_message(error),
+            message,
             error.server_load.retry_after,
             error.rate_limit,
         )
+        requested = refusal_of(message).requested  # "Requested N": prompt + max_tokens
+        if requested is not None and self.spec.operation != "embeddings":
+            output = output_tokens(self.spec.body, gate.policy.default_output_tokens)
+            self._quota_calibrate(float(requested - output))
         return True

@@ -30,11 +30,16 @@ R = TypeVar("R", bound=APIResult)
 class CallResults(RetryLoop):
     """Results, hand-over, and the error that leaves the call."""
 
-    def settle_tokens(self, total_tokens: object) -> None:
-        """Refund the unused part of the rate-limit reservation once usage is known."""
+    def settle(self, usage: object) -> None:
+        """An answer's ``usage``: refund the unused part of the rate-limit reservation,
+        and let the provider's count of the prompt correct the key's quota estimate."""
+        if not isinstance(usage, Mapping):
+            return
+        total_tokens = usage.get("total_tokens")
         if self._reservation is not None and isinstance(total_tokens, int):
             self._reservation.settle(total_tokens)
             self._reservation = None
+        self.quota_counted(usage)
 
     def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
         """The result of a read response, or the status error to raise (and retry).
@@ -103,9 +108,7 @@ class CallResults(RetryLoop):
             return
         payload = parse_json_object(body)
         if payload is not None:
-            usage = payload.get("usage")
-            if isinstance(usage, Mapping):
-                self.settle_tokens(usage.get("total_tokens"))
+            self.settle(payload.get("usage"))
         self.ended(response=None if payload is None else summarize(payload))
 
     def info(self, response: httpx.Response) -> CallInfo:
@@ -167,9 +170,7 @@ class CallResults(RetryLoop):
         """Close the history with an ``ok`` attempt and attach it to the result."""
         if result.call_info is not None:
             self.succeeded_info(result.call_info)
-        usage = result.get("usage")
-        if isinstance(usage, Mapping):
-            self.settle_tokens(usage.get("total_tokens"))
+        self.settle(result.get("usage"))
         return result
 
     def succeeded_info(self, info: CallInfo) -> None:

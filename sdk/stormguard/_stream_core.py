@@ -64,7 +64,6 @@ class StreamCore(Generic[T]):
         self.closed = False
         self.in_caller_hands = False
         self.failure: APIError | None = None
-        self.usage_total: object = None
         #: Usage and finish reasons seen in the chunks (for the call's telemetry).
         self.usage: dict[str, Any] | None = None
         self.finish_reasons: list[str] = []

@@ -99,7 +99,6 @@ class StreamEvents(StreamCore[T]):
                 return self._misfit(problem)
         usage = payload.get("usage")
         if isinstance(usage, dict):
-            self.usage_total = usage.get("total_tokens")
             self.usage = usage
         self.note_finishes(payload.get("choices"))
         self.pending.append(self.chunk_type(payload))
@@ -122,10 +121,10 @@ class StreamEvents(StreamCore[T]):
         if isinstance(response, Mapping):
             usage = response.get("usage")
             if isinstance(usage, Mapping):
-                self.usage_total = usage.get("total_tokens")
                 self.usage = {
                     "prompt_tokens": usage.get("input_tokens"),
                     "completion_tokens": usage.get("output_tokens"),
+                    "total_tokens": usage.get("total_tokens"),
                 }
             status = response.get("status")
             if kind in RESPONSE_ENDS and isinstance(status, str):

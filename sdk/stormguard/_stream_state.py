@@ -75,9 +75,10 @@ class _StreamState(StreamEvents[T]):
             raise self._raise(error)
 
     def finished(self) -> None:
-        """The stream reached ``[DONE]``: settle the token reservation with its usage
-        (``stream_options={"include_usage": True}``); without usage it stays spent."""
-        self.call.settle_tokens(self.usage_total)
+        """The stream reached ``[DONE]``: settle the call with its usage
+        (``stream_options={"include_usage": True}``); without usage the token
+        reservation stays spent."""
+        self.call.settle(self.usage)
         self.call.ended(response=self.summary())
 
     def passing_through(self, raw: bytes) -> None:

@@ -20,7 +20,17 @@ from hypothesis import strategies as st
 import stormguard
 from stormguard._aimd_limit import MAX_PAUSE_S
 from stormguard.testing import FakeClock
-from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, unreachable
+from stormguard.tokens import TokenPolicy
+from tests.sdk.helpers import (
+    BASE,
+    MESSAGES,
+    Api,
+    chat_json,
+    chunk,
+    event_stream,
+    sse,
+    unreachable,
+)
 
 RATE = {
     "error": {
@@ -179,6 +189,82 @@ async def test_a_call_the_key_cannot_fit_before_its_deadline_fails_at_once(
     assert err.least_wait > 5.0 and err.remaining == pytest.approx(5.0)
     assert "sk-test-secret-key" not in str(err) and err.key in str(err)
     assert client.stats().quota[0].refused == 1
+
+
+def counted(share: float, **headers: str) -> Any:
+    """Answers whose ``usage.prompt_tokens`` is ``share`` of the body's bytes / 4."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        usage = {"prompt_tokens": round(share * len(request.content) / 4), "total_tokens": 1}
+        return httpx.Response(200, json=chat_json(usage=usage), headers=headers)
+
+    return answer
+
+
+async def test_the_provider_s_prompt_count_corrects_the_next_calls_cost(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    # 600 tokens a minute (10 a second), none left: each call waits for its cost,
+    # its prompt as the provider counts it plus its max_tokens.
+    waits = {}
+    for share in (0.5, 2.0):
+        mock.post("/chat/completions").mock(side_effect=counted(share, **quota_headers()))
+        client = api.client(api_key=f"sk-{share}")
+        for _ in range(3):
+            result = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+        waits[share] = result.attempt_history[0].quota_wait
+        (snapshot,) = client.stats().quota
+        assert snapshot.prompt_scale == pytest.approx(share, rel=0.05)
+    assert waits[0.5] < waits[2.0]
+
+
+async def test_a_quota_429_s_requested_count_corrects_the_cost_too(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    sent: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(len(request.content))
+        if len(sent) > 1:
+            return httpx.Response(200, json=chat_json(usage=None))  # no count to learn from
+        message = RATE["error"]["message"].replace("Requested 300", f"Requested {sent[0] + 10}")
+        return refused({"error": {**RATE["error"], "message": message}})
+
+    mock.post("/chat/completions").mock(side_effect=answer)
+    client = api.client()
+    await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    (key,) = client._core.quota._scales  # the provider charged 1 token a byte: 4 x bytes / 4
+    assert client._core.quota.prompt_scale(key) == pytest.approx(4.0)
+
+
+async def test_a_pre_checked_prompt_is_the_provider_s_count_and_calibrates_nothing(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    mock.post("/chat/completions").mock(side_effect=counted(0.5, **quota_headers(60_000, 60_000)))
+    client = api.client(
+        token_policy=TokenPolicy(
+            context_windows={"m": 8192}, server_context_windows=False, server_tokenize=False
+        )
+    )
+    result = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    assert result.precheck is not None and client._core.quota._scales == {}
+
+
+async def test_a_stream_s_usage_calibrates_as_an_answer_s_does(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    usage = {"prompt_tokens": 1000, "completion_tokens": 1, "total_tokens": 1001}
+    body = sse(chunk("hi"), chunk("", choices=[], usage=usage))
+    mock.post("/chat/completions").mock(
+        return_value=event_stream(body, **quota_headers(60_000, 60_000))
+    )
+    client = api.client()
+    stream = await api.run(
+        client.chat.completions.create(messages=MESSAGES, max_tokens=10, stream=True)
+    )
+    await api.collect(stream)
+    (key,) = client._core.quota._scales
+    assert client._core.quota.prompt_scale(key) == 4.0  # 1000 tokens: past the bound
 
 
 async def test_a_bare_429_is_a_shed_until_the_key_is_paced_then_a_quota_signal(

@@ -544,6 +544,50 @@ def test_a_call_s_cost_is_its_prompt_plus_its_output_charge() -> None:
     assert checked == 100
 
 
+def test_a_key_s_prompt_scale_follows_what_the_provider_counted() -> None:
+    quotas = gate()
+    key, other = (quotas.key_for(f"Bearer sk-{n}", "h", "m") for n in ("one", "two"))
+    assert quotas.prompt_scale(key) == 1.0  # nothing counted yet: bytes / 4
+    quotas.calibrate(key, 100.0, 80.0)
+    assert quotas.prompt_scale(key) == pytest.approx(0.8)  # the first count is taken whole
+    quotas.calibrate(key, 100.0, 100.0)
+    assert quotas.prompt_scale(key) == pytest.approx(0.8 + 0.3 * 0.2)  # then a step
+    assert quotas.prompt_scale(other) == 1.0  # per key
+    body = {"max_tokens": 50}
+    scaled = estimate_cost(body, b"x" * 400, embeddings=False, default_output=1, prompt_scale=0.5)
+    assert scaled == 100  # 400 bytes / 4 x 0.5 + 50
+
+
+@pytest.mark.parametrize(
+    ("estimated", "counted", "scale"),
+    [
+        (100.0, 1e12, 4.0),
+        (100.0, 1e-9, 0.25),
+        (0.0, 50.0, 1.0),
+        (100.0, 0.0, 1.0),
+        (100.0, -5.0, 1.0),
+        (100.0, math.nan, 1.0),
+        (math.inf, 50.0, 1.0),
+    ],
+)
+def test_an_absurd_count_moves_the_scale_no_further_than_its_bounds(
+    estimated: float, counted: float, scale: float
+) -> None:
+    quotas = gate()
+    key = quotas.key_for("Bearer sk-one", "h", "m")
+    quotas.calibrate(key, estimated, counted)
+    assert quotas.prompt_scale(key) == scale
+
+
+def test_the_scales_are_bounded_by_max_keys_and_keep_the_latest() -> None:
+    quotas = QuotaGate(QuotaPolicy(max_keys=3), FakeClock())
+    keys = [quotas.key_for(f"Bearer sk-{n}", "h", "m") for n in range(5)]
+    for key in keys:
+        quotas.calibrate(key, 100.0, 50.0)
+    assert len(quotas._scales) == 3
+    assert [quotas.prompt_scale(k) for k in keys] == [1.0, 1.0, 0.5, 0.5, 0.5]
+
+
 def test_a_call_pays_nothing_until_its_key_sends_a_quota_signal() -> None:
     quotas = gate()
     call = quotas.call(quotas.key_for("Bearer sk-one", "h", "m"), 1)

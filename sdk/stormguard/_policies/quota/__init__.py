@@ -21,7 +21,15 @@ docs/quotas.md says what the policy does and why.
 """
 
 from ._config import QuotaPolicy
-from ._gate import CREDENTIAL_HEADERS, REDIS_ENV, CallQuota, QuotaGate, estimate_cost
+from ._gate import (
+    CREDENTIAL_HEADERS,
+    REDIS_ENV,
+    CallQuota,
+    QuotaGate,
+    estimate_cost,
+    output_tokens,
+    prompt_estimate,
+)
 from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
 from ._registry import QuotaRegistry, fingerprint, registry_for
 from ._shared import Grant, SharedAsk, SharedKeyQuota
@@ -45,6 +53,8 @@ __all__ = [
     "SharedKeyQuota",
     "estimate_cost",
     "fingerprint",
+    "output_tokens",
+    "prompt_estimate",
     "refusal_of",
     "registry_for",
 ]

@@ -12,17 +12,23 @@ A call's **cost** is what the provider charges when it admits it: the prompt's
 tokens (the token pre-check's count when one ran, else the body's bytes / 4)
 plus ``max_tokens`` (``max_completion_tokens``, ``max_output_tokens``; else the
 pre-check's default, else ``QuotaPolicy.default_output_tokens``; none for
-embeddings), and one request.
+embeddings), and one request. The bytes / 4 estimate is corrected per key by
+what the provider counted (``QuotaGate.calibrate``): each answer's
+``usage.prompt_tokens`` and each 429's "Requested N". A JSON body weighs more than
+its prompt (keys, quotes, the model's name), and a pacer that counts each call ~10 %
+heavier than the provider does sends ~10 % slower than the key allows.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import importlib.util
 import itertools
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ... import _logs
@@ -37,7 +43,15 @@ if TYPE_CHECKING:
     from ..._clock import Clock
     from ._redis import Reply
 
-__all__ = ["CREDENTIAL_HEADERS", "REDIS_ENV", "CallQuota", "QuotaGate", "estimate_cost"]
+__all__ = [
+    "CREDENTIAL_HEADERS",
+    "REDIS_ENV",
+    "CallQuota",
+    "QuotaGate",
+    "estimate_cost",
+    "output_tokens",
+    "prompt_estimate",
+]
 
 #: The Redis URL a ``QuotaPolicy`` without ``redis_url`` shares its keys in (as
 #: botocore reads ``AWS_RETRY_MODE``): a fleet turns sharing on without a code change.
@@ -50,6 +64,10 @@ CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
 _BYTES_PER_TOKEN = 4.0
 _OUTPUT_FIELDS = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 _MAX_NAMED = 1024
+#: How far one answer moves a key's prompt scale toward what it measured, and the
+#: scale's bounds (a provider's count is never 4 times off the body's bytes / 4).
+_SCALE_STEP = 0.3
+_SCALE_BOUNDS = (0.25, 4.0)
 
 
 def estimate_cost(
@@ -59,22 +77,33 @@ def estimate_cost(
     embeddings: bool,
     default_output: int,
     precheck: tuple[int, int] | None = None,
+    prompt_scale: float = 1.0,
 ) -> float:
     """The tokens a provider charges a call when it admits it (module doc).
-    ``precheck``: the pre-check's (prompt tokens, max_tokens)."""
+    ``precheck``: the pre-check's (prompt tokens, max_tokens); ``prompt_scale``: the
+    key's correction of the bytes / 4 estimate (``QuotaGate.prompt_scale``)."""
     if precheck is not None:
         return float(precheck[0] + (0 if embeddings else precheck[1]))
-    prompt = len(content) / _BYTES_PER_TOKEN if content else 0.0
+    prompt = prompt_scale * prompt_estimate(content)
     if embeddings:
         return max(prompt, 1.0)
-    output = default_output
+    return max(prompt + output_tokens(body, default_output), 1.0)
+
+
+def prompt_estimate(content: bytes | None) -> float:
+    """A body's prompt tokens as its bytes / 4, before any key's correction."""
+    return len(content) / _BYTES_PER_TOKEN if content else 0.0
+
+
+def output_tokens(body: Mapping[str, Any] | None, default_output: int) -> int:
+    """The output a provider charges at admission: the body's ``max_tokens`` (or its
+    newer names), else ``default_output``."""
     if body is not None:
         for name in _OUTPUT_FIELDS:
             value = body.get(name)
             if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-                output = value
-                break
-    return max(prompt + output, 1.0)
+                return value
+    return default_output
 
 
 class QuotaGate:
@@ -91,6 +120,10 @@ class QuotaGate:
         self._named: dict[tuple[str | None, str, str], QuotaKey] = {}
         #: The keys this client's calls used, for ``stats()`` (bounded as the registry).
         self._used: OrderedDict[QuotaKey, None] = OrderedDict()
+        #: Per key, the provider's prompt tokens over the bytes / 4 estimate (module
+        #: doc); at most ``max_keys``. Read and written without a lock: a race loses
+        #: one answer's step, which the next answer makes again.
+        self._scales: dict[QuotaKey, float] = {}
 
     def key_for(self, credential: str | None, host: str, model: str) -> QuotaKey:
         """The key of a call sending ``credential`` to ``host`` for ``model``."""
@@ -109,6 +142,23 @@ class QuotaGate:
         """One call's place in ``key``'s quota, behind the calls made before it."""
         return CallQuota(self, key, (rank, next(self._seq)))
 
+    def prompt_scale(self, key: QuotaKey) -> float:
+        """What the bytes / 4 estimate of ``key``'s prompts is multiplied by."""
+        return self._scales.get(key, 1.0)
+
+    def calibrate(self, key: QuotaKey, estimated: float, counted: float) -> None:
+        """The provider counted ``counted`` prompt tokens where the bytes / 4 estimate
+        said ``estimated``: move the key's scale a step toward their ratio."""
+        if not (0 < estimated < math.inf and 0 < counted < math.inf):
+            return
+        low, high = _SCALE_BOUNDS
+        ratio = min(high, max(low, counted / estimated))
+        old = self._scales.pop(key, None)
+        if old is None and len(self._scales) >= self.policy.max_keys:
+            with contextlib.suppress(StopIteration, KeyError):  # another thread's pop
+                del self._scales[next(iter(self._scales))]  # the least recently measured
+        self._scales[key] = ratio if old is None else old + _SCALE_STEP * (ratio - old)
+
     def used(self, key: QuotaKey) -> None:
         if key not in self._used:
             self._used[key] = None
@@ -117,8 +167,12 @@ class QuotaGate:
 
     def snapshot(self) -> tuple[QuotaSnapshot, ...]:
         """Each key this client used whose quota is paced: ``client.stats().quota``."""
-        found = self.registry.snapshot(list(self._used), self.now())
-        return tuple(s for s in found if isinstance(s, QuotaSnapshot))
+        now, found = self.now(), []
+        for key in list(self._used):
+            for state in self.registry.snapshot((key,), now):
+                if isinstance(state, QuotaSnapshot):
+                    found.append(replace(state, prompt_scale=self.prompt_scale(key)))
+        return tuple(found)
 
 
 def with_redis_from_env(policy: QuotaPolicy) -> QuotaPolicy:
@@ -132,7 +186,7 @@ def with_redis_from_env(policy: QuotaPolicy) -> QuotaPolicy:
             check_redis_url(url)
         except ValueError:
             raise ValueError(f"${REDIS_ENV} must be a redis://, rediss:// or unix:// URL") from None
-        policy = dataclasses.replace(policy, redis_url=url)
+        policy = replace(policy, redis_url=url)
     if importlib.util.find_spec("redis") is None:
         raise ImportError(
             "QuotaPolicy(redis_url=...) needs the redis package: pip install 'stormguard[redis]'"

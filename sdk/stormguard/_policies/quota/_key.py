@@ -123,6 +123,9 @@ class QuotaSnapshot:
     #: (a bucket shared in Redis: ``QuotaPolicy.redis_url``), ``"local-fallback"``
     #: (this process, while Redis does not answer).
     backend: str = "local"
+    #: What this client multiplies a prompt's bytes / 4 by to estimate its tokens,
+    #: learned from the provider's counts (1.0 before any).
+    prompt_scale: float = 1.0
 
 
 class KeyState(Protocol):
