@@ -139,10 +139,23 @@ class CallPacing(CallEvents):
 
     def quota_counted(self, usage: Mapping[str, object]) -> None:
         """An answer's ``usage``: the provider's count of the prompt corrects the key's
-        estimate of the next calls' (``QuotaGate.calibrate``)."""
+        estimate of the next calls' (``QuotaGate.calibrate``), and trues up what a
+        shared bucket took for this one: it charged that count and the output."""
         prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
         if type(prompt) is int:
             self._quota_calibrate(float(prompt))
+            if self._quota is not None and self._quota_cost is not None:
+                self._quota.charged(prompt + self._quota_output())
+
+    def _quota_output(self) -> float:
+        """The output tokens the call's cost counts (``estimate_cost``'s)."""
+        if self.spec.operation == "embeddings":
+            return 0.0
+        if self.precheck is not None:
+            return float(self.precheck.max_tokens)
+        gate = self.core.quota
+        default = gate.policy.default_output_tokens if gate is not None else 0
+        return float(output_tokens(self.spec.body, default))
 
     def _quota_calibrate(self, counted: float) -> None:
         gate, quota = self.core.quota, self._quota
@@ -185,7 +198,7 @@ class CallPacing(CallEvents):
                     self.quota_cost() if charged else 0.0,
                 )
         if not charged and status != 429 and self._quota is not None:
-            self._quota.not_charged()
+            self._quota.charged(0.0, 0.0)
 
     def _quota_refused(self, error: APIStatusError) -> bool:
         """Whether ``error`` is a quota 429 the key's pacer takes (the call then goes
@@ -200,7 +213,7 @@ class CallPacing(CallEvents):
                 return False  # the server's shed, after the quota charged it (server.md)
             if not paced or is_out_of_quota(error) or is_too_large_for_quota(error):
                 if self._quota is not None:
-                    self._quota.not_charged()  # refused, and not by the rate: nothing charged
+                    self._quota.charged(0.0, 0.0)  # refused, and not by the rate: nothing
                 return False
         quota = self._quota_call(gate)
         if quota is None:

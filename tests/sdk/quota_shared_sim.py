@@ -105,11 +105,13 @@ def run_shared(
     jitter: float = 0.02,
     seed: int = 1,
     deadline: float = 90.0,
+    usage: bool = True,
 ) -> SharedRun:
     """``calls`` chat calls over ``processes`` x ``workers``; each is charged ``charge``
     by the provider and estimated at ``estimate`` (of which ``output`` is its
     max_tokens) by the client. A request reaches the provider after up to ``jitter``
-    seconds, and its answer comes ``latency`` after that (a 429's at once)."""
+    seconds, and its answer comes ``latency`` after that (a 429's at once); with
+    ``usage`` the answer says what the provider charged (``CallQuota.charged``)."""
     from stormguard._policies.quota import QuotaKey, QuotaPolicy
 
     rng = random.Random(seed)
@@ -179,6 +181,8 @@ def run_shared(
             at(clock.now() + 0.002, lambda: refused(message))
 
         def done() -> None:
+            if usage:
+                quota.charged(charge)
             on_way[0] -= 1
             out.ok += 1
             out.last = clock.now()

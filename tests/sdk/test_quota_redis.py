@@ -265,8 +265,10 @@ def shared_api(api: Api, monkeypatch: pytest.MonkeyPatch) -> Api:
     return api
 
 
-def ok() -> httpx.Response:
-    return httpx.Response(200, json=chat_json())
+def ok(usage: dict[str, int] | None = None) -> httpx.Response:
+    """A chat answer; with ``usage``, the provider's counts (the prompt's trues up what
+    the shared bucket took for the call)."""
+    return httpx.Response(200, json=chat_json(usage=usage))
 
 
 async def test_a_process_that_met_a_429_paces_the_others_through_redis(
@@ -393,6 +395,47 @@ def test_a_refused_call_gives_back_what_the_provider_had_left_not_its_reservatio
     assert take(b, redis_clock) == pytest.approx((28 + 18) / 10, abs=0.01)
 
 
+@pytest.mark.parametrize(("charged", "next_turn"), [(18.0, 1.8), (38.0, 3.8)])
+def test_what_the_provider_charged_trues_up_the_reservation(
+    redis_clock: FakeClock, server: Any, charged: float, next_turn: float
+) -> None:
+    one = process(redis_clock, 0)
+    learner = one.call(KEY, 1)
+    take(learner, redis_clock)
+    learner.refused(0.0, 0.0, rate_600(600), 1.0, NO_RATE_LIMIT)  # 600 a minute, spent
+    a = one.call(KEY, 1)
+    assert take(a, redis_clock) == pytest.approx(2.8, abs=0.01)  # 28 estimated
+    redis_clock.advance(2.8)
+    # Its answer says what the provider charged: 10 fewer tokens go back, 10 more are
+    # taken; the next call's turn moves by as much (28 at 10 a second, less or more 1 s).
+    a.charged(charged)
+    assert take(one.call(KEY, 1), redis_clock) == pytest.approx(next_turn, abs=0.01)
+
+
+async def test_an_answer_s_counted_prompt_trues_up_the_bucket_at_the_next_reservation(
+    shared_api: Api, mock: respx.MockRouter, server: Any
+) -> None:
+    api = shared_api
+    usage = {"prompt_tokens": 60, "completion_tokens": 2, "total_tokens": 62}
+    mock.post("/chat/completions").mock(
+        side_effect=[
+            httpx.Response(429, json=RATE_600, headers={"retry-after": "1"}),
+            ok(usage),
+            ok(),
+        ]
+    )
+    client = api.client(quota=policy())
+    first = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    # Its paced attempt reserved the call's estimate, 28.25 (the body's bytes / 4 and
+    # 10), and the answer says 70 were charged (60 counted, and 10).
+    assert first.attempt_history[1].quota_wait == pytest.approx(2.825, abs=0.01)
+    second = await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    # The next reservation takes the 41.75 not reserved, then its own cost: 10 and the
+    # prompt, estimated 30 after "Requested 40" and moved 30 % of the way to the count
+    # of 60 (QuotaGate.calibrate): 49. At 10 tokens a second.
+    assert second.attempt_history[0].quota_wait == pytest.approx((41.75 + 49) / 10, abs=0.01)
+
+
 def spent_then(*answers: httpx.Response) -> list[httpx.Response]:
     """A 429 that teaches the key's limit (600 tokens a minute, spent), its paced retry's
     success, then ``answers``."""
@@ -459,6 +502,18 @@ def test_once_the_bucket_knows_the_limit_no_call_it_grants_is_refused(
     assert run.refused_after_learning == 0
     assert run.provider.refused <= run.in_flight_when_learned
     assert run.last <= run.ideal * 1.2 + 1.0
+
+
+def test_an_overestimated_cost_costs_no_time_once_answers_say_what_was_charged(
+    redis_clock: FakeClock, server: Any
+) -> None:
+    # Each call estimated 226 where the provider charges 215 (a prompt counted heavy):
+    # a bucket that kept the estimate ran 5 % under the key's rate (8 s over the least
+    # time of 155 s for 200 calls); trued up by each answer, the batch ends within the
+    # last answers' over-reservation (12 calls queued x 11 tokens) and one answer's time.
+    run = run_shared(redis_clock, calls=200, estimate=226)
+    assert run.ok == 200 and run.refused_after_learning == 0
+    assert run.last <= run.ideal + 1.0
 
 
 async def test_redis_down_calls_pace_locally_with_one_warning_then_come_back(

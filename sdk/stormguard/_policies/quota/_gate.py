@@ -316,12 +316,13 @@ class CallQuota:
                 key=self.key.fingerprint, model=self.key.model, dimension=dimension, limit=limit
             )
 
-    def not_charged(self) -> None:
-        """The attempt was sent and answered, and the provider did not charge it (a 4xx
-        other than a quota 429): what a shared bucket took for it goes back."""
+    def charged(self, tokens: float, requests: float = 1.0) -> None:
+        """The provider answered the attempt and charged it ``tokens`` and ``requests``
+        (0, 0: nothing, as for a 4xx other than a quota 429): a shared bucket trues up
+        what it took for it."""
         state = self._state
         if state is not None:
-            state.not_charged(self._grant)
+            state.charged(self._grant, tokens, requests)
 
     def refused(
         self,

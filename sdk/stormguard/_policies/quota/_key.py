@@ -157,8 +157,8 @@ class KeyState(Protocol):
     def refund(self, cost: float, grant: Grant | None = None) -> None:
         """A granted call that was never sent: its cost goes back."""
 
-    def not_charged(self, grant: Grant | None) -> None:
-        """A sent call the provider answered without charging it."""
+    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
+        """What the provider charged a sent call it answered (0, 0: nothing)."""
 
     def observe(
         self,
@@ -316,8 +316,9 @@ class KeyQuota:
             self.requests.give_back(1.0)
             self.cubic.give_back(cost)
 
-    def not_charged(self, grant: Grant | None) -> None:
-        """Nothing to do here: the share counts only what the provider charged."""
+    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
+        """Nothing to do here: the share counts what the provider charged as ``observe``
+        is told it."""
 
     def least_wait(self, now: float, cost: float) -> float:
         """The lower bound of a wait for ``cost`` (module doc, "Bounds")."""

@@ -4,7 +4,7 @@ Lua script per reservation, and the health of the Redis it talks to.
 **One script, one round trip.** Each reservation runs ``BUCKET_SCRIPT`` (``EVALSHA``;
 ``EVAL`` when the server does not have it cached, after a restart or a ``SCRIPT
 FLUSH``): it folds in what the process learned since its last call (a limit, the
-provider's ``remaining``, a refund, a 429's pause), refills the key's buckets, and
+provider's ``remaining``, what to give back or take, a 429's pause), refills the key's buckets, and
 takes the call's cost, or says how long to wait. A reservation may be taken ahead
 (golang.org/x/time/rate's ``Reserve``): the bucket goes below 0 and the call sleeps
 until its turn, so calls of every process are served in the order they asked, with no
@@ -94,7 +94,6 @@ local function dim(i, a, need)
   local d = {L = num(h[i]), V = num(h[i + 1]), T = num(h[i + 2])}
   if d.L ~= nil and d.L <= 0 then d.L = nil end
   local limit, anchor, refund = num(ARGV[a]), num(ARGV[a + 2]), num(ARGV[a + 3]) or 0
-  if refund < 0 then refund = 0 end
   if limit ~= nil and limit > 0 and (ARGV[a + 1] == '1' or d.L == nil) then
     if d.L == nil or d.V == nil or d.T == nil then d.V, d.T = limit, now end
     d.L = limit

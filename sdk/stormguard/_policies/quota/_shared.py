@@ -38,9 +38,16 @@ too much by the cost less what was there, and the refusal is the one place that
 error shows (in a queue of calls taken ahead, R + the refill is above the bucket and
 caps nothing). Given back whole, the error would stay, and the next turn would meet
 a 429 again. A 429 that does not say what was left gives nothing back on the limit
-it names (nor on either, naming none). An answer that used fewer tokens than
-reserved gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission and
-refunds nothing, so neither does the bucket (docs/quotas.md).
+it names (nor on either, naming none).
+
+**Truing up.** An answer that says what the provider counted (``usage.prompt_tokens``)
+says what it charged: that count and the output the cost counts (``max_tokens``).
+The bucket took the estimate; the difference goes back (or is taken) at the next
+reservation, as Envoy AI Gateway and LiteLLM's router charge their counters the usage
+an answer reports. Unlike the provider's ``remaining`` this is exact: it is this
+call's own charge, whatever is on its way. An answer that used fewer tokens than
+``max_tokens`` gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission
+and refunds nothing, so neither does the bucket (docs/quotas.md).
 
 **Before a limit is known** (no process on the key has had a signal) the script has
 nothing to pace and takes nothing; the process paces itself as without Redis. Every
@@ -95,6 +102,7 @@ class _Outbox:
     new: bool = False
     #: The least R - rho * t of the answers not folded in yet (t on Redis's clock).
     anchor: float | None = None
+    #: What goes back to the bucket (negative: what it takes besides its reservations).
     refund: float = 0.0
 
     def args(self) -> tuple[object, ...]:
@@ -273,11 +281,11 @@ class SharedKeyQuota:
         if grant is not None:
             self._give_back(grant, grant.cost, 1.0)
 
-    def not_charged(self, grant: Grant | None) -> None:
-        """An attempt the provider answered without charging it (a 4xx other than a
-        quota 429): what the shared bucket took for it goes back."""
+    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
+        """What the provider charged an attempt it answered (module doc, "Truing
+        up"): the shared bucket gives back, or takes, the difference from ``grant``."""
         if grant is not None:
-            self._give_back(grant, grant.cost, 1.0)
+            self._give_back(grant, grant.cost - tokens, 1.0 - requests)
 
     def least_wait(self, now: float, cost: float) -> float:
         return self.local.least_wait(now, cost)
@@ -360,8 +368,8 @@ class SharedKeyQuota:
             outbox.fold(reading, at + self._offset)
 
     def _give_back(self, grant: Grant, tokens: float, requests: float) -> None:
-        """Give ``tokens`` and ``requests`` of ``grant`` back to the shared bucket, once,
-        in the dimensions it took from."""
+        """Give ``tokens`` and ``requests`` of ``grant`` back to the shared bucket (take
+        them, negative), once, in the dimensions it took from."""
         with self._lock:
             if grant.returned:
                 return
@@ -372,8 +380,9 @@ class SharedKeyQuota:
                 self._requests.refund += requests
 
     def _put_back(self, outbox: tuple[_Outbox, _Outbox, float]) -> None:
-        """A reservation that failed: what it was to tell is told at the next one (a
-        refund is dropped: the bucket refills within a minute anyway)."""
+        """A reservation that failed: what it was to tell is told at the next one, but
+        what was to go back or be taken: the script may have run (a reply that came
+        too late), and told twice it would count twice."""
         tokens, requests, pause = outbox
         with self._lock:
             for old, current in ((tokens, self._tokens), (requests, self._requests)):
