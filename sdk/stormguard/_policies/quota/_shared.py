@@ -42,8 +42,8 @@ it names (nor on either, naming none).
 
 **Truing up.** An answer that says what the provider counted (``usage.prompt_tokens``)
 says what it charged: that count and the output the cost counts (``max_tokens``).
-The bucket took the estimate; the difference goes back (or is taken) at the next
-reservation, as Envoy AI Gateway and LiteLLM's router charge their counters the usage
+The bucket took the estimate; the difference goes back (or is taken) at the process's
+next reservation, as Envoy AI Gateway and LiteLLM's router charge their counters the usage
 an answer reports. Unlike the provider's ``remaining`` this is exact: it is this
 call's own charge, whatever is on its way. An answer that used fewer tokens than
 ``max_tokens`` gives nothing back: OpenAI charges prompt + ``max_tokens`` at admission
@@ -88,7 +88,7 @@ class Grant:
     #: (False: that dimension knew no limit, so the bucket took nothing from it).
     tokens: bool = False
     requests: bool = False
-    #: Given back already (once: an attempt is refused or unsent, not both).
+    #: Settled already: an attempt is unsent, refused, not charged or trued up, once.
     returned: bool = False
 
 
