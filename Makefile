@@ -9,8 +9,8 @@
 # runs each over stormguard against the reference server (marker `frameworks`, left out
 # of `make test`; docs/frameworks.md).
 # `make setup-redis` installs redis-server from the system's packages where it is not on
-# PATH: the quota drill's LiteLLM row with Redis, and tests that need a real Redis,
-# start their own on a free loopback port (bench/stormguard_drill/redis_server.py).
+# PATH: the quota drill's LiteLLM row with Redis, and the tests of the quota shared in
+# Redis, start their own on a free loopback port (bench/stormguard_drill/redis_server.py).
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python

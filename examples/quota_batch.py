@@ -3,15 +3,18 @@
     .venv/bin/python examples/quota_batch.py                  # 6 processes x 8 threads, 300 calls
     .venv/bin/python examples/quota_batch.py --no-quota       # the same without quota pacing
     .venv/bin/python examples/quota_batch.py --processes 3 --calls 60 --tpm 6000 --max-tokens 100
+    .venv/bin/python examples/quota_batch.py --no-headers --processes 16 \
+        --redis redis://127.0.0.1:6379/0                      # the key's bucket shared in Redis
 
 It starts ``stormguard-server`` on a free loopback port with a hosted API's quota
 on every API key (``--quota-tpm``, answers of ~0.5 s), then runs the batch: each
 process is a ``stormguard.Client`` on the same key, its threads calling
 ``chat.completions.create`` until the batch is done. stormguard learns the key's
 rate from the ``x-ratelimit-*`` headers and each process's share of it, and paces
-its calls to it (docs/quotas.md). At the end it prints the calls that succeeded,
-the requests sent, the quota 429s the server answered, the wall time against the
-least the quota allows, and each process's share of the key.
+its calls to it (docs/quotas.md); with ``--redis URL`` the processes share the key's
+bucket in that Redis (``QuotaPolicy(redis_url=...)``). At the end it prints the calls
+that succeeded, the requests sent, the quota 429s the server answered, the wall time
+against the least the quota allows, and each process's share of the key.
 """
 
 from __future__ import annotations
@@ -81,7 +84,13 @@ def reference_server(args: argparse.Namespace) -> Iterator[str]:
 
 
 def run_process(
-    root: str, calls: int, threads: int, max_tokens: int, quota: bool, start_at: float
+    root: str,
+    calls: int,
+    threads: int,
+    max_tokens: int,
+    quota: bool,
+    start_at: float,
+    redis: str | None = None,
 ) -> dict[str, Any]:
     """One process of the batch: ``calls`` calls on ``threads`` threads."""
     client = stormguard.Client(
@@ -89,7 +98,7 @@ def run_process(
         api_key=KEY,
         model=MODEL,
         timeout=120.0,
-        quota=stormguard.QuotaPolicy() if quota else None,
+        quota=stormguard.QuotaPolicy(redis_url=redis) if quota else None,
     )
     outcomes: Counter[str] = Counter()
 
@@ -113,6 +122,7 @@ def run_process(
         "share": None if snapshot is None else snapshot.share_tokens,
         "waits": 0 if snapshot is None else snapshot.waits,
         "wait_s": 0.0 if snapshot is None else snapshot.wait_s,
+        "backend": None if snapshot is None else snapshot.backend,
     }
 
 
@@ -138,13 +148,18 @@ def main() -> None:
     parser.add_argument("--no-headers", dest="headers", action="store_false",
                         help="the server sends no x-ratelimit-* headers (429s only)")  # fmt: skip
     parser.add_argument("--retry-after", default="seconds", choices=["none", "seconds", "ms"])
+    parser.add_argument("--redis", metavar="URL", help="share the key's bucket in this Redis")
     args = parser.parse_args()
     with reference_server(args) as root:
         per = [args.calls // args.processes] * args.processes
         for i in range(args.calls % args.processes):
             per[i] += 1
         start_at = time.time() + 2.0  # time for every process to import and start
-        jobs = [(root, n, args.threads, args.max_tokens, args.quota, start_at) for n in per if n]
+        jobs = [
+            (root, n, args.threads, args.max_tokens, args.quota, start_at, args.redis)
+            for n in per
+            if n
+        ]
         with multiprocessing.get_context("spawn").Pool(len(jobs)) as pool:
             results = pool.starmap(run_process, jobs)
         wall = time.time() - start_at
@@ -156,7 +171,8 @@ def main() -> None:
     ok = outcomes.pop("ok", 0)
     cost = charged / admitted if admitted else 0.0
     ideal = max(0.0, (args.calls * cost - args.tpm) / (args.tpm / 60)) + 0.5
-    print(f"\nquota pacing: {'on' if args.quota else 'off (quota=None)'}")
+    shared = f", shared in Redis at {args.redis}" if args.redis else ""
+    print(f"\nquota pacing: {'on' + shared if args.quota else 'off (quota=None)'}")
     print(f"calls: {ok} of {args.calls} succeeded; failed: {dict(outcomes) or 0}")
     print(f"requests: {attempts} sent, {attempts / args.calls:.2f} per call")
     print(f"quota 429s: {refused:.0f} (the server's count)")
@@ -165,7 +181,8 @@ def main() -> None:
         share = "-" if result["share"] is None else f"{result['share']:.2f}"
         print(
             f"  process {i}: share of the key {share}, {result['waits']} waits"
-            f" ({result['wait_s']:.1f} s in all), {result['paced_429s']} paced 429s"
+            f" ({result['wait_s']:.1f} s in all), {result['paced_429s']} paced 429s,"
+            f" paced by {result['backend'] or '-'}"
         )
 
 

@@ -53,8 +53,10 @@ DECISION_MODULES = [
     "stormguard._policies.quota._cubic",
     "stormguard._policies.quota._gate",
     "stormguard._policies.quota._key",
+    "stormguard._policies.quota._redis",
     "stormguard._policies.quota._registry",
     "stormguard._policies.quota._share",
+    "stormguard._policies.quota._shared",
     "stormguard._policies.quota._signals",
 ]
 HTTP_LIBRARIES = {"httpx", "httpx2", "httpcore", "httpcore2", "h11"}

@@ -4,6 +4,9 @@
   deadline is its ``timeout`` (the total of all attempts);
 - ``stormguard-async``: ``stormguard.AsyncClient`` with its defaults, in tasks (the
   drill's ``stormguard``);
+- ``stormguard-sync+redis``, ``stormguard-async+redis``: the same with
+  ``QuotaPolicy(redis_url=...)``, so that every process paces the key on one bucket
+  in Redis (a ``redis-server`` of the run's own, as for LiteLLM's Redis row);
 - ``openai``: ``openai.AsyncOpenAI`` as it comes (2 retries, which honour Retry-After);
 - ``openai+tenacity``: the same inside the drill's tutorial retry decorator (5 attempts,
   1-2-4-8 s apart, on any exception);
@@ -17,7 +20,7 @@
   every process counts usage in one Redis, as LiteLLM's docs advise for several
   instances (a ``redis-server`` of the run's own: ``redis_server.py``).
 
-All but ``stormguard-sync`` are the drill's own builders (``clients.py``), in tasks; the
+All but the ``stormguard-sync`` rows are the drill's own builders (``clients.py``), in tasks; the
 call's deadline is their ``timeout`` too (openai's and LiteLLM's apply to each attempt),
 and the caller gives up on a call at its deadline (``app.run_logical``).
 
@@ -50,6 +53,8 @@ from stormguard_drill.workload import Arrival
 QuotaClientName = Literal[
     "stormguard-sync",
     "stormguard-async",
+    "stormguard-sync+redis",
+    "stormguard-async+redis",
     "openai",
     "openai+tenacity",
     "openai+sg-httpx",
@@ -60,16 +65,28 @@ QUOTA_CLIENTS: tuple[QuotaClientName, ...] = get_args(QuotaClientName)
 LITELLM_QUOTA_CLIENTS: frozenset[QuotaClientName] = frozenset(
     {"litellm-router", "litellm-router+redis"}
 )
-REDIS_CLIENTS: frozenset[QuotaClientName] = frozenset({"litellm-router+redis"})
+REDIS_CLIENTS: frozenset[QuotaClientName] = frozenset(
+    {"stormguard-sync+redis", "stormguard-async+redis", "litellm-router+redis"}
+)
 # The clients that run in threads (their calls block); the others in asyncio tasks.
-THREADED_CLIENTS: frozenset[QuotaClientName] = frozenset({"stormguard-sync"})
+THREADED_CLIENTS: frozenset[QuotaClientName] = frozenset(
+    {"stormguard-sync", "stormguard-sync+redis"}
+)
 # The rows the targets are for (every row is checked against them).
 STORMGUARD_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {"stormguard-sync", "stormguard-async", "openai+sg-httpx"}
+    {
+        "stormguard-sync",
+        "stormguard-async",
+        "stormguard-sync+redis",
+        "stormguard-async+redis",
+        "openai+sg-httpx",
+    }
 )
 QUOTA_CLIENT_TITLES: dict[str, str] = {
     "stormguard-sync": "stormguard.Client (defaults), threads",
     "stormguard-async": "stormguard.AsyncClient (defaults), tasks",
+    "stormguard-sync+redis": "stormguard.Client, QuotaPolicy(redis_url=...), threads",
+    "stormguard-async+redis": "stormguard.AsyncClient, QuotaPolicy(redis_url=...), tasks",
     "openai": "openai.AsyncOpenAI (defaults: 2 retries)",
     "openai+tenacity": "openai.AsyncOpenAI in tenacity (5 attempts, 1-2-4-8 s)",
     "openai+sg-httpx": "openai.AsyncOpenAI(max_retries=0) on stormguard.async_httpx_client",
@@ -81,15 +98,27 @@ LITELLM_ROUTING_STRATEGY = "usage-based-routing-v2"
 
 
 class SyncStormguardClient:
-    """``stormguard.Client`` with its defaults: one chat call at a time per thread
-    (streamed, or the whole answer at once); the call's deadline is its ``timeout``."""
+    """``stormguard.Client`` with its defaults (with ``redis``, the key's bucket shared
+    in that Redis): one chat call at a time per thread (streamed, or the whole answer at
+    once); the call's deadline is its ``timeout``."""
 
     name: QuotaClientName = "stormguard-sync"
 
-    def __init__(self, base_url: str, timeout_s: float, *, stream: bool = False) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout_s: float,
+        *,
+        stream: bool = False,
+        redis: tuple[str, int] | None = None,
+    ) -> None:
         self._stream = stream
         self._client = stormguard.Client(
-            base_url=base_url, api_key=API_KEY, model=MODEL, timeout=timeout_s
+            base_url=base_url,
+            api_key=API_KEY,
+            model=MODEL,
+            timeout=timeout_s,
+            quota=quota_policy(redis),
         )
 
     def attempts(self) -> int | None:
@@ -121,6 +150,13 @@ class SyncStormguardClient:
 
     def close(self) -> None:
         self._client.close()
+
+
+def quota_policy(redis: tuple[str, int] | None) -> stormguard.QuotaPolicy:
+    """The default ``QuotaPolicy``, or with ``redis`` (host, port) its bucket in Redis."""
+    if redis is None:
+        return stormguard.QuotaPolicy()
+    return stormguard.QuotaPolicy(redis_url=f"redis://{redis[0]}:{redis[1]}/0")
 
 
 def quota_unavailable(names: tuple[QuotaClientName, ...]) -> dict[QuotaClientName, str]:
@@ -160,8 +196,11 @@ def make_async_quota_client(
     stream: bool = False,
 ) -> DrillClient:
     """``name``'s client in tasks (every client but ``stormguard-sync``)."""
-    if name == "stormguard-async":
-        return StormguardClient(base_url, timeout_s, stream=stream)
+    if name in ("stormguard-async", "stormguard-async+redis"):
+        if name in REDIS_CLIENTS and redis is None:
+            raise ValueError(f"{name} needs a Redis server")
+        quota = quota_policy(redis if name in REDIS_CLIENTS else None)
+        return StormguardClient(base_url, timeout_s, stream=stream, quota=quota)
     if name in ("openai", "openai+tenacity"):
         tenacity_wrapper = name == "openai+tenacity"
         return OpenAIClient(base_url, timeout_s, tenacity_wrapper=tenacity_wrapper, stream=stream)

@@ -38,6 +38,7 @@ from stormguard_drill.app import DEADLINE, LogicalResult, run_logical
 from stormguard_drill.clients import CallOutcome, DrillClient
 from stormguard_drill.config import Patience
 from stormguard_drill.quota_clients import (
+    REDIS_CLIENTS,
     THREADED_CLIENTS,
     QuotaClientName,
     SyncStormguardClient,
@@ -207,7 +208,8 @@ def _run_sync(job: QuotaJob) -> QuotaWorkerResult:
         warm.call(_warmup_arrival(job))
     finally:
         warm.close()
-    client = SyncStormguardClient(job.base_url, job.deadline_s, stream=job.stream)
+    redis = job.redis if job.client in REDIS_CLIENTS else None
+    client = SyncStormguardClient(job.base_url, job.deadline_s, stream=job.stream, redis=redis)
     try:
         send({"ready": True})
         t0 = _wait_for_t0()

@@ -11,7 +11,9 @@ It is started as ``redis-server --port N --bind 127.0.0.1 --save "" --appendonly
 ``SAVE`` sent to it writes nothing into the checkout; it is ready when it answers
 ``PING``. A port taken between choosing it and binding it makes the server exit at
 once: it is started again on another port. ``stop()`` sends SIGTERM, then SIGKILL, and
-an ``atexit`` hook stops any server still running when the interpreter exits.
+an ``atexit`` hook stops any server still running when the interpreter exits;
+``kill()`` ends it at once (a Redis that dies mid-run), and ``start_redis(port=...)``
+starts one again where its clients look for it.
 
 Nothing here imports the ``redis`` package: readiness is one inline ``PING`` on a
 socket, so the helper also serves code that talks to Redis through another client.
@@ -72,6 +74,13 @@ class RedisServer:
         except OSError:
             return False
 
+    def kill(self) -> None:
+        """SIGKILL: the server is gone at once and its connections reset, as a Redis that
+        dies mid-run (its working directory stays until ``stop()``)."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=_STOP_GRACE_S)
+
     def stop(self) -> None:
         """SIGTERM (redis exits without saving: no save points), then SIGKILL."""
         if self.process.poll() is None:
@@ -103,21 +112,24 @@ def _binary() -> str:
     return binary
 
 
-def start_redis(*, ready_timeout_s: float = 10.0, log_path: Path | None = None) -> RedisServer:
-    """A ``redis-server`` on a free loopback port, answering ``PING``; stop it with
+def start_redis(
+    *, ready_timeout_s: float = 10.0, log_path: Path | None = None, port: int | None = None
+) -> RedisServer:
+    """A ``redis-server`` on a free loopback port (or on ``port``: one try, as a server
+    started again where its clients look for it), answering ``PING``; stop it with
     ``stop()`` (or use ``running_redis()``). Its log goes to ``log_path`` (default: its
     temporary working directory, removed on stop)."""
     binary = _binary()
     failures: list[str] = []
-    for _ in range(_STARTS):
+    for _ in range(_STARTS if port is None else 1):
         workdir = Path(tempfile.mkdtemp(prefix="stormguard-redis-"))
         log = log_path or workdir / "redis.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        port = free_port()
+        chosen = free_port() if port is None else port
         command = [
             binary,
             "--port",
-            str(port),
+            str(chosen),
             "--bind",
             HOST,
             "--save",
@@ -134,7 +146,7 @@ def start_redis(*, ready_timeout_s: float = 10.0, log_path: Path | None = None) 
             process = subprocess.Popen(  # noqa: S603
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        server = RedisServer(port=port, process=process, workdir=workdir, log_path=log)
+        server = RedisServer(port=chosen, process=process, workdir=workdir, log_path=log)
         _RUNNING.add(server)
         deadline = time.monotonic() + ready_timeout_s
         while process.poll() is None and time.monotonic() < deadline:
@@ -147,7 +159,7 @@ def start_redis(*, ready_timeout_s: float = 10.0, log_path: Path | None = None) 
         if exited is None:
             failures.append(f"not answering PING after {ready_timeout_s} s:\n{tail}")
             break  # a server that runs but does not answer will not on another port
-        failures.append(f"exited ({exited}) on port {port}:\n{tail}")
+        failures.append(f"exited ({exited}) on port {chosen}:\n{tail}")
     raise RedisUnavailable("redis-server did not start: " + "\n".join(failures))
 
 

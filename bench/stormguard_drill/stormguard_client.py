@@ -30,13 +30,15 @@ class StormguardClient:
         record: bool = False,
         ejection_listeners: Sequence[Callable[[stormguard.EjectionTransition], None]] = (),
         stream: bool = True,
+        quota: stormguard.QuotaPolicy | None = None,
     ) -> None:
         # Paced: a limiter of its own, as the default client has; not paced: none (the
         # calibration's closed loop paces itself). Record: each attempt goes into the
         # fleet's record (attempt_log), through an httpx client like the default one
         # (``httpx.AsyncClient()``) with a request hook; ejection_listeners see each
         # endpoint leave and rejoin the rotation (the fleet's record of them). stream:
-        # every call streams (False: the whole answer at once, the quota's batch).
+        # every call streams (False: the whole answer at once, the quota's batch). quota:
+        # the client's QuotaPolicy (None: the default one).
         self._stream = stream
         self._http = (
             httpx.AsyncClient(event_hooks={"request": [attempt_log.httpx_hook]}) if record else None
@@ -49,6 +51,7 @@ class StormguardClient:
             concurrency=stormguard.ConcurrencyLimiter() if paced else None,
             http_client=self._http,
             ejection_listeners=ejection_listeners,
+            quota=quota or stormguard.QuotaPolicy(),
         )
 
     def attempts(self) -> int | None:

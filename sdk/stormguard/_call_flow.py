@@ -26,6 +26,7 @@ import tenacity
 
 from ._attempt_flow import Action, attempt_flow
 from ._exceptions import StormguardError
+from ._policies.quota import SharedAsk
 
 if TYPE_CHECKING:
     from ._deadline import Deadline
@@ -57,7 +58,9 @@ class Sleep:
     seconds: float
 
 
-CallAction: TypeAlias = Action | AwaitDiscovery | CheckTokens | Sleep
+#: ``SharedAsk``: reserve in the key's bucket shared in Redis (``_policies/quota``); the
+#: driver sends back the reply, or the error that stood for it (never raised).
+CallAction: TypeAlias = Action | AwaitDiscovery | CheckTokens | Sleep | SharedAsk
 CallFlow: TypeAlias = Generator[CallAction, Any, Any]
 
 
@@ -128,12 +131,16 @@ def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Ca
 
 def _attempt(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
     """One attempt, after the call's share of its key's quota (``call.pace``: a
-    ``Sleep`` until it is granted, re-asked at least every ``recheck`` seconds):
+    ``Sleep`` until it is granted, re-asked at least every ``recheck`` seconds; a
+    ``SharedAsk`` first when the key's bucket is shared in Redis):
     ``(its result, None)``, or ``(None, the exc_info of its failure)`` for the
     retry strategy to judge, as tenacity's own loop catches it."""
     try:
         pace = call.pace()
         while pace is not None:
+            if isinstance(pace, SharedAsk):
+                pace = call.answered(pace, (yield pace))
+                continue
             yield Sleep(pace.seconds)
             pace = None if pace.granted else call.pace()
         return (yield from attempt_flow(call, http)), None

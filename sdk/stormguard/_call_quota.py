@@ -5,7 +5,10 @@ the call back to the pacer instead of spending a retry (``_retry_loop.py``).
 
 A call whose key has sent no quota signal yet pays a dict look-up and nothing
 else: no ``CallQuota`` is made until the key is paced, or its first answer
-carries the headers.
+carries the headers. With a Redis URL (``QuotaPolicy.redis_url``) a key is paced
+from its first call: another process may know its limit. A reservation in Redis is
+I/O, which the call flow yields (``SharedAsk``) and its driver performs; its answer
+comes back through ``answered``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ._policies.quota import (
     CallQuota,
     Pace,
     QuotaKey,
+    SharedAsk,
     estimate_cost,
     output_tokens,
     prompt_estimate,
@@ -35,6 +39,7 @@ from ._verdict import (
 
 if TYPE_CHECKING:
     from ._policies.quota import QuotaGate
+    from ._policies.quota._redis import Reply
 
 __all__ = ["CallPacing"]
 
@@ -45,20 +50,31 @@ _MAX_MODELS = 256
 class CallPacing(CallEvents):
     """The call's place in its key's quota, and what it tells the key's pacer."""
 
-    def pace(self) -> Pace | None:
-        """Before an attempt: None, go now; else sleep ``seconds``, then send
-        (``granted``) or ask again. Raises ``QuotaWaitError`` when the call's
-        deadline cannot be met even at the whole key's rate."""
+    def pace(self) -> Pace | SharedAsk | None:
+        """Before an attempt: None, go now; a ``SharedAsk``, the I/O to do first (its
+        answer to ``answered``); else sleep ``seconds``, then send (``granted``) or
+        ask again. Raises ``QuotaWaitError`` when the call's deadline cannot be met
+        even at the whole key's rate."""
         quota = self._quota
         if quota is None:
             gate, key = self.core.quota, self._key()
-            if gate is None or key is None or gate.registry.get(key) is None:
-                return None  # the key is not paced: nothing to wait for
+            if gate is None or key is None:
+                return None
+            if gate.registry.get(key) is None:
+                if not gate.shared:
+                    return None  # the key is not paced: nothing to wait for
+                gate.registry.activate(key)
             quota = self._quota = gate.call(key, self.priority.rank)
         elif quota.state() is None:
             return None
         self.machine.step("pace")
         return quota.pace(self.quota_cost(), self.core.clock.now(), self.deadline.at)
+
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | None:
+        """The answer to the ``SharedAsk`` ``pace`` returned (a Redis reply, or the
+        error that stood for it): as ``pace``'s."""
+        assert self._quota is not None
+        return self._quota.answered(ask, reply, self.core.clock.now())
 
     def left_pacing(self) -> None:
         """The attempt ended before it was sent (refused, cancelled): the call's place
@@ -149,10 +165,23 @@ class CallPacing(CallEvents):
 
     def quota_counted(self, usage: Mapping[str, object]) -> None:
         """An answer's ``usage``: the provider's count of the prompt corrects the key's
-        estimate of the next calls' (``QuotaGate.calibrate``)."""
+        estimate of the next calls' (``QuotaGate.calibrate``), and trues up what a
+        shared bucket took for this one: it charged that count and the output."""
         prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
         if type(prompt) is int:
             self._quota_calibrate(float(prompt))
+            if self._quota is not None and self._quota_cost is not None:
+                self._quota.charged(prompt + self._quota_output())
+
+    def _quota_output(self) -> float:
+        """The output tokens the call's cost counts (``estimate_cost``'s)."""
+        if self.spec.operation == "embeddings":
+            return 0.0
+        if self.precheck is not None:
+            return float(self.precheck.max_tokens)
+        gate = self.core.quota
+        default = gate.policy.default_output_tokens if gate is not None else 0
+        return float(output_tokens(self.spec.body, default))
 
     def quota_learns(self) -> bool:
         """Whether an answer's usage would correct the key's estimate: the call is
@@ -183,20 +212,24 @@ class CallPacing(CallEvents):
     def _quota_observed(self, status: int) -> None:
         """The response's ``x-ratelimit-*`` headers, for the key's pacer: a charged
         request (a success, or a 5xx the provider admitted) counts in this process's
-        share; a refusal or a caller's error does not."""
+        share; a refusal or a caller's error does not. An answer the provider did not
+        charge (a 4xx; a 429 once ``_quota_refused`` has judged it) gives back what a
+        shared bucket took for it."""
         gate = self.core.quota
-        if gate is None or self.rate_limit is NO_RATE_LIMIT:
-            return
-        quota = self._quota_call(gate)
-        if quota is None:
+        if gate is None:
             return
         charged = status < 300 or status >= 500
-        quota.observe(
-            self._started,
-            self.core.clock.now(),
-            self.rate_limit,
-            self.quota_cost() if charged else 0.0,
-        )
+        if self.rate_limit is not NO_RATE_LIMIT:
+            quota = self._quota_call(gate)
+            if quota is not None:
+                quota.observe(
+                    self._started,
+                    self.core.clock.now(),
+                    self.rate_limit,
+                    self.quota_cost() if charged else 0.0,
+                )
+        if not charged and status != 429 and self._quota is not None:
+            self._quota.charged(0.0, 0.0)
 
     def _quota_refused(self, error: APIStatusError) -> bool:
         """Whether ``error`` is a quota 429 the key's pacer takes (the call then goes
@@ -207,9 +240,11 @@ class CallPacing(CallEvents):
             return False
         if not is_quota_refusal(error):
             paced = self._quota is not None and self._quota.state() is not None
-            if not paced or error.server_load.load_shed is not None:
-                return False
-            if is_out_of_quota(error) or is_too_large_for_quota(error):
+            if error.server_load.load_shed is not None:
+                return False  # the server's shed, after the quota charged it (server.md)
+            if not paced or is_out_of_quota(error) or is_too_large_for_quota(error):
+                if self._quota is not None:
+                    self._quota.charged(0.0, 0.0)  # refused, and not by the rate: nothing
                 return False
         quota = self._quota_call(gate)
         if quota is None:

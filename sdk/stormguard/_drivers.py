@@ -40,6 +40,7 @@ from ._exceptions import ClientClosedError
 from ._http import httpx
 from ._own_pool import OwnAsyncClient, OwnClient, own_pool
 from ._pipeline import LogicalCall
+from ._policies.quota import SharedAsk
 from ._pool_life import given_pool, used_given_pool
 from ._read_within import await_within
 from ._streaming import AsyncStream, Stream, _StreamState
@@ -127,6 +128,8 @@ def _perform_sync(
     if isinstance(action, Sleep):
         core.clock.sleep(action.seconds)
         return None
+    if isinstance(action, SharedAsk):
+        return action.ask_sync()  # redis-py's socket timeouts bound it
     if isinstance(action, CheckTokens):
         return drive_precheck_sync(action.flow, http, call.deadline, core.max_response_bytes)
     assert isinstance(action, AwaitDiscovery) and core.discovery is not None
@@ -163,6 +166,8 @@ async def _perform_async(
     if isinstance(action, Sleep):
         await core.clock.asleep(action.seconds)
         return None
+    if isinstance(action, SharedAsk):
+        return await action.ask_async()  # redis.asyncio, within the store's timeout
     if isinstance(action, CheckTokens):
         return await drive_precheck_async(action.flow, http, call.deadline, core.max_response_bytes)
     assert isinstance(action, AwaitDiscovery) and core.discovery is not None

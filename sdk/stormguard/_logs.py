@@ -12,7 +12,10 @@ calls first wait for it and one when its limit is learned (or changes), naming t
 key by its fingerprint, never the key; with deployments of several tiers, one line
 when a model's calls leave their preferred tier (and why) and one when they
 return to it; and one line when a call moves to another model (a fallback), with
-why. At DEBUG also one line when the loop
+why. A Redis that shares the quotas and stops answering gets one WARNING (logged
+whatever ``STORMGUARD_LOG`` says, as Python logs warnings), and one INFO line when
+it answers again; both name its host and port, never a password. At DEBUG also one
+line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
 key a server echoes back is logged as ``[redacted]``.
@@ -32,6 +35,8 @@ __all__ = [
     "fell_back",
     "logger",
     "quota_learned",
+    "quota_redis_back",
+    "quota_redis_down",
     "quota_waiting",
     "retry_stopped",
     "retrying",
@@ -166,3 +171,20 @@ def tier_returned(*, model: str | None, tier: int) -> None:
             tier,
             model,
         )
+
+
+def quota_redis_down(*, where: str, error: str, retry: float) -> None:
+    """One WARNING when the Redis that shares the quotas fails (once per outage)."""
+    logger.warning(
+        "the Redis at %s that shares the quotas failed (%s): pacing each key in this"
+        " process alone, asking Redis again in %.1f s",
+        where,
+        error,
+        retry,
+    )
+
+
+def quota_redis_back(*, where: str) -> None:
+    """One INFO line when that Redis answers again."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("the Redis at %s answers again: the quotas are shared in it", where)

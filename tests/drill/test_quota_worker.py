@@ -109,3 +109,28 @@ def test_a_job_survives_its_json_line() -> None:
     assert again == job
     assert again.redis == ("127.0.0.1", 6380)
     assert again.limits.tpm == 60_000
+
+
+def test_the_stormguard_redis_rows_share_the_key_s_bucket_in_the_run_s_redis() -> None:
+    from stormguard_drill.quota_clients import (
+        REDIS_CLIENTS,
+        THREADED_CLIENTS,
+        SyncStormguardClient,
+        make_async_quota_client,
+    )
+    from stormguard_drill.quota_config import QuotaLimits
+
+    assert {"stormguard-sync+redis", "stormguard-async+redis"} <= REDIS_CLIENTS
+    assert "stormguard-sync+redis" in THREADED_CLIENTS
+    limits = QuotaLimits(tpm=60_000, rpm=3_000)
+    url = "http://127.0.0.1:1/v1"
+    shared = make_async_quota_client("stormguard-async+redis", url, 10.0, limits, ("h", 6380))
+    alone = make_async_quota_client("stormguard-async", url, 10.0, limits, ("h", 6380))
+    sync = SyncStormguardClient(url, 10.0, redis=("h", 6380))
+    try:
+        policies = [c._client._core.quota.policy for c in (shared, alone, sync)]  # type: ignore[attr-defined]
+        assert [p.redis_url for p in policies] == ["redis://h:6380/0", None, "redis://h:6380/0"]
+    finally:
+        asyncio.run(shared.aclose())
+        asyncio.run(alone.aclose())
+        sync.close()

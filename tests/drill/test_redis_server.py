@@ -68,3 +68,15 @@ def test_without_redis_server_the_error_says_how_to_install_it(
     monkeypatch.setattr(redis_server.shutil, "which", lambda name: None)
     with pytest.raises(RedisUnavailable, match="make setup-redis"):
         redis_server.start_redis()
+
+
+def test_killed_it_is_gone_at_once_and_starts_again_on_its_port() -> None:
+    with running_redis() as server:
+        server.kill()
+        assert server.process.poll() is not None and not server.ping()
+        again = redis_server.start_redis(port=server.port)
+        try:
+            assert again.port == server.port and again.ping()
+        finally:
+            again.stop()
+    assert not server.workdir.exists()

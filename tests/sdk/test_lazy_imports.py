@@ -44,6 +44,10 @@ LAZY = (
     "stormguard._discovery_endpoints",
     "stormguard._discovery_wait",
     "stormguard._dns_name",
+    # The quota shared in Redis: only with QuotaPolicy(redis_url=...), redis-py at the
+    # first call.
+    "redis",
+    "stormguard._policies.quota._redis",
 )
 
 #: A program that only makes sync calls never loads these (asyncio costs ~15 ms).

@@ -9,6 +9,10 @@ One module per job, each testable alone with an injected clock:
 * ``_signals``: what a response and a 429's message say of the quota;
 * ``_key``: ``KeyQuota``, one key's quota under one lock (the ``KeyState``
   interface: reserve, observe, refused, refund, withdraw), and the waiting calls;
+* ``_shared``: ``SharedKeyQuota``, one key's quota shared in Redis by every process
+  on it (``QuotaPolicy.redis_url``), with the local one kept for when Redis fails;
+* ``_redis``: ``RedisStore``, the bucket script, the connections and their health
+  (imported only when a Redis URL is set; redis-py is imported at the first call);
 * ``_registry``: ``QuotaRegistry``, the keys in use, process-wide and bounded;
 * ``_gate``: ``QuotaGate`` and ``CallQuota``, the call's side: its key, its cost,
   its place in line.
@@ -19,6 +23,7 @@ docs/quotas.md says what the policy does and why.
 from ._config import QuotaPolicy
 from ._gate import (
     CREDENTIAL_HEADERS,
+    REDIS_ENV,
     CallQuota,
     QuotaGate,
     estimate_cost,
@@ -27,11 +32,14 @@ from ._gate import (
 )
 from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
 from ._registry import QuotaRegistry, fingerprint, registry_for
+from ._shared import Grant, SharedAsk, SharedKeyQuota
 from ._signals import Refusal, refusal_of
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "REDIS_ENV",
     "CallQuota",
+    "Grant",
     "KeyQuota",
     "KeyState",
     "Pace",
@@ -41,6 +49,8 @@ __all__ = [
     "QuotaRegistry",
     "QuotaSnapshot",
     "Refusal",
+    "SharedAsk",
+    "SharedKeyQuota",
     "estimate_cost",
     "fingerprint",
     "output_tokens",

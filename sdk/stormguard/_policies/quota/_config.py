@@ -12,9 +12,9 @@ values that lost).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-__all__ = ["QuotaPolicy"]
+__all__ = ["REDIS_SCHEMES", "QuotaPolicy", "check_redis_url"]
 
 
 def _positive(name: str, value: object, *, integer: bool = False) -> None:
@@ -72,9 +72,19 @@ class QuotaPolicy:
     #: Calls that may wait for one key at once; past it a call fails at once with
     #: ``QuotaWaitError``, as the local queue's ``max_waiting`` bounds it.
     max_waiting: int = 4096
+    #: A Redis (or Valkey) server whose buckets every process on a key shares:
+    #: ``redis://[:password@]host:port/db``, ``rediss://`` (TLS) or ``unix://``. None:
+    #: ``$STORMGUARD_QUOTA_REDIS`` when set, else each process paces on its own.
+    #: Needs ``pip install 'stormguard[redis]'``; docs/quotas.md, "Many hosts: a
+    #: shared bucket in Redis". Not in the repr: a URL may hold a password.
+    redis_url: str | None = field(default=None, repr=False)
+    #: The most seconds one Redis call may take (and never past the call's deadline):
+    #: past it, or on any Redis error, the call is paced locally and Redis is asked
+    #: again after a back-off. A loopback or same-zone Redis answers in ~1 ms.
+    redis_timeout: float = 0.1
 
     def __post_init__(self) -> None:
-        for name in ("window", "drain", "reserve", "recheck"):
+        for name in ("window", "drain", "reserve", "recheck", "redis_timeout"):
             _positive(name, getattr(self, name))
         if self.reserve >= 1:
             raise ValueError(f"QuotaPolicy.reserve must be below 1, got {self.reserve!r}")
@@ -89,3 +99,24 @@ class QuotaPolicy:
         value = self.max_paced_retries
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ValueError(f"QuotaPolicy.max_paced_retries must be an int >= 0, got {value!r}")
+        if self.redis_timeout > 10:
+            raise ValueError(
+                f"QuotaPolicy.redis_timeout must be at most 10 s, got {self.redis_timeout!r}"
+            )
+        if self.redis_url is not None:
+            check_redis_url(self.redis_url)
+
+
+#: The URL schemes redis-py connects with.
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def check_redis_url(url: object) -> None:
+    """A Redis URL redis-py can connect to; the error never quotes it (a password)."""
+    if not isinstance(url, str):
+        raise TypeError(f"QuotaPolicy.redis_url must be a str or None, got {type(url).__name__}")
+    if not url.lower().startswith(REDIS_SCHEMES) or len(url) > 4096:
+        raise ValueError(
+            "QuotaPolicy.redis_url must be a redis://, rediss:// or unix:// URL"
+            " (e.g. redis://127.0.0.1:6379/0)"
+        )

@@ -98,6 +98,10 @@ class CubicRate:
         if self.on:
             self._level -= cost
 
+    def sent(self, now: float, cost: float) -> None:
+        """A send granted elsewhere (a shared bucket): measured, not taken locally."""
+        self._sends.append((now, cost))
+
     def give_back(self, cost: float) -> None:
         if self._sends:
             t, c = self._sends.pop()

@@ -22,8 +22,10 @@ heavier than the provider does sends ~10 % slower than the key allows.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import math
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
@@ -31,22 +33,29 @@ from typing import TYPE_CHECKING, Any
 
 from ... import _logs
 from ..._rate_limit_headers import RateLimit
-from ._config import QuotaPolicy
-from ._key import KeyQuota, Pace, QuotaKey, QuotaSnapshot
+from ._config import QuotaPolicy, check_redis_url
+from ._key import KeyState, Pace, QuotaKey, QuotaSnapshot
 from ._registry import fingerprint, registry_for
+from ._shared import Grant, SharedAsk
 from ._signals import readings, refusal_of
 
 if TYPE_CHECKING:
     from ..._clock import Clock
+    from ._redis import Reply
 
 __all__ = [
     "CREDENTIAL_HEADERS",
+    "REDIS_ENV",
     "CallQuota",
     "QuotaGate",
     "estimate_cost",
     "output_tokens",
     "prompt_estimate",
 ]
+
+#: The Redis URL a ``QuotaPolicy`` without ``redis_url`` shares its keys in (as
+#: botocore reads ``AWS_RETRY_MODE``): a fleet turns sharing on without a code change.
+REDIS_ENV = "STORMGUARD_QUOTA_REDIS"
 
 #: The headers that carry a credential, in the order they are read.
 CREDENTIAL_HEADERS = ("authorization", "api-key", "x-api-key")
@@ -101,9 +110,12 @@ class QuotaGate:
     """A client's way to the quotas of its keys (module doc)."""
 
     def __init__(self, policy: QuotaPolicy, clock: Clock) -> None:
+        policy = with_redis_from_env(policy)
         self.policy = policy
         self.now = clock.now
         self.registry = registry_for(policy, clock, clock.now)
+        #: Keys are shared in Redis: a key's state is made at its first call.
+        self.shared = self.registry.store is not None
         self._seq = itertools.count()
         self._named: dict[tuple[str | None, str, str], QuotaKey] = {}
         #: The keys this client's calls used, for ``stats()`` (bounded as the registry).
@@ -163,6 +175,25 @@ class QuotaGate:
         return tuple(found)
 
 
+def with_redis_from_env(policy: QuotaPolicy) -> QuotaPolicy:
+    """``policy`` with ``$STORMGUARD_QUOTA_REDIS`` as its ``redis_url`` when it sets
+    none; and a clear ``ImportError`` when a URL is set without the redis package."""
+    if policy.redis_url is None:
+        url = os.environ.get(REDIS_ENV, "").strip()
+        if not url:
+            return policy
+        try:
+            check_redis_url(url)
+        except ValueError:
+            raise ValueError(f"${REDIS_ENV} must be a redis://, rediss:// or unix:// URL") from None
+        policy = replace(policy, redis_url=url)
+    if importlib.util.find_spec("redis") is None:
+        raise ImportError(
+            "QuotaPolicy(redis_url=...) needs the redis package: pip install 'stormguard[redis]'"
+        )
+    return policy
+
+
 def _secret(credential: str | None) -> str | None:
     """The secret of a credential header (``Bearer sk-...`` reads as ``sk-...``)."""
     if not credential:
@@ -176,6 +207,7 @@ class CallQuota:
     """One call's place in its key's quota (used by one call's driver at a time)."""
 
     __slots__ = (
+        "_grant",
         "_granted",
         "_state",
         "_waiting",
@@ -191,9 +223,12 @@ class CallQuota:
         self.gate = gate
         self.key = key
         self.ticket = ticket
-        self._state: KeyQuota | None = None
+        self._state: KeyState | None = None
         #: The cost granted and not yet sent (refunded if the attempt never goes).
         self._granted = 0.0
+        #: What a shared bucket's reservation took for the current attempt (None: the
+        #: local state's, or nothing).
+        self._grant: Grant | None = None
         self._waiting = False
         #: Seconds waited for the quota: over the call, and before the current attempt.
         self.wait_s = 0.0
@@ -201,24 +236,41 @@ class CallQuota:
         #: Quota 429s this call went back to the pacer for.
         self.paced = 0
 
-    def state(self) -> KeyQuota | None:
+    def state(self) -> KeyState | None:
         """The key's quota once a signal turned it on (None: nothing to pace)."""
         if self._state is None:
             self._state = self.gate.registry.get(self.key)
         return self._state
 
-    def pace(self, cost: float, now: float, deadline: float) -> Pace | None:
-        """Ask for the call's share before an attempt: None, go now; else sleep
-        ``seconds`` and then send (``granted``) or ask again. Raises
-        ``QuotaWaitError`` when the deadline cannot be met."""
+    def pace(self, cost: float, now: float, deadline: float) -> Pace | SharedAsk | None:
+        """Ask for the call's share before an attempt: None, go now; a ``SharedAsk``,
+        do its I/O and hand its answer to ``answered``; else sleep ``seconds`` and then
+        send (``granted``) or ask again. Raises ``QuotaWaitError`` when the deadline
+        cannot be met."""
         state = self.state()
         if state is None:
             return None
+        self._grant = None
         try:
             pace = state.reserve(self.ticket, cost, now, deadline, self.attempt_wait)
         except BaseException:
             self._waiting = False
             raise
+        if isinstance(pace, SharedAsk):
+            return pace
+        return self._paced(pace, cost)
+
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException, now: float) -> Pace | None:
+        """The answer to the ``SharedAsk`` ``pace`` returned: as ``pace``'s."""
+        try:
+            pace = ask.state.answered(ask, reply, now)
+        except BaseException:
+            self._waiting = False
+            raise
+        self._grant = ask.grant
+        return self._paced(pace, ask.cost)
+
+    def _paced(self, pace: Pace, cost: float) -> Pace | None:
         self._waiting = not pace.granted
         if pace.granted:
             self._granted = cost
@@ -245,7 +297,7 @@ class CallQuota:
         if waiting:
             state.withdraw(self.ticket)
         if granted:
-            state.refund(granted)
+            state.refund(granted, self._grant)
 
     def observe(self, t_send: float, now: float, rate_limit: RateLimit, admitted: float) -> None:
         """A response's ``x-ratelimit-*`` headers (``admitted``: the call's cost when
@@ -263,6 +315,14 @@ class CallQuota:
             _logs.quota_learned(
                 key=self.key.fingerprint, model=self.key.model, dimension=dimension, limit=limit
             )
+
+    def charged(self, tokens: float, requests: float = 1.0) -> None:
+        """The provider answered the attempt and charged it ``tokens`` and ``requests``
+        (0, 0: nothing, as for a 4xx other than a quota 429): a shared bucket trues up
+        what it took for it."""
+        state = self._state
+        if state is not None:
+            state.charged(self._grant, tokens, requests)
 
     def refused(
         self,
@@ -285,7 +345,7 @@ class CallQuota:
         self.gate.used(self.key)
         self.paced += 1
         had_headers = readings(rate_limit) != (None, None)
-        return state.refused(t_send, now, refusal, wait, had_headers)
+        return state.refused(t_send, now, refusal, wait, had_headers, self._grant)
 
     def least_wait(self, cost: float, now: float) -> float:
         state = self.state()

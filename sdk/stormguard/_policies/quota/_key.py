@@ -3,10 +3,10 @@ lock: its two dimensions (``ShareController``), the 429-learned rate
 (``CubicRate``), the pause a quota 429 asks for, and the calls waiting for it.
 
 Its interface to the call (``reserve``, ``observe``, ``refused``, ``refund``,
-``withdraw``) is the ``KeyState`` protocol, so that a state shared between
-processes (a Redis bucket) can stand in for it. It never sleeps: ``reserve``
-returns a ``Pace`` (sleep this long, then send or ask again), and the call flow
-sleeps it (``_call_flow.Sleep``).
+``withdraw``) is the ``KeyState`` protocol, which the state shared between
+processes in Redis (``_shared.SharedKeyQuota``) offers too. It never sleeps:
+``reserve`` returns a ``Pace`` (sleep this long, then send or ask again), and the
+call flow sleeps it (``_call_flow.Sleep``).
 
 **Order.** Calls wait in ``x-priority`` order (critical, standard, sheddable),
 then by arrival: a call may take the key's room only when no call before it in
@@ -30,7 +30,7 @@ import bisect
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._aimd_limit import MAX_PAUSE_S
 from ..._exceptions import QuotaWaitError
@@ -39,6 +39,9 @@ from ._config import QuotaPolicy
 from ._cubic import CubicRate
 from ._share import ShareController
 from ._signals import Reading, Refusal
+
+if TYPE_CHECKING:
+    from ._shared import Grant, SharedAsk
 
 __all__ = ["DEFAULT_429_WAIT_S", "KeyQuota", "KeyState", "Pace", "QuotaKey", "QuotaSnapshot"]
 
@@ -116,13 +119,20 @@ class QuotaSnapshot:
     refused: int
     #: Seconds until a 429's pause ends (0: none).
     paused_for: float
+    #: Who paces the key: ``"local"`` (this process, from what it sees), ``"redis"``
+    #: (a bucket shared in Redis: ``QuotaPolicy.redis_url``), ``"local-fallback"``
+    #: (this process, while Redis does not answer).
+    backend: str = "local"
     #: What this client multiplies a prompt's bytes / 4 by to estimate its tokens,
     #: learned from the provider's counts (1.0 before any).
     prompt_scale: float = 1.0
 
 
 class KeyState(Protocol):
-    """One key's quota as a call uses it: what a shared (Redis) state must offer."""
+    """One key's quota as a call uses it: this process's own (``KeyQuota``) or one
+    shared in Redis (``SharedKeyQuota``), whose ``reserve`` may return the I/O to do
+    first (a ``SharedAsk``) and whose calls carry what their reservation took
+    (``grant``)."""
 
     key: QuotaKey
 
@@ -133,16 +143,22 @@ class KeyState(Protocol):
         now: float,
         deadline: float,
         waited: float = 0.0,
-    ) -> Pace:
+    ) -> Pace | SharedAsk:
         """Take ``cost`` tokens and one request for the call ``ticket`` (rank, arrival),
         or say how long to sleep (``waited``: what the attempt has waited already);
         raise ``QuotaWaitError`` when its deadline cannot be met."""
 
+    def answered(self, ask: SharedAsk, reply: Any, now: float) -> Pace:
+        """The answer to a ``SharedAsk`` ``reserve`` returned: as ``reserve``'s."""
+
     def withdraw(self, ticket: tuple[int, int]) -> None:
         """The call stopped waiting (cancelled, refused elsewhere)."""
 
-    def refund(self, cost: float) -> None:
+    def refund(self, cost: float, grant: Grant | None = None) -> None:
         """A granted call that was never sent: its cost goes back."""
+
+    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
+        """What the provider charged a sent call it answered (0, 0: nothing)."""
 
     def observe(
         self,
@@ -154,9 +170,28 @@ class KeyState(Protocol):
         """A response's headers; returns the limits newly learned (dimension, limit)."""
 
     def refused(
-        self, t_send: float, now: float, refusal: Refusal, wait: float | None, had_headers: bool
+        self,
+        t_send: float,
+        now: float,
+        refusal: Refusal,
+        wait: float | None,
+        had_headers: bool,
+        grant: Grant | None = None,
     ) -> float:
         """A quota 429; returns the pause it set (seconds, jittered)."""
+
+    def least_wait(self, now: float, cost: float) -> float:
+        """The lower bound of a wait for ``cost``."""
+
+    def snapshot(self, now: float) -> QuotaSnapshot:
+        """A frozen copy, for ``client.stats()``."""
+
+    def view(self) -> tuple[float, float | None, float | None]:
+        """This process's share and the key's last ``remaining``, for a span."""
+
+    @property
+    def active(self) -> bool:
+        """Whether a call waits for the key (it is not evicted then)."""
 
 
 class KeyQuota:
@@ -272,11 +307,18 @@ class KeyQuota:
             if index < len(self._order) and self._order[index] == ticket:
                 self._remove(index)
 
-    def refund(self, cost: float) -> None:
+    def answered(self, ask: SharedAsk, reply: Any, now: float) -> Pace:
+        raise AssertionError("a local quota asks nothing of Redis")  # pragma: no cover
+
+    def refund(self, cost: float, grant: Grant | None = None) -> None:
         with self._lock:
             self.tokens.give_back(cost)
             self.requests.give_back(1.0)
             self.cubic.give_back(cost)
+
+    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
+        """Nothing to do here: the share counts what the provider charged as ``observe``
+        is told it."""
 
     def least_wait(self, now: float, cost: float) -> float:
         """The lower bound of a wait for ``cost`` (module doc, "Bounds")."""
@@ -310,7 +352,13 @@ class KeyQuota:
         return learned
 
     def refused(
-        self, t_send: float, now: float, refusal: Refusal, wait: float | None, had_headers: bool
+        self,
+        t_send: float,
+        now: float,
+        refusal: Refusal,
+        wait: float | None,
+        had_headers: bool,
+        grant: Grant | None = None,
     ) -> float:
         """A quota 429 for the request sent at ``t_send``. Its message's limit and
         level stand in for headers it lacked; the 429-learned rate drops (a 429
@@ -333,6 +381,22 @@ class KeyQuota:
             self._floor_until = max(self._floor_until, now + base)
             self._not_before = max(self._not_before, now + pause)
             return pause
+
+    def hold(self, until: float) -> None:
+        """No call before ``until``: a pause another process's 429 asked for (told by
+        the shared state, at most ``MAX_PAUSE_S`` away), kept here for when this
+        process paces alone."""
+        with self._lock:
+            self._not_before = max(self._not_before, until)
+            self._floor_until = max(self._floor_until, until)
+
+    def shadow(self, at: float, cost: float) -> None:
+        """A send the shared state granted: counted as this process's own (its share and
+        its measured send rate), without taking from the local buckets."""
+        with self._lock:
+            self.tokens.sent_total += cost
+            self.requests.sent_total += 1.0
+            self.cubic.sent(at, cost)
 
     # -- reading it ----------------------------------------------------------------
 

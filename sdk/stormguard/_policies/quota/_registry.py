@@ -11,6 +11,10 @@ own, so tests do not share pacing). A key enters it on its first quota signal
 Keys are kept by fingerprint: the first 12 hex digits of the credential's SHA-256
 (the label the reference server gives a key in its metrics and 429s), never the
 credential.
+
+With ``QuotaPolicy.redis_url`` the registry holds one ``RedisStore`` (the server's
+connections and health) and a ``SharedKeyQuota`` per key, made at the key's first
+call rather than its first signal: another process may have learned the key's limit.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..._fork import fork_safe_lock
 from ._config import QuotaPolicy
-from ._key import KeyQuota, QuotaKey
+from ._key import KeyQuota, KeyState, QuotaKey
+
+if TYPE_CHECKING:
+    from ._redis import RedisStore
 
 __all__ = ["QuotaRegistry", "fingerprint", "registry_for"]
 
@@ -41,30 +49,43 @@ def fingerprint(secret: str) -> str:
 
 
 class QuotaRegistry:
-    """One ``KeyQuota`` per (key, host, model) in use, at most ``policy.max_keys``
-    (plus any a call waits on beyond it), the least recently used dropped first."""
+    """One ``KeyQuota`` (or ``SharedKeyQuota``) per (key, host, model) in use, at most
+    ``policy.max_keys`` (plus any a call waits on beyond it), the least recently used
+    dropped first."""
 
     def __init__(self, policy: QuotaPolicy, *, rng: random.Random | None = None) -> None:
         self.policy = policy
         self._rng = rng
         self._lock = fork_safe_lock()
-        self._states: OrderedDict[QuotaKey, KeyQuota] = OrderedDict()
+        self._states: OrderedDict[QuotaKey, KeyState] = OrderedDict()
+        #: The Redis the keys are shared in (None: each process paces alone).
+        self.store: RedisStore | None = None
+        if policy.redis_url is not None:
+            from ._redis import RedisStore
+
+            self.store = RedisStore(policy.redis_url, policy.redis_timeout, rng=rng)
         #: Keys dropped to make room.
         self.evicted = 0
 
-    def get(self, key: QuotaKey) -> KeyQuota | None:
+    def get(self, key: QuotaKey) -> KeyState | None:
         """The key's quota, if a signal has turned it on (a dict look-up, no lock)."""
         return self._states.get(key)
 
-    def activate(self, key: QuotaKey) -> KeyQuota:
+    def activate(self, key: QuotaKey) -> KeyState:
         """The key's quota, made on its first quota signal; the least recently used
         with no waiter goes past ``max_keys``."""
         with self._lock:
-            state = self._states.get(key)
-            if state is not None:
+            found = self._states.get(key)
+            if found is not None:
                 self._states.move_to_end(key)
-                return state
-            state = KeyQuota(key, self.policy, self._rng)
+                return found
+            state: KeyState
+            if self.store is not None:
+                from ._shared import SharedKeyQuota
+
+                state = SharedKeyQuota(key, self.policy, self.store, self._rng)
+            else:
+                state = KeyQuota(key, self.policy, self._rng)
             self._states[key] = state
             if len(self._states) > self.policy.max_keys:
                 for old, candidate in list(self._states.items()):
