@@ -70,7 +70,7 @@ class CallPacing(CallEvents):
         self.machine.step("pace")
         return quota.pace(self.quota_cost(), self.core.clock.now(), self.deadline.at)
 
-    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | None:
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | SharedAsk | None:
         """The answer to the ``SharedAsk`` ``pace`` returned (a Redis reply, or the
         error that stood for it): as ``pace``'s."""
         assert self._quota is not None

@@ -13,7 +13,8 @@ from ._exceptions import CircuitOpenError, QuotaWaitError
 if TYPE_CHECKING:
     from ._breaker import Permit
     from ._endpoints import EndpointState
-    from ._policies.quota import Pace
+    from ._policies.quota import Pace, SharedAsk
+    from ._policies.quota._redis import Reply
 
 
 __all__ = ["EndpointChoice"]
@@ -129,7 +130,7 @@ class EndpointChoice(CallPacing):
                 reasons.append(f"{state.name} circuit open")
         return ", ".join(reasons) or "no endpoint in rotation"
 
-    def pace(self) -> Pace | None:
+    def pace(self) -> Pace | SharedAsk | None:
         """``CallPacing.pace``; with deployments, for the key of the deployment the
         attempt will go to (chosen now), and past a deployment whose key cannot fit
         the call's deadline (``QuotaWaitError``) to the next that can take it."""
@@ -149,6 +150,18 @@ class EndpointChoice(CallPacing):
                 if not self._skip_credential_of(self._next_target):
                     raise
                 self._next_target = None
+
+    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | SharedAsk | None:
+        """``CallPacing.answered``; with deployments, a key shared in Redis that cannot
+        fit the call's deadline passes the call to the next deployment, as ``pace``."""
+        try:
+            return super().answered(ask, reply)
+        except QuotaWaitError:
+            target = self._next_target
+            if not self.core.tiered or target is None or not self._skip_credential_of(target):
+                raise
+            self._next_target = None
+        return self.pace()
 
     def _skip_credential_of(self, failed: EndpointState) -> bool:
         """This call uses no endpoint sending ``failed``'s credential again (its key

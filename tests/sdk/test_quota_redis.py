@@ -40,6 +40,7 @@ from stormguard._rate_limit_headers import NO_RATE_LIMIT
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 from tests.sdk.quota_shared_sim import run_shared
+from tests.sdk.test_providers import ANY, Providers, chat, client_of
 
 #: Redis's clock is the test's FakeClock, from this epoch.
 EPOCH = 1_750_000_000.0
@@ -683,3 +684,28 @@ def test_a_redis_url_without_the_redis_package_says_what_to_install(
     )
     with pytest.raises(ImportError, match=r"stormguard\[redis\]"):
         stormguard.Client(base_url="http://test.invalid/v1", api_key="sk-x", quota=policy())
+
+
+async def test_a_deployment_whose_shared_key_cannot_fit_the_deadline_passes_the_call_on(
+    shared_api: Api, server: Any
+) -> None:
+    """As without Redis: OpenAI's key is paused for 30 s, a call with 10 s left goes
+    to Azure's deployment (its own key) instead of failing with QuotaWaitError."""
+    api = shared_api
+    limited = httpx.Response(
+        429,
+        headers={"retry-after": "30"},
+        json={"error": {"message": "Rate limit reached", "code": "rate_limit_exceeded"}},
+    )
+    providers = Providers(openai=lambda request: limited)
+    with respx.mock(assert_all_called=False) as router:
+        router.post(url__regex=ANY).mock(side_effect=providers)
+        client = client_of(api, timeout=10.0, quota=policy())
+        first = await chat(api, client)
+        second = await chat(api, client)
+    assert [(a.deployment, a.outcome) for a in first.attempt_history] == [
+        ("openai", "paced"),
+        ("azure", "ok"),
+    ]
+    assert [a.deployment for a in second.attempt_history] == ["azure"]
+    assert providers.hosts() == ["openai", "azure", "azure"]
