@@ -1,7 +1,8 @@
 # One command sets up and runs the tests (`make test`), one sets up and runs the
 # main job (`make demo`: the reference server and a client against it).
 # `make test` leaves out the drill's end-to-end tests (marker `drill`, ~2 minutes
-# on 2 cores): `make test-drill` runs them.
+# on 2 cores): `make test-drill` runs them; and the longest end-to-end runs (marker
+# `slow`, ~2 minutes): `make test-slow` runs them.
 # `make test-vllm` sets up real vLLM (CPU build) in its own venv and runs the
 # tests against it (docs/vllm.md).
 # `make test-frameworks` sets up LangChain, pydantic-ai, the OpenAI Agents SDK (on
@@ -25,7 +26,7 @@ FW2_VENV ?= .venv-frameworks-openai2
 FW2_PY := $(FW2_VENV)/bin/python
 FW2_STAMP := $(FW2_VENV)/.installed
 
-.PHONY: setup test lint unit unasync test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
+.PHONY: setup test lint unit unasync test-slow test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +44,10 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 unit: $(STAMP)
-	$(PY) -m pytest -m "not drill and not frameworks" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not drill and not frameworks and not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m "slow and not drill and not frameworks" $(PYTEST_ARGS)
 
 test: lint unit
 

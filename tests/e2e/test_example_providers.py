@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.test_examples import run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_providers_failover_example() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.e2e.test_examples import run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_stream_timeouts_example() -> None:

@@ -55,6 +55,7 @@ def test_discovery_example_keeps_each_class_in_its_pool_and_spills_batch_work() 
     assert "10 calls" in out
 
 
+@pytest.mark.slow
 def test_quota_batch_example_paces_processes_on_one_key_without_429s() -> None:
     # 3 processes x 4 threads, 60 calls of ~215 tokens on 12,000 TPM: past the first
     # minute's bucket, ~6 s at the key's rate. Unpaced, 12 calls in flight spend the

@@ -313,6 +313,7 @@ def served(answer: Any) -> bool:
     return bool(answer.choices[0].message.content)
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lefts=left_objects)
 def test_async_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list[Left]) -> None:
@@ -329,6 +330,7 @@ def test_async_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list
     asyncio.run(example())
 
 
+@pytest.mark.slow
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lefts=left_objects)
 def test_sync_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list[Left]) -> None:
@@ -345,6 +347,7 @@ def test_sync_nothing_left_unclosed_leaks(reference: RunningServer, lefts: list[
     asyncio.run(example())
 
 
+@pytest.mark.slow
 async def test_openai_streams_left_unclosed_over_the_transport(server: FlakyServer) -> None:
     """openai-python's ``AsyncOpenAI`` over ``stormguard.async_httpx_client()``: its
     streams left unclosed give back their slots too (stormguard's stream is under them),

@@ -31,7 +31,7 @@ from stormguard_server.quota import key_label
 from tests.e2e.conftest import start_redis_or_skip
 from tests.e2e.server_process import RunningServer, run_server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MODEL = "stormguard-sim"
 MESSAGES = [{"role": "user", "content": "Summarize the report."}]

@@ -45,6 +45,7 @@ async def hold_budget(client: httpx.AsyncClient, server: RunningServer, tokens: 
             pass
 
 
+@pytest.mark.slow
 async def test_flood_keeps_queue_bounded_and_memory_flat(stormguard_server_factory: Start) -> None:
     server = stormguard_server_factory("--max-queue-requests", "64", "--max-queue-wait-s", "30")
     n = 2000
