@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
@@ -415,6 +415,22 @@ def _quota_clients(args: argparse.Namespace, skipped: dict[str, str]) -> list[Qu
     return clients
 
 
+def _run_and_report(
+    drill: Coroutine[Any, Any, dict[str, Any]], out: Path, scenario: str, stopped: str
+) -> dict[str, Any]:
+    """Run a scenario's drill; write its JSON and table, print the table. Ctrl-C says
+    what was ``stopped`` and exits 130."""
+    try:
+        document = asyncio.run(drill)
+    except KeyboardInterrupt:
+        print(f"interrupted: {stopped}", file=sys.stderr)
+        raise SystemExit(130) from None
+    write_json(out / "drill.json", document)
+    (out / "table.md").write_text(markdown_table(document["pairings"], scenario) + "\n")
+    print(table(document["pairings"], scenario))
+    return document
+
+
 def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
     for flag in ("calls", "workers"):
         value = getattr(args, flag)
@@ -432,14 +448,12 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
     out: Path = args.out or Path("bench/results") / f"drill-quota-{mode}"
     skipped: dict[str, str] = {}
     clients = _quota_clients(args, skipped)
-    try:
-        document = asyncio.run(quota_drill(config, out, clients, skipped))
-    except KeyboardInterrupt:
-        print("interrupted: every server, Redis and worker process was stopped", file=sys.stderr)
-        raise SystemExit(130) from None
-    write_json(out / "drill.json", document)
-    (out / "table.md").write_text(markdown_table(document["pairings"], "quota") + "\n")
-    print(table(document["pairings"], "quota"))
+    document = _run_and_report(
+        quota_drill(config, out, clients, skipped),
+        out,
+        "quota",
+        "every server, Redis and worker process was stopped",
+    )
     for pairing, error in document["failed"].items():
         print(f"FAILED (left out of the table): {pairing}: {error}", file=sys.stderr)
     workload = config.workload
@@ -476,14 +490,9 @@ def _outage_main(args: argparse.Namespace, mode: Mode) -> None:
     out: Path = args.out or Path("bench/results") / f"drill-outage-{mode}"
     skipped: dict[str, str] = {}
     clients = _outage_clients(args, skipped)
-    try:
-        document = asyncio.run(outage_drill(config, out, clients, skipped))
-    except KeyboardInterrupt:
-        print("interrupted: every server was stopped", file=sys.stderr)
-        raise SystemExit(130) from None
-    write_json(out / "drill.json", document)
-    (out / "table.md").write_text(markdown_table(document["pairings"], "outage") + "\n")
-    print(table(document["pairings"], "outage"))
+    document = _run_and_report(
+        outage_drill(config, out, clients, skipped), out, "outage", "every server was stopped"
+    )
     for pairing in document["pairings"]:
         if pairing["fault_errors"]:
             print(f"faults not done ({pairing['client']}): {pairing['fault_errors']}")
