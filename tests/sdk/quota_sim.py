@@ -114,9 +114,16 @@ def run(
     seed: int = 1,
     policy: QuotaPolicy | None = None,
     stagger: float = 0.2,
+    delay: float = 0.0,
+    read_at: str = "admission",
     on_response: Callable[[int, float], None] | None = None,
 ) -> Outcome:
-    """``calls`` calls of ``cost`` tokens spread over ``processes`` x ``workers``."""
+    """``calls`` calls of ``cost`` tokens spread over ``processes`` x ``workers``.
+
+    ``delay``: the provider admits a request up to this many seconds after the client
+    stamped it sent (a loaded host). ``read_at``: when an answer's ``x-ratelimit-*``
+    values are read, ``"admission"`` (the level the request left) or ``"response"``
+    (the level when the answer is written, as the reference server does)."""
     rng = random.Random(seed)
     policy = policy or QuotaPolicy()
     key = SimKey(tpm, rpm)
@@ -163,14 +170,26 @@ def run(
         at(now + pace.seconds, lambda: send(p, start, ticket, 0.0))
 
     def send(p: int, start: float, ticket: tuple[int, int], waited: float) -> None:
+        # The client stamps its send now; the provider admits it up to ``delay`` later
+        # (a loaded host, the network), so its order there is not the stamps' order.
         t_send = clock[0]
+        if delay > 0:
+            at(t_send + rng.uniform(0, delay), lambda: admit(p, start, ticket, waited, t_send))
+        else:
+            admit(p, start, ticket, waited, t_send)
+
+    def admit(p: int, start: float, ticket: tuple[int, int], waited: float, t_send: float) -> None:
         out.requests += 1
-        if key.admit(t_send, cost):
+        if key.admit(clock[0], cost):
             found = key.readings() if headers else (None, None)
 
             def answered() -> None:
+                seen = found
+                if headers and read_at == "response":
+                    key._refill(clock[0])
+                    seen = key.readings()
                 if headers or made[p] is not None:
-                    quota(p).observe(t_send, clock[0], found, cost)
+                    quota(p).observe(t_send, clock[0], seen, cost)
                 out.ok += 1
                 out.last = clock[0]
                 out.waits.append(waited)
@@ -178,7 +197,7 @@ def run(
                     on_response(p, clock[0])
                 worker(p)
 
-            at(t_send + latency, answered)
+            at(clock[0] + latency, answered)
             return
         found = key.readings() if headers else (None, None)
         refusal, exact = key.refusal(cost)
@@ -194,7 +213,7 @@ def run(
             quota(p).refused(t_send, clock[0], refusal, wait or refusal.retry_in, headers)
             attempt(p, start, ticket, waited)
 
-        at(t_send + 0.02, refused)
+        at(clock[0] + 0.02, refused)
 
     for p in range(processes):
         for _ in range(workers):

@@ -109,6 +109,37 @@ def test_a_measured_share_is_own_admitted_over_what_the_key_spent() -> None:
     assert dim.share == pytest.approx(1 / 3, rel=0.1)
 
 
+def _burst_then_paced(read_when_answering: bool) -> ShareController:
+    """One of 16 processes on a 60,000 TPM key: 8 sends of 310 at t=0 before any
+    header (128 in all, admitted in turn, this process's every 16th), then one paced
+    send a second by each process; answers take 0.5 s."""
+    dim = share()
+    level = 60_000.0
+    for k in range(128):
+        level -= 310
+        if k % 16 == 3:  # this process's: read as admitted, or all after the burst
+            seen = 20_320 + 500 + k if read_when_answering else level
+            dim.observe(0.001 * k, 0.5 + 0.001 * k, 60_000, seen, 310)
+    for second in range(1, 5):
+        dim.take(310)
+        level = 20_320 + 1_000 * second - 16 * 310 * second
+        seen = level + 500 if read_when_answering else level
+        dim.observe(float(second), second + 0.5, 60_000, seen, 310)
+    return dim
+
+
+@pytest.mark.parametrize("read_when_answering", [False, True])
+def test_a_burst_before_pacing_counts_once_whenever_the_provider_read_its_level(
+    read_when_answering: bool,
+) -> None:
+    # Read as each request was admitted (OpenAI's may be), the burst's levels spread
+    # over every process's part and measure from it; read when answering (the
+    # reference server), they bunch after it, each with this process's 8 sends in:
+    # counted again from there, the share read 0.5 and 16 processes sent 8 x the key.
+    dim = _burst_then_paced(read_when_answering)
+    assert dim.share == pytest.approx(1 / 16, rel=0.3)
+
+
 def test_a_silent_share_doubles_per_window() -> None:
     dim = share()
     dim.take(100)
@@ -491,6 +522,22 @@ def test_processes_converge_on_their_shares_of_a_key_that_sends_headers(
     outcome = quota_sim.run(processes=processes, **limits)  # type: ignore[arg-type]
     assert outcome.ok == outcome.calls and outcome.failed == 0
     assert outcome.refused <= 2  # 0 in simulation; a little room
+    assert outcome.x_ideal <= 1.2
+
+
+@pytest.mark.parametrize("processes", [4, 16])
+@pytest.mark.parametrize("bound", ["tpm", "rpm"])
+def test_processes_converge_when_the_provider_reads_its_level_as_it_answers(
+    processes: int, bound: str
+) -> None:
+    # The reference server writes x-ratelimit-remaining when it answers, after every
+    # request sent meanwhile; and a loaded host sends up to 0.1 s after it stamps.
+    limits = {"tpm": 60_000, "rpm": 10_000} if bound == "tpm" else {"tpm": 10**7, "rpm": 200}
+    outcome = quota_sim.run(
+        processes=processes, read_at="response", delay=0.1, stagger=0.06, **limits
+    )  # type: ignore[arg-type]
+    assert outcome.ok == outcome.calls and outcome.failed == 0
+    assert outcome.refused <= 2  # 0 in simulation (28-35 before the burst counted once)
     assert outcome.x_ideal <= 1.2
 
 

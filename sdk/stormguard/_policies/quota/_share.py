@@ -8,7 +8,10 @@ spends: over a window of its own observations, each stamped with the send time
 of the request it answered (when the provider charged it), the key spent
 D = R_first - R_last + rho * (t_last - t_first), while this process's requests
 admitted in that interval cost S: its share is f = S / D. Every process measuring
-so gets shares that sum to about 1, whatever their number.
+so gets shares that sum to about 1, whatever their number. (A process that sends
+less than once a window keeps its last two readings, up to ``_SPARSE`` windows;
+the answers to a burst sent before it paced are measured from only as
+``_measure`` says.)
 
 The key as a whole may spend A = rho + (R - low) / drain per second: the refill,
 plus the surplus above a small reserve (``low``) spent over ``drain`` seconds; below
@@ -48,6 +51,8 @@ _FULL = 0.98
 #: A share read between two 429s (no headers) needs this many of the largest
 #: cost of this process's own admitted sends between them.
 _MIN_OWN = 2.0
+#: A reading older than a window is kept for a second one up to this many windows.
+_SPARSE = 3.0
 
 
 class ShareController:
@@ -56,6 +61,8 @@ class ShareController:
 
     __slots__ = (
         "_admitted",
+        "_burst",
+        "_burst_charged",
         "_charged",
         "_drain",
         "_from_refusals",
@@ -66,6 +73,7 @@ class ShareController:
         "_measured",
         "_obs",
         "_observed_t",
+        "_paced_from",
         "_window",
         "limit",
         "remaining",
@@ -88,6 +96,11 @@ class ShareController:
         self.remaining = 0.0
         self.remaining_t = -math.inf
         self._observed_t = -math.inf
+        self._paced_from = -math.inf
+        #: The readings of the answers to requests sent before this process paced
+        #: the key, and what those requests were charged.
+        self._burst: list[tuple[float, float]] = []
+        self._burst_charged = 0.0
         self._obs: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
         self._admitted: deque[tuple[float, float]] = deque(maxlen=_MAX_SAMPLES)
         #: This process's share of the key, and the send time it was measured at.
@@ -128,6 +141,8 @@ class ShareController:
         ``refusal``: read from a 429's message, the only word of a provider that
         sends no headers. Returns whether the limit changed (a new rate learned)."""
         first = self.limit is None
+        if first:
+            self._paced_from = now
         self._from_refusals = refusal
         self._observed_t = max(self._observed_t, now)
         changed = limit != self.limit
@@ -137,11 +152,20 @@ class ShareController:
             self.remaining, self.remaining_t = remaining, t_send
         if admitted > 0:
             self._admitted.append((t_send, admitted))
-        self._obs.append((t_send, remaining))
+        if t_send >= self._paced_from:
+            self._obs.append((t_send, remaining))
+        elif len(self._burst) < _MAX_SAMPLES:
+            self._burst.append((t_send, remaining))
+            self._burst_charged += admitted
         newest = max(self.remaining_t, t_send)
+        # A window of readings, but at least two while the older is at most
+        # ``_SPARSE`` windows old: a process that sends less often than once a window
+        # (many processes on a small key) still measures its share.
         while self._obs and self._obs[0][0] < newest - self._window:
+            if len(self._obs) <= 2 and self._obs[0][0] >= newest - _SPARSE * self._window:
+                break
             self._obs.popleft()
-        while self._admitted and self._admitted[0][0] < newest - 2 * self._window:
+        while self._admitted and self._admitted[0][0] < newest - (_SPARSE + 1) * self._window:
             self._admitted.popleft()
         self._measure()
         if first:
@@ -177,9 +201,26 @@ class ShareController:
         while self._admitted and self._admitted[0][0] < t_send - 2 * self._window:
             self._admitted.popleft()
 
+    def _burst_points(self, since: float) -> list[tuple[float, float]]:
+        """The burst's readings a share may be measured from (see ``_measure``)."""
+        if not self._burst or self._burst[-1][0] < since:
+            return []
+        levels = [r for _, r in self._burst]
+        if max(levels) - min(levels) <= self._burst_charged:
+            return []
+        return [point for point in self._burst if point[0] >= since]
+
     def _measure(self) -> None:
         assert self.limit is not None
-        points = sorted(self._obs)
+        # The answers to a burst sent before this process paced the key (the start of
+        # a batch) are measured from only when their levels tell when the provider
+        # read them. Read as it admitted each request, they are spread over the whole
+        # burst of every process, wider than this process's own part of it, and each
+        # counts its own sends exactly by their send times. Read when it answered
+        # (the reference server does), they bunch after the whole burst, this
+        # process's own sends already in each, and a share measured from one of them
+        # would count those sends twice: 0.5 where 1/16 was right.
+        points = sorted([*self._obs, *self._burst_points(self.remaining_t - self._window)])
         if len(points) < 2 or max(r for _, r in points) >= _FULL * self.limit:
             return
         (t1, r1), (t2, r2) = points[0], points[-1]
