@@ -219,7 +219,22 @@ class CallPacing(CallEvents):
         if gate is None:
             return
         charged = status < 300 or status >= 500
-        if self.rate_limit is not NO_RATE_LIMIT:
+        if self.rate_limit is NO_RATE_LIMIT:
+            # No headers: the send counts in the key's share once a 429 has turned its
+            # pacing on, and before, in what this process sent (the first 429 starts
+            # from it: docs/quotas.md, "Without headers").
+            if charged:
+                if self._quota is not None:
+                    self._quota.observe(
+                        self._started, self.core.clock.now(), NO_RATE_LIMIT, self.quota_cost()
+                    )
+                else:
+                    key = self._key()
+                    if key is not None:
+                        gate.registry.unpaced(
+                            key, self._started, self.core.clock.now(), self.quota_cost()
+                        )
+        else:
             quota = self._quota_call(gate)
             if quota is not None:
                 quota.observe(

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from stormguard import QuotaWaitError
 from stormguard._policies.quota import KeyQuota, QuotaKey, QuotaPolicy
 from stormguard._policies.quota._signals import Reading, Refusal
+from stormguard._policies.quota._tally import SendTally
 
 __all__ = ["Outcome", "SimKey", "run"]
 
@@ -130,11 +131,14 @@ def run(
     # As in a client, a process's ``KeyQuota`` is made by the key's first quota signal
     # (an answer with headers, a 429); until then its calls go unpaced.
     made: list[KeyQuota | None] = [None] * processes
+    # What each process's answers cost before its pacing turned on (the registry's).
+    tallies = [SendTally() for _ in range(processes)]
 
     def quota(p: int) -> KeyQuota:
         state = made[p]
         if state is None:
-            state = made[p] = KeyQuota(KEY, policy, random.Random(seed * 1000 + p))
+            rng_p = random.Random(seed * 1000 + p)
+            state = made[p] = KeyQuota(KEY, policy, rng_p, tallies[p])
         return state
 
     events: list[tuple[float, int, Callable[[], None]]] = []
@@ -190,6 +194,8 @@ def run(
                     seen = key.readings()
                 if headers or made[p] is not None:
                     quota(p).observe(t_send, clock[0], seen, cost)
+                else:
+                    tallies[p].add(t_send, cost)
                 out.ok += 1
                 out.last = clock[0]
                 out.waits.append(waited)

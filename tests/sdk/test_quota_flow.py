@@ -116,9 +116,11 @@ async def test_a_quota_429_goes_back_to_the_pacer_outside_the_retry_budget(
     result = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert route.call_count == 2 and result.attempts == 2
     assert [a.outcome for a in result.attempt_history] == ["paced", "ok"]
-    assert 2.0 <= result.attempt_history[1].quota_wait <= 3.0  # the wait, jittered x1-1.5
+    # The wait, jittered x1-1.5, then the call's cost at the key's rate (no headers:
+    # the share of 10,000 tokens a second the 429 taught): ~0.04 s.
+    assert 2.0 <= result.attempt_history[1].quota_wait <= 3.1
     assert result.attempt_history[1].delay_before == 0.0  # no backoff: the pacer's wait
-    assert 2.0 <= api.clock.now() <= 3.0
+    assert 2.0 <= api.clock.now() <= 3.1
     sent = [c.request.headers["x-stormguard-attempt"] for c in route.calls]
     assert sent == ["1", "1"]  # never processed: not a retry
     stats = client.stats()
@@ -134,6 +136,30 @@ async def test_a_quota_429_without_a_wait_waits_its_message_s_try_again_in(
     result = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert [a.outcome for a in result.attempt_history] == ["paced", "ok"]
     assert 3.0 <= api.clock.now() <= 4.5  # "Please try again in 3s", jittered
+
+
+async def test_without_headers_the_first_429_paces_to_the_part_this_process_sent(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    # A provider without x-ratelimit-* headers says nothing of the key until a 429,
+    # whose message names its limit and level. What this process's answers cost
+    # before (five calls of ~300 tokens) over what the key spent (6,000 - 10) is its
+    # part of the key: ~0.25. Not counted, it would pace as if it were alone.
+    spent = json.loads(json.dumps(RATE))
+    spent["error"]["message"] = spent["error"]["message"].replace(
+        "Limit 600000, Used 599990", "Limit 6000, Used 5990"
+    )
+    replies = [*(ok() for _ in range(5)), refused(spent), ok()]
+    mock.post("/chat/completions").mock(side_effect=replies)
+    client = api.client()
+    for _ in range(6):
+        await api.run(client.chat.completions.create(messages=MESSAGES))
+    (snapshot,) = client.stats().quota
+    assert snapshot.mode == "429s" and snapshot.paced_429s == 1
+    assert snapshot.limit_tokens == 6000
+    # ~1,500 of ~6,000 spent, cut by the 429 to 0.8 of it: ~0.2 of the key's refill.
+    assert 0.1 < snapshot.share_tokens < 0.3
+    assert snapshot.rate_tokens == pytest.approx(snapshot.share_tokens * 100, rel=0.01)
 
 
 async def test_paced_retries_stop_at_their_cap_then_a_429_is_an_ordinary_retry(

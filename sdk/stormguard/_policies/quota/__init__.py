@@ -5,7 +5,12 @@ One module per job, each testable alone with an injected clock:
 * ``_config``: ``QuotaPolicy``, the knobs and the reason for each default;
 * ``_share``: ``ShareController``, one dimension paced to the ``x-ratelimit-*``
   headers by this process's measured share of the key;
-* ``_cubic``: ``CubicRate``, the rate learned from 429s alone (AWS's adaptive mode);
+* ``_refusal_share``: ``RefusalShare``, the share of the key's refill paced to when
+  only 429s read the key (no headers), started from ``_tally``'s ``SendTally``, what
+  this process sent before;
+* ``_cubic``: ``CubicRate``, a rate learned from 429s whose message says nothing
+  (AWS's adaptive mode), and the cap a 429 puts on headers that said there was room;
+* ``_pace_bucket``: ``PaceBucket``, the local token bucket sends are paced through;
 * ``_signals``: what a response and a 429's message say of the quota;
 * ``_key``: ``KeyQuota``, one key's quota under one lock (the ``KeyState``
   interface: reserve, observe, refused, refund, withdraw), and the waiting calls;

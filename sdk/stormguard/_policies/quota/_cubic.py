@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
+from ._pace_bucket import PaceBucket
+
 __all__ = ["BETA", "MAX_GROWTH", "RECOVER_S", "CubicRate"]
 
 #: The drop on a throttle (botocore's beta).
@@ -38,7 +40,7 @@ _FLOOR = 0.05
 class CubicRate:
     """One key's send rate, in cost per second, from its throttles."""
 
-    __slots__ = ("_level", "_level_t", "_sends", "on", "t_throttle", "w_max")
+    __slots__ = ("_bucket", "_sends", "on", "t_throttle", "w_max")
 
     def __init__(self) -> None:
         #: Whether a throttle has been seen (before it, no pacing at all).
@@ -46,8 +48,7 @@ class CubicRate:
         self.w_max = 0.0
         self.t_throttle = -math.inf
         self._sends: deque[tuple[float, float]] = deque(maxlen=_MAX_SENDS)
-        self._level = 0.0
-        self._level_t = 0.0
+        self._bucket = PaceBucket()
 
     def measured(self, now: float) -> float:
         """This process's send rate over the last ``_MEASURE_S`` seconds."""
@@ -76,7 +77,7 @@ class CubicRate:
         current = self.rate(now) if self.on else measured
         self.w_max = max(1e-3, min(current, measured) if measured > 0 else current)
         if not self.on:
-            self._level, self._level_t = 0.0, now
+            self._bucket.start(now)
         self.on = True
         self.t_throttle = now
         return True
@@ -85,18 +86,12 @@ class CubicRate:
         """Seconds until the local bucket holds ``cost`` (0: now, or not on)."""
         if not self.on:
             return 0.0
-        rate = self.rate(now)
-        cap = max(cost, rate * 0.5)
-        if self._level < cap:
-            elapsed = max(0.0, now - self._level_t)
-            self._level = min(cap, self._level + elapsed * rate)
-        self._level_t = now
-        return 0.0 if self._level >= cost else (cost - self._level) / rate
+        return self._bucket.wait(now, self.rate(now), cost)
 
     def take(self, now: float, cost: float) -> None:
         self._sends.append((now, cost))
         if self.on:
-            self._level -= cost
+            self._bucket.take(cost)
 
     def sent(self, now: float, cost: float) -> None:
         """A send granted elsewhere (a shared bucket): measured, not taken locally."""
@@ -108,4 +103,9 @@ class CubicRate:
             if c != cost:
                 self._sends.append((t, c))
         if self.on:
-            self._level += cost
+            self._bucket.give_back(cost)
+
+    def hold(self, until: float) -> None:
+        """A 429's pause: the local bucket saves nothing up until ``until``."""
+        if self.on:
+            self._bucket.hold(until)

@@ -301,9 +301,15 @@ class CallQuota:
 
     def observe(self, t_send: float, now: float, rate_limit: RateLimit, admitted: float) -> None:
         """A response's ``x-ratelimit-*`` headers (``admitted``: the call's cost when
-        the provider charged it, else 0); the first turns the key's pacing on."""
+        the provider charged it, else 0); the first turns the key's pacing on. An
+        answer without them, once a 429 has turned it on, still counts the call among
+        this process's sends: its share of the key is measured between its 429s from
+        them."""
         found = readings(rate_limit)
         if found == (None, None):
+            state = self.state()
+            if state is not None and admitted > 0:
+                state.observe(t_send, now, found, admitted)
             return
         state = self._state
         if state is None:

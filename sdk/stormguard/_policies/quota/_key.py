@@ -39,6 +39,7 @@ from ._config import QuotaPolicy
 from ._cubic import CubicRate
 from ._share import ShareController
 from ._signals import Reading, Refusal
+from ._tally import SendTally
 
 if TYPE_CHECKING:
     from ._shared import Grant, SharedAsk
@@ -197,8 +198,16 @@ class KeyState(Protocol):
 class KeyQuota:
     """One key's quota as this process paces to it (thread-safe; never sleeps)."""
 
-    def __init__(self, key: QuotaKey, policy: QuotaPolicy, rng: random.Random | None = None):
+    def __init__(
+        self,
+        key: QuotaKey,
+        policy: QuotaPolicy,
+        rng: random.Random | None = None,
+        tally: SendTally | None = None,
+    ):
         self.key = key
+        #: What this process sent to the key before its pacing turned on.
+        self._tally = tally
         self._policy = policy
         self._rng = rng or random.Random()
         self._lock = fork_safe_lock()
@@ -255,11 +264,13 @@ class KeyQuota:
                 0.0,
             )
             estimate = wait
+            first_in_line = index == 0
             if waited + wait >= MAX_PAUSE_S:
                 # No call is held past MAX_PAUSE_S for one attempt, whatever the
-                # headers said: past it, the provider's own answer decides.
-                wait, index = max(0.0, MAX_PAUSE_S - waited), 0
-            if index == 0 and wait <= recheck and now + wait <= deadline:
+                # headers said: past it, the provider's own answer decides. It goes
+                # then whatever its place, which it keeps until then.
+                wait, first_in_line = max(0.0, MAX_PAUSE_S - waited), True
+            if first_in_line and wait <= recheck and now + wait <= deadline:
                 if present:
                     self._remove(index)
                 self.tokens.take(cost)
@@ -369,18 +380,34 @@ class KeyQuota:
         with self._lock:
             reading = None if had_headers else refusal.reading()
             if reading is not None:
-                # A 429 finds the key at the bottom; between 429s its level is not
-                # seen, and a key that refuses is spending its refill: it is read at
-                # the reserve, where the key is paced at its refill rate.
+                # No headers: the message names the limit and the level. The share
+                # of the key's refill this process paces to is learned from 429s
+                # (``RefusalShare``): the first starts it from what this process
+                # sent before, each later one cuts it.
                 dimension = self.tokens if reading.dimension == "tokens" else self.requests
-                level = max(reading.remaining, self._policy.reserve * reading.limit)
-                dimension.observe(t_send, now, reading.limit, level, 0.0, refusal=True)
-            self.cubic.throttled(now, t_send)
+                dimension.observe(t_send, now, reading.limit, reading.remaining, 0.0, refusal=True)
+                before = self._tally.reading(now) if self._tally is not None else None
+                own = 0.0
+                if before is not None:
+                    own = before.tokens if dimension is self.tokens else before.requests
+                first = before.first if before is not None else None
+                dimension.refused(t_send, now, reading.remaining, first, own)
+            else:
+                # Headers that said there was room, or a message nothing reads.
+                self.cubic.throttled(now, t_send)
             self._paced_429s += 1
             pause = min(base * (1.0 + self._policy.retry_jitter * self._rng.random()), MAX_PAUSE_S)
             self._floor_until = max(self._floor_until, now + base)
             self._not_before = max(self._not_before, now + pause)
+            self._hold_buckets()
             return pause
+
+    def _hold_buckets(self) -> None:
+        """The local buckets save nothing up through a pause: at its end the waiting
+        calls go at the rate, not all at once (each sent together, then refused
+        together, 4 at a time in simulation)."""
+        for bucket in (self.tokens, self.requests, self.cubic):
+            bucket.hold(self._not_before)
 
     def hold(self, until: float) -> None:
         """No call before ``until``: a pause another process's 429 asked for (told by
@@ -389,6 +416,7 @@ class KeyQuota:
         with self._lock:
             self._not_before = max(self._not_before, until)
             self._floor_until = max(self._floor_until, until)
+            self._hold_buckets()
 
     def shadow(self, at: float, cost: float) -> None:
         """A send the shared state granted: counted as this process's own (its share and
@@ -403,8 +431,8 @@ class KeyQuota:
     def snapshot(self, now: float) -> QuotaSnapshot:
         with self._lock:
             tokens, requests = self.tokens, self.requests
-            mode = "headers" if tokens.known or requests.known else "429s"
-            if mode == "429s" and not self.cubic.on:
+            mode = "headers" if tokens.from_headers or requests.from_headers else "429s"
+            if mode == "429s" and not (self.cubic.on or tokens.known or requests.known):
                 mode = "off"
             return QuotaSnapshot(
                 key=self.key.fingerprint,

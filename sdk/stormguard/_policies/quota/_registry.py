@@ -6,7 +6,9 @@ copies) on one key must pace together, or each would spend what the other does.
 So the registry is process-wide, one per clock and ``QuotaPolicy`` (two clients
 with equal policies on the system clock share it; a test's ``FakeClock`` has its
 own, so tests do not share pacing). A key enters it on its first quota signal
-(``activate``); until then a call of the key finds nothing and pays a dict look-up.
+(``activate``); until then a call of the key finds nothing and pays a dict look-up,
+and its answer, when it carried no headers, a tally of what it cost (``unpaced``):
+the first 429 of a provider without headers starts from it.
 
 Keys are kept by fingerprint: the first 12 hex digits of the credential's SHA-256
 (the label the reference server gives a key in its metrics and 429s), never the
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING
 from ..._fork import fork_safe_lock
 from ._config import QuotaPolicy
 from ._key import KeyQuota, KeyState, QuotaKey
+from ._tally import SendTally
 
 if TYPE_CHECKING:
     from ._redis import RedisStore
@@ -58,6 +61,8 @@ class QuotaRegistry:
         self._rng = rng
         self._lock = fork_safe_lock()
         self._states: OrderedDict[QuotaKey, KeyState] = OrderedDict()
+        #: What this process sent to each key not paced yet, for a 429 to come.
+        self._tallies: OrderedDict[QuotaKey, SendTally] = OrderedDict()
         #: The Redis the keys are shared in (None: each process paces alone).
         self.store: RedisStore | None = None
         if policy.redis_url is not None:
@@ -85,7 +90,7 @@ class QuotaRegistry:
 
                 state = SharedKeyQuota(key, self.policy, self.store, self._rng)
             else:
-                state = KeyQuota(key, self.policy, self._rng)
+                state = KeyQuota(key, self.policy, self._rng, self._tallies.pop(key, None))
             self._states[key] = state
             if len(self._states) > self.policy.max_keys:
                 for old, candidate in list(self._states.items()):
@@ -95,6 +100,24 @@ class QuotaRegistry:
                         del self._states[old]
                         self.evicted += 1
             return state
+
+    def unpaced(self, key: QuotaKey, t_send: float, now: float, cost: float) -> None:
+        """A call that was not paced was answered, charged ``cost``, without headers: it
+        counts in what this process sent to ``key`` (``SendTally``), or, when a 429 has
+        turned the key's pacing on since the call went, in its share."""
+        state = self._states.get(key)
+        if state is not None:
+            state.observe(t_send, now, (None, None), cost)
+            return
+        tally = self._tallies.get(key)
+        if tally is None:
+            with self._lock:
+                tally = self._tallies.get(key)
+                if tally is None:
+                    tally = self._tallies[key] = SendTally()
+                    while len(self._tallies) > self.policy.max_keys:
+                        self._tallies.popitem(last=False)
+        tally.add(t_send, cost)
 
     def touch(self, key: QuotaKey) -> None:
         """The key was used: it goes last out."""

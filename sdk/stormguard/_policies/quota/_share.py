@@ -33,6 +33,8 @@ import math
 from collections import deque
 
 from ..._aimd_limit import MAX_PAUSE_S
+from ._pace_bucket import PaceBucket
+from ._refusal_share import RefusalShare
 
 __all__ = ["MIN_SHARE", "SOFTNESS", "STALE_S", "ShareController"]
 
@@ -48,9 +50,6 @@ _MAX_SAMPLES = 512
 STALE_S = MAX_PAUSE_S
 #: A bucket at 98 % of its limit or more wastes its refill: no share is measured on it.
 _FULL = 0.98
-#: A share read between two 429s (no headers) needs this many of the largest
-#: cost of this process's own admitted sends between them.
-_MIN_OWN = 2.0
 #: A reading older than a window is kept for a second one up to this many windows.
 _SPARSE = 3.0
 
@@ -61,13 +60,12 @@ class ShareController:
 
     __slots__ = (
         "_admitted",
+        "_bucket",
         "_burst",
         "_burst_charged",
         "_charged",
         "_drain",
         "_from_refusals",
-        "_level",
-        "_level_t",
         "_low_fraction",
         "_lowest",
         "_measured",
@@ -76,6 +74,7 @@ class ShareController:
         "_paced_from",
         "_window",
         "limit",
+        "refusals",
         "remaining",
         "remaining_t",
         "rho",
@@ -108,12 +107,19 @@ class ShareController:
         self.share_t = 0.0
         self._measured = False
         self._from_refusals = False
-        self._level = 0.0
-        self._level_t = 0.0
+        #: The share paced to while only 429s read the key (no headers).
+        self.refusals = RefusalShare()
+        self._bucket = PaceBucket()
         #: Own spend granted, and charged (answers with headers), for the guess.
         self.sent_total = 0.0
         self._charged = 0.0
         self._lowest = math.inf
+
+    @property
+    def from_headers(self) -> bool:
+        """Whether the last word of this dimension came from headers (not a 429's
+        message)."""
+        return self.limit is not None and not self._from_refusals
 
     @property
     def known(self) -> bool:
@@ -169,7 +175,7 @@ class ShareController:
             self._admitted.popleft()
         self._measure()
         if first:
-            self._level, self._level_t = 0.0, now
+            self._bucket.start(now)
             self._lowest = remaining
         if not self._measured:
             self._guess(t_send, remaining, admitted)
@@ -198,8 +204,26 @@ class ShareController:
         nothing of the key (no headers): it counts in this process's share."""
         self._admitted.append((t_send, cost))
         self._charged += cost
+        self.refusals.counted(t_send, cost)
         while self._admitted and self._admitted[0][0] < t_send - 2 * self._window:
             self._admitted.popleft()
+
+    def refused(
+        self, t_send: float, now: float, level: float, first: float | None, own: float
+    ) -> None:
+        """A quota 429 whose message named this dimension's limit (read by ``observe``)
+        and ``level``, with no headers: the first starts the 429-learned share from
+        what this process was charged (``own``) since its ``first`` send of the last
+        minute before pacing (None: none counted); each later one cuts it
+        (``RefusalShare``)."""
+        assert self.limit is not None
+        if self.refusals.started:
+            self.refusals.throttled(now, t_send)
+            return
+        spent = 0.0
+        if first is not None:
+            spent = self.limit - level + self.rho * max(0.0, t_send - first)
+        self.refusals.start(t_send, now, spent, own if first is not None else 0.0)
 
     def _burst_points(self, since: float) -> list[tuple[float, float]]:
         """The burst's readings a share may be measured from (see ``_measure``)."""
@@ -212,6 +236,8 @@ class ShareController:
 
     def _measure(self) -> None:
         assert self.limit is not None
+        if self._from_refusals:
+            return  # between 429s only: RefusalShare learns the share
         # The answers to a burst sent before this process paced the key (the start of
         # a batch) are measured from only when their levels tell when the provider
         # read them. Read as it admitted each request, they are spread over the whole
@@ -227,10 +253,6 @@ class ShareController:
         spent = r1 - r2 + self.rho * (t2 - t1)
         own = sum(c for t, c in self._admitted if t1 < t <= t2)
         biggest = max((c for _, c in self._admitted), default=1.0)
-        if self._from_refusals and own < _MIN_OWN * biggest:
-            # Between two 429s of a process that barely sent (it was paced, or
-            # paused), a share would read as nothing and starve it.
-            return
         if spent > 0 and (t2 - t1 >= 0.5 or spent >= 8 * biggest):
             share = min(1.0, max(MIN_SHARE, own / spent))
             if self._measured:
@@ -238,15 +260,21 @@ class ShareController:
             self.share, self.share_t, self._measured = share, t2, True
 
     def current_share(self, now: float) -> float:
-        """The share paced to now: the measured one, doubled per window of silence."""
+        """The share paced to now: the measured one, doubled per window of silence;
+        while only 429s read the key, the one they taught (``RefusalShare``)."""
+        if self._from_refusals and self.refusals.started:
+            return self.refusals.share(now)
         silent = now - self.share_t - self._window
         if silent <= 0:
             return self.share
         return min(1.0, self.share * math.pow(2.0, min(silent / self._window, 16.0)))
 
     def key_rate(self) -> float:
-        """What the whole key may spend per second now (A in the module doc)."""
+        """What the whole key may spend per second now (A in the module doc); its
+        refill while only 429s read it (its level between them is not known)."""
         assert self.limit is not None
+        if self._from_refusals:
+            return self.rho
         low = self._low_fraction * self.limit
         if self.remaining >= low:
             return self.rho + (self.remaining - low) / self._drain
@@ -261,25 +289,23 @@ class ShareController:
         no answer for ``STALE_S``: 0."""
         if not self.paces(now):
             return 0.0
-        rate = self.rate(now)
-        cap = max(cost, rate * 0.5)
-        if self._level < cap:
-            elapsed = max(0.0, now - self._level_t)
-            self._level = min(cap, self._level + elapsed * rate)
-        self._level_t = now
-        return 0.0 if self._level >= cost else (cost - self._level) / rate
+        return self._bucket.wait(now, self.rate(now), cost)
 
     def take(self, cost: float) -> None:
         """``cost`` leaves the local bucket (a send was granted)."""
         self.sent_total += cost
         if self.limit is not None:
-            self._level -= cost
+            self._bucket.take(cost)
 
     def give_back(self, cost: float) -> None:
         """A granted send that never went out: its cost returns."""
         self.sent_total = max(0.0, self.sent_total - cost)
         if self.limit is not None:
-            self._level += cost
+            self._bucket.give_back(cost)
+
+    def hold(self, until: float) -> None:
+        """A 429's pause: the local bucket saves nothing up until ``until``."""
+        self._bucket.hold(until)
 
     def least_wait(self, now: float, cost: float) -> float:
         """A lower bound of the wait for ``cost``: the whole key's bucket, refilled at
