@@ -27,7 +27,8 @@ def limiter_gauges(snapshot: stormguard.CallStats) -> dict[str, float]:
 
 
 def stormguard_stats(snapshot: stormguard.CallStats) -> dict[str, float]:
-    """Calls, attempts, retries, requeues and failovers, and the first endpoint's limit."""
+    """Calls, attempts, retries, requeues and failovers, the first endpoint's limit, and
+    the first quota key's share, 429s and waits."""
     stats: dict[str, float] = {
         "logical_calls": snapshot.logical_calls,
         "attempts": snapshot.attempts,
@@ -43,5 +44,16 @@ def stormguard_stats(snapshot: stormguard.CallStats) -> dict[str, float]:
             concurrency_limit=state.limit,
             concurrency_decreases=state.decreases,
             concurrency_refused=state.refused,
+        )
+    for quota in snapshot.quota[:1]:
+        # The key's quota as this process paced to it, at the end: its share, the 429s
+        # it met, the waits, and the mode ("headers", "429s").
+        stats.update(
+            quota_share_tokens=quota.share_tokens,
+            quota_share_requests=quota.share_requests,
+            quota_paced_429s=quota.paced_429s,
+            quota_waits=quota.waits,
+            quota_wait_s=quota.wait_s,
+            quota_headers=1.0 if quota.mode == "headers" else 0.0,
         )
     return stats
