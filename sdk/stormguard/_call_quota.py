@@ -6,8 +6,9 @@ the call back to the pacer instead of spending a retry (``_retry_loop.py``).
 A call whose key has sent no quota signal yet pays a dict look-up, and, when its
 answer carries no headers, a tally of its cost (``QuotaRegistry.unpaced``: the
 first 429 of a provider without headers starts from it): no ``CallQuota`` is made
-until the key is paced, or its first answer carries the headers. With a Redis URL (``QuotaPolicy.redis_url``) a key is paced
-from its first call: another process may know its limit. A reservation in Redis is
+until the key is paced, or its first answer carries the headers. With a Redis URL
+(``QuotaPolicy.redis_url``) a key is paced from its first call: another process may
+know its limit. A reservation in Redis is
 I/O, which the call flow yields (``SharedAsk``) and its driver performs; its answer
 comes back through ``answered``.
 """

@@ -563,6 +563,53 @@ def test_no_answer_stalls_a_call_past_its_deadline_or_the_pause_bound(
     assert now <= deadline + 1e-9 and waited <= MAX_PAUSE_S + 1e-9
 
 
+_NUMBER = st.one_of(st.integers(min_value=0, max_value=10**15), st.sampled_from([0, 1, 10**15]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    messages=st.lists(
+        st.tuples(st.sampled_from(["tokens", "requests"]), _NUMBER, _NUMBER, _NUMBER),
+        min_size=1,
+        max_size=6,
+    ),
+    before=st.lists(
+        st.tuples(st.floats(min_value=-100, max_value=10), st.integers(0, 10**9)), max_size=5
+    ),
+    cost=st.integers(min_value=1, max_value=10**7),
+)
+def test_no_429_message_stalls_a_call_past_its_deadline_or_the_pause_bound(
+    messages: list[tuple[str, int, int, int]], before: list[tuple[float, int]], cost: int
+) -> None:
+    # No headers: absurd limits and levels in the 429s' messages ("Limit 0", "Used"
+    # over the limit, 15 digits) and whatever this process sent before.
+    tally = SendTally()
+    for t_send, charged in before:
+        tally.add(t_send, charged)
+    quota = KeyQuota(KEY, QuotaPolicy(), random.Random(7), tally)
+    now = 10.0
+    for dimension, limit, used, requested in messages:
+        refusal = Refusal(dimension, limit, used, requested, None)  # type: ignore[arg-type]
+        quota.refused(now - 0.05, now, refusal, 1.0, False)
+        quota.observe(now, now + 0.5, (None, None), float(cost))
+        now += 1.5
+    deadline = now + 30.0
+    waited, ticket = 0.0, (1, 1)
+    while True:
+        try:
+            pace = quota.reserve(ticket, cost, now, deadline, waited)
+        except QuotaWaitError:
+            assert now <= deadline
+            break
+        assert 0.0 <= pace.seconds <= 0.5 + 1e-9 and math.isfinite(pace.seconds)
+        now, waited = now + pace.seconds, waited + pace.seconds
+        if pace.granted:
+            break
+    assert now <= deadline + 1e-9 and waited <= MAX_PAUSE_S + 1e-9
+    share = quota.snapshot(now).share_tokens
+    assert MIN_SHARE <= share <= 1.0
+
+
 # -- the registry ------------------------------------------------------------------------
 
 
@@ -582,6 +629,27 @@ def test_the_registry_keeps_at_most_max_keys_least_recently_used_first_out() -> 
     assert registry.get(QuotaKey("busy", "h", "m")) is busy
     assert registry.get(QuotaKey("k2999", "h", "m")) is not None
     assert registry.get(QuotaKey("k0", "h", "m")) is None
+
+
+def test_answers_before_pacing_are_tallied_per_key_bounded_and_handed_to_its_quota() -> None:
+    registry = QuotaRegistry(QuotaPolicy(max_keys=8))
+    key_a = QuotaKey("a", "h", "m")
+    for i in range(4):
+        registry.unpaced(key_a, 1.0 + i, 1.5 + i, 300)
+    for i in range(100):  # other keys: the tallies stay bounded
+        registry.unpaced(QuotaKey(f"k{i}", "h", "m"), 1.0, 1.5, 1)
+    assert len(registry._tallies) == 8 and key_a not in registry._tallies
+    for i in range(4):
+        registry.unpaced(key_a, 1.0 + i, 1.5 + i, 300)
+    state = registry.activate(key_a)
+    assert isinstance(state, KeyQuota) and key_a not in registry._tallies
+    # The first 429: this process sent 1,200 of the 6,000 the key spent since t=1.
+    message = Refusal("tokens", 6_000, 6_000 - 300, 300, None)
+    state.refused(4.5, 4.6, message, 1.0, False)
+    assert state.tokens.refusals.fair == pytest.approx(1_200 / (5_700 + 100 * 3.5))
+    # An answer of a call sent before the 429, arriving now, goes to the quota.
+    registry.unpaced(key_a, 4.4, 4.9, 300)
+    assert state.tokens.refusals.fair == pytest.approx(1_500 / (5_700 + 100 * 3.5))
 
 
 def test_clients_on_one_clock_and_policy_share_a_registry_and_others_do_not() -> None:
