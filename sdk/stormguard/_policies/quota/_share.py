@@ -23,8 +23,12 @@ requests were charged / what the key has spent (L - the lowest R seen). A
 measured share moves halfway to each new measurement (noise); a share not
 measured for a window (this process sent little, so saw little) doubles per
 window of silence, so a process never starves on an old low share. Ported from
-the prototype chosen in simulation (docs/quotas.md). No lock: ``KeyQuota`` holds
-its key's.
+the prototype chosen in simulation (docs/quotas.md).
+
+Without headers, a 429's message is the only word of the key: its limit and its
+level then. Nothing is measured between 429s; the share is ``RefusalShare``'s
+(started from what this process sent before, cut on each 429) and the key's rate
+is its refill. No lock: ``KeyQuota`` holds its key's.
 """
 
 from __future__ import annotations
@@ -191,9 +195,8 @@ class ShareController:
         self._lowest = min(self._lowest, remaining)
         own = max(self.sent_total, self._charged)
         if own <= 0 or self._from_refusals:
-            # Read from 429s (no headers): the key's spend since this process began
-            # to count its own is not known, so nothing to divide. The 429's pause
-            # and the 429-learned rate hold the process until a share is measured.
+            # Nothing charged yet, or read from 429s (no headers, where
+            # ``RefusalShare`` gives the share): no guess to make.
             self.share, self.share_t = 1.0, t_send
             return
         self.share = min(1.0, max(MIN_SHARE, own / max(self.limit - self._lowest, own)))
