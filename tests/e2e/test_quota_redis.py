@@ -15,33 +15,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 import stormguard
 from stormguard_drill.redis_server import RedisServer
-from stormguard_server.quota import key_label
 from tests.e2e.conftest import start_redis_or_skip
-from tests.e2e.server_process import RunningServer, run_server
+from tests.e2e.quota_batch import (
+    CALLS,
+    MAX_TOKENS,
+    MESSAGES,
+    MODEL,
+    PROCESSES,
+    THREADS,
+    TPM,
+    ideal_s,
+    meet_at,
+    server_counts,
+    worker,
+)
+from tests.e2e.quota_batch import quota_server as batch_server
+from tests.e2e.server_process import RunningServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-MODEL = "stormguard-sim"
-MESSAGES = [{"role": "user", "content": "Summarize the report."}]
-#: 12,000 tokens a minute (200 a second); each call is charged 215 (its 15 prompt
-#: tokens and 200 max_tokens): a full bucket holds 55 calls, then ~1 a second.
-TPM = 12_000
-MAX_TOKENS = 200
-PROCESSES = 3
-THREADS = 4
-CALLS = 22  # per process: 66 in all, 11 past the bucket
 #: The most one Redis call may take. The default (0.5 s) is a production budget: on
 #: this shared 2-core machine a burst of asks can take longer, and the call then paces
 #: locally (the fall-back, tested below) instead of on the shared bucket under test.
@@ -51,98 +53,12 @@ REDIS_TIMEOUT = 5.0
 @pytest.fixture(scope="module")
 def quota_server() -> Iterator[RunningServer]:
     """One server for the module: each test calls on a key of its own (a quota of its own)."""
-    with run_server(
-        "--quota-tpm",
-        str(TPM),
-        "--no-quota-headers",
-        "--quota-retry-after",
-        "seconds",
-        # ~0.1 s answers whatever their length, and room for every call at once: the
-        # time is the quota's, not the simulated engine's.
-        "--added-latency-ms",
-        "100",
-        "--step-base-ms",
-        "0",
-        "--prefill-token-us",
-        "0",
-        "--decode-seq-us",
-        "0",
-        "--num-kv-blocks",
-        "8192",
-        "--max-num-seqs",
-        "256",
-    ) as server:
+    with batch_server() as server:
         yield server
 
 
-def server_counts(server: RunningServer, key: str) -> tuple[float, float, float]:
-    """Requests ``key``'s quota admitted, its 429s, and the tokens it charged."""
-    samples = server.metrics()
-    label = re.escape(f'key="{key_label({"authorization": f"Bearer {key}"})}"')
-
-    def total(name: str) -> float:
-        return sum(
-            v for k, v in samples.items() if re.match(rf"stormguard_{name}_total\{{.*{label}", k)
-        )
-
-    return total("quota_admitted"), total("quota_refused"), total("quota_tokens_charged")
-
-
-_start: Any = None
-
-
-def _meet_at(barrier: Any) -> None:
-    global _start
-    _start = barrier
-
-
-def worker(base_url: str, redis_url: str, key: str, calls: int, threads: int) -> dict[str, Any]:
-    """One process of the batch (spawned): ``calls`` chat calls on ``threads`` threads,
-    begun when every process is ready (the pool's barrier)."""
-    client = stormguard.Client(
-        base_url=base_url,
-        api_key=key,
-        model=MODEL,
-        timeout=90.0,
-        quota=stormguard.QuotaPolicy(redis_url=redis_url, redis_timeout=REDIS_TIMEOUT),
-    )
-    outcomes: Counter[str] = Counter()
-    others: list[tuple[str, str | None]] = []  # attempts neither paced nor ok
-
-    def one(_: int) -> None:
-        try:
-            result = client.chat.completions.create(messages=MESSAGES, max_tokens=MAX_TOKENS)
-            outcomes["ok"] += 1
-            others.extend(
-                (a.outcome, a.error_type)
-                for a in result.attempt_history
-                if a.outcome not in ("ok", "paced")
-            )
-        except stormguard.StormguardError as exc:
-            outcomes[type(exc).__name__] += 1
-
-    _start.wait(timeout=60)  # every process starts at once, however slow its start-up
-    began = time.time()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, range(calls)))
-    ended = time.time()
-    stats = client.stats()
-    client.close()
-    return {
-        "outcomes": dict(outcomes),
-        "attempts": stats.attempts,
-        "paced_429s": stats.paced_429s,
-        "others": others,
-        "backends": [q.backend for q in stats.quota],
-        "began": began,
-        "ended": ended,
-    }
-
-
-def ideal_s(calls: int, charge: float) -> float:
-    """The least time the key allows ``calls`` of ``charge``: a full bucket at once,
-    then its refill."""
-    return max(0.0, (calls * charge - TPM) / (TPM / 60))
+def shared(redis_url: str) -> stormguard.QuotaPolicy:
+    return stormguard.QuotaPolicy(redis_url=redis_url, redis_timeout=REDIS_TIMEOUT)
 
 
 def test_processes_on_one_key_share_its_bucket_in_redis(
@@ -151,8 +67,8 @@ def test_processes_on_one_key_share_its_bucket_in_redis(
     key = "sk-e2e-shared-quota-processes"
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(PROCESSES)
-    jobs = [(quota_server.base_url, redis_server.url, key, CALLS, THREADS)] * PROCESSES
-    with context.Pool(PROCESSES, initializer=_meet_at, initargs=(barrier,)) as pool:
+    jobs = [(quota_server.base_url, shared(redis_server.url), key, CALLS, THREADS)] * PROCESSES
+    with context.Pool(PROCESSES, initializer=meet_at, initargs=(barrier,)) as pool:
         results = pool.starmap(worker, jobs)
     admitted, refused, charged = server_counts(quota_server, key)
     calls = PROCESSES * CALLS
@@ -187,7 +103,7 @@ def test_redis_killed_mid_run_calls_go_on_locally_with_one_warning_and_come_back
         api_key="sk-e2e-shared-quota-killed",
         model=MODEL,
         timeout=60.0,
-        quota=stormguard.QuotaPolicy(redis_url=redis.url, redis_timeout=REDIS_TIMEOUT),
+        quota=shared(redis.url),
     )
     errors: list[BaseException] = []
     done = Counter[str]()

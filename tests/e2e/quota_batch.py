@@ -1,0 +1,126 @@
+"""A batch job on one key against the reference server's hosted-API quota without
+headers (429s only, whole-second Retry-After), for the end-to-end tests of pacing
+to it: one process alone on its key (``tests/e2e/test_quota_no_headers.py``) or the
+key's bucket shared in Redis (``tests/e2e/test_quota_redis.py``). The server runs
+0.1 s answers whatever their length, with room for every call at once: the time
+is the quota's, not the simulated engine's."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import stormguard
+from stormguard_server.quota import key_label
+from tests.e2e.server_process import RunningServer, run_server
+
+MODEL = "stormguard-sim"
+MESSAGES = [{"role": "user", "content": "Summarize the report."}]
+#: 12,000 tokens a minute (200 a second); each call is charged 215 (its 15 prompt
+#: tokens and 200 max_tokens): a full bucket holds 55 calls, then ~1 a second.
+TPM = 12_000
+MAX_TOKENS = 200
+PROCESSES = 3
+THREADS = 4
+CALLS = 22  # per process: 66 in all, 11 past the bucket
+
+
+@contextmanager
+def quota_server() -> Iterator[RunningServer]:
+    """A server whose keys each have TPM tokens a minute, told by 429s alone."""
+    with run_server(
+        "--quota-tpm",
+        str(TPM),
+        "--no-quota-headers",
+        "--quota-retry-after",
+        "seconds",
+        "--added-latency-ms",
+        "100",
+        "--step-base-ms",
+        "0",
+        "--prefill-token-us",
+        "0",
+        "--decode-seq-us",
+        "0",
+        "--num-kv-blocks",
+        "8192",
+        "--max-num-seqs",
+        "256",
+    ) as server:
+        yield server
+
+
+def server_counts(server: RunningServer, key: str) -> tuple[float, float, float]:
+    """Requests ``key``'s quota admitted, its 429s, and the tokens it charged."""
+    samples = server.metrics()
+    label = re.escape(f'key="{key_label({"authorization": f"Bearer {key}"})}"')
+
+    def total(name: str) -> float:
+        return sum(
+            v for k, v in samples.items() if re.match(rf"stormguard_{name}_total\{{.*{label}", k)
+        )
+
+    return total("quota_admitted"), total("quota_refused"), total("quota_tokens_charged")
+
+
+_start: Any = None
+
+
+def meet_at(barrier: Any) -> None:
+    """A pool's initializer: the barrier every worker waits at before its batch."""
+    global _start
+    _start = barrier
+
+
+def worker(
+    base_url: str, quota: stormguard.QuotaPolicy, key: str, calls: int, threads: int
+) -> dict[str, Any]:
+    """One process of the batch (spawned): ``calls`` chat calls on ``threads`` threads,
+    begun when every process is ready (the pool's barrier)."""
+    client = stormguard.Client(
+        base_url=base_url, api_key=key, model=MODEL, timeout=90.0, quota=quota
+    )
+    outcomes: Counter[str] = Counter()
+    others: list[tuple[str, str | None]] = []  # attempts neither paced nor ok
+
+    def one(_: int) -> None:
+        try:
+            result = client.chat.completions.create(messages=MESSAGES, max_tokens=MAX_TOKENS)
+            outcomes["ok"] += 1
+            others.extend(
+                (a.outcome, a.error_type)
+                for a in result.attempt_history
+                if a.outcome not in ("ok", "paced")
+            )
+        except stormguard.StormguardError as exc:
+            outcomes[type(exc).__name__] += 1
+
+    _start.wait(timeout=60)  # every process starts at once, however slow its start-up
+    began = time.time()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(one, range(calls)))
+    ended = time.time()
+    stats = client.stats()
+    client.close()
+    return {
+        "outcomes": dict(outcomes),
+        "attempts": stats.attempts,
+        "paced_429s": stats.paced_429s,
+        "others": others,
+        "backends": [q.backend for q in stats.quota],
+        "modes": [q.mode for q in stats.quota],
+        "shares": [q.share_tokens for q in stats.quota],
+        "began": began,
+        "ended": ended,
+    }
+
+
+def ideal_s(calls: int, charge: float) -> float:
+    """The least time the key allows ``calls`` of ``charge``: a full bucket at once,
+    then its refill."""
+    return max(0.0, (calls * charge - TPM) / (TPM / 60))
