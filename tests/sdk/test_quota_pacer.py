@@ -507,6 +507,28 @@ def test_threads_share_a_key_without_losing_a_grant() -> None:
 
 # -- hostile headers (hypothesis) --------------------------------------------------------
 
+
+def _ask_until_it_goes_or_fails(quota: KeyQuota, cost: int, now: float) -> float:
+    """Ask for ``cost`` as a call with 30 s left would, sleeping each answer, until it
+    may go or fails; each sleep is bounded and the whole within the deadline and the
+    pause bound. Returns the time it ended at."""
+    deadline = now + 30.0
+    waited, ticket = 0.0, (1, 1)
+    while True:
+        try:
+            pace = quota.reserve(ticket, cost, now, deadline, waited)
+        except QuotaWaitError as err:
+            assert err.remaining < err.least_wait or now >= deadline or "max_waiting" in str(err)
+            assert now <= deadline
+            break
+        assert 0.0 <= pace.seconds <= 0.5 + 1e-9 and math.isfinite(pace.seconds)
+        now, waited = now + pace.seconds, waited + pace.seconds
+        if pace.granted:
+            break
+    assert now <= deadline + 1e-9 and waited <= MAX_PAUSE_S + 1e-9
+    return now
+
+
 _VALUES = st.one_of(
     st.sampled_from(["0", "-1", "inf", "nan", "1" * 20, "1e9", "", " ", "365d", "8760h"]),
     st.integers(min_value=-5, max_value=10**19).map(str),
@@ -547,20 +569,7 @@ def test_no_answer_stalls_a_call_past_its_deadline_or_the_pause_bound(
             # A 429 always wins: the next call waits at least its pause's floor.
             assert quota.least_wait(now + 0.1, 1) > 0 or (wait is not None and wait < 1e-3)
         now += 0.2
-    deadline = now + 30.0
-    waited, ticket = 0.0, (1, 1)
-    while True:
-        try:
-            pace = quota.reserve(ticket, cost, now, deadline, waited)
-        except QuotaWaitError as err:
-            assert err.remaining < err.least_wait or now >= deadline or "max_waiting" in str(err)
-            assert now <= deadline
-            break
-        assert 0.0 <= pace.seconds <= 0.5 + 1e-9 and math.isfinite(pace.seconds)
-        now, waited = now + pace.seconds, waited + pace.seconds
-        if pace.granted:
-            break
-    assert now <= deadline + 1e-9 and waited <= MAX_PAUSE_S + 1e-9
+    _ask_until_it_goes_or_fails(quota, cost, now)
 
 
 _NUMBER = st.one_of(st.integers(min_value=0, max_value=10**15), st.sampled_from([0, 1, 10**15]))
@@ -593,19 +602,7 @@ def test_no_429_message_stalls_a_call_past_its_deadline_or_the_pause_bound(
         quota.refused(now - 0.05, now, refusal, 1.0, False)
         quota.observe(now, now + 0.5, (None, None), float(cost))
         now += 1.5
-    deadline = now + 30.0
-    waited, ticket = 0.0, (1, 1)
-    while True:
-        try:
-            pace = quota.reserve(ticket, cost, now, deadline, waited)
-        except QuotaWaitError:
-            assert now <= deadline
-            break
-        assert 0.0 <= pace.seconds <= 0.5 + 1e-9 and math.isfinite(pace.seconds)
-        now, waited = now + pace.seconds, waited + pace.seconds
-        if pace.granted:
-            break
-    assert now <= deadline + 1e-9 and waited <= MAX_PAUSE_S + 1e-9
+    now = _ask_until_it_goes_or_fails(quota, cost, now)
     share = quota.snapshot(now).share_tokens
     assert MIN_SHARE <= share <= 1.0
 

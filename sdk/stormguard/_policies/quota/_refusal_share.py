@@ -48,7 +48,7 @@ MIN_SHARE = 1 / 256
 class RefusalShare:
     """One dimension's share of the key's refill, learned from 429s (module doc)."""
 
-    __slots__ = ("_first", "_own", "_spent", "fair", "started", "t_cut", "w_max")
+    __slots__ = ("_cut_since", "_first", "_own", "_spent", "fair", "started", "t_cut", "w_max")
 
     def __init__(self) -> None:
         #: Whether the first 429 has set the share.
@@ -63,6 +63,9 @@ class RefusalShare:
         self._first = -math.inf
         self._spent = 0.0
         self._own = 0.0
+        #: Whether a 429 after the first has cut the share (then what this process
+        #: sent before no longer sets it).
+        self._cut_since = False
 
     def start(self, t_send: float, now: float, spent: float, own: float) -> None:
         """The first 429, for a request sent at ``t_send``: the key had spent ``spent``
@@ -70,6 +73,7 @@ class RefusalShare:
         counted, so the share starts whole and the next 429s find it)."""
         self.started = True
         self._first, self._spent, self._own = t_send, spent, own
+        self._cut_since = False
         self.fair = self._part()
         self.w_max, self.t_cut = self.fair, now
 
@@ -79,17 +83,16 @@ class RefusalShare:
         if not self.started or t_send >= self._first or self._own <= 0:
             return
         self._own += cost
-        refreshed = self._part()
-        if self.w_max == self.fair:
-            self.w_max = refreshed
-        self.fair = refreshed
+        self.fair = self._part()
+        if not self._cut_since:
+            self.w_max = self.fair
 
     def throttled(self, now: float, t_send: float) -> None:
         """A later 429 for the request sent at ``t_send``: a cut, unless it was sent
         before the last cut (the same news)."""
         if t_send < self.t_cut:
             return
-        self.w_max, self.t_cut = self.share(now), now
+        self.w_max, self.t_cut, self._cut_since = self.share(now), now, True
 
     def share(self, now: float) -> float:
         """The share to pace to now."""
