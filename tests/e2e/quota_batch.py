@@ -85,26 +85,25 @@ def worker(
     client = stormguard.Client(
         base_url=base_url, api_key=key, model=MODEL, timeout=90.0, quota=quota
     )
-    outcomes: Counter[str] = Counter()
-    others: list[tuple[str, str | None]] = []  # attempts neither paced nor ok
 
-    def one(_: int) -> None:
+    def one(_: int) -> tuple[str, list[tuple[str, str | None]]]:
+        """The call's outcome, and its attempts neither paced nor ok."""
         try:
             result = client.chat.completions.create(messages=MESSAGES, max_tokens=MAX_TOKENS)
-            outcomes["ok"] += 1
-            others.extend(
-                (a.outcome, a.error_type)
-                for a in result.attempt_history
-                if a.outcome not in ("ok", "paced")
-            )
         except stormguard.StormguardError as exc:
-            outcomes[type(exc).__name__] += 1
+            return type(exc).__name__, []
+        odd = [(a.outcome, a.error_type) for a in result.attempt_history]
+        return "ok", [o for o in odd if o[0] not in ("ok", "paced")]
 
     _start.wait(timeout=60)  # every process starts at once, however slow its start-up
     began = time.time()
+    # Each call's outcome is returned, not counted from the threads: ``Counter``'s
+    # ``+=`` is no atomic update, and under load it lost calls.
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, range(calls)))
+        done = list(pool.map(one, range(calls)))
     ended = time.time()
+    outcomes = Counter(outcome for outcome, _ in done)
+    others = [o for _, odd in done for o in odd]
     stats = client.stats()
     client.close()
     return {
