@@ -118,13 +118,16 @@ def run(
     delay: float = 0.0,
     read_at: str = "admission",
     on_response: Callable[[int, float], None] | None = None,
+    spread: float = 0.0,
 ) -> Outcome:
     """``calls`` calls of ``cost`` tokens spread over ``processes`` x ``workers``.
 
     ``delay``: the provider admits a request up to this many seconds after the client
     stamped it sent (a loaded host). ``read_at``: when an answer's ``x-ratelimit-*``
     values are read, ``"admission"`` (the level the request left) or ``"response"``
-    (the level when the answer is written, as the reference server does)."""
+    (the level when the answer is written, as the reference server does).
+    ``spread``: each process starts up to this many seconds after the first (workers
+    a pool started one by one), its threads within ``stagger`` of that."""
     rng = random.Random(seed)
     policy = policy or QuotaPolicy()
     key = SimKey(tpm, rpm)
@@ -222,8 +225,9 @@ def run(
         at(clock[0] + 0.02, refused)
 
     for p in range(processes):
+        start = rng.uniform(0, spread) if spread > 0 else 0.0
         for _ in range(workers):
-            at(rng.uniform(0, stagger), lambda p=p: worker(p))
+            at(start + rng.uniform(0, stagger), lambda p=p: worker(p))
     while events:
         t, _, fn = heapq.heappop(events)
         clock[0] = t

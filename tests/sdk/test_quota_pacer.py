@@ -4,6 +4,8 @@ and a simulated key that P processes pace to."""
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import random
 import threading
@@ -30,7 +32,7 @@ from stormguard._policies.quota._refusal_share import BETA as REFUSAL_BETA
 from stormguard._policies.quota._refusal_share import GROWTH as REFUSAL_GROWTH
 from stormguard._policies.quota._refusal_share import RECOVER_S as REFUSAL_RECOVER_S
 from stormguard._policies.quota._refusal_share import RefusalShare
-from stormguard._policies.quota._share import MIN_SHARE, ShareController
+from stormguard._policies.quota._share import MIN_SHARE, STALE_S, ShareController
 from stormguard._policies.quota._signals import Reading, Refusal, readings
 from stormguard._policies.quota._tally import SendTally
 from stormguard.testing import FakeClock
@@ -212,6 +214,16 @@ def test_a_later_429_cuts_the_share_and_the_first_wave_is_old_news() -> None:
     later = at + 2 * REFUSAL_RECOVER_S
     assert refusals.share(later) == pytest.approx(0.25 * (1 + 0.2) + REFUSAL_GROWTH)
     assert refusals.share(at + 100 * REFUSAL_RECOVER_S) == 1.0
+
+
+@pytest.mark.parametrize("part", [MIN_SHARE, 1 / 64, 0.25])
+def test_a_429_learned_share_is_whole_again_before_its_dimension_stops_pacing(part: float) -> None:
+    # Past STALE_S without a 429 the dimension paces nothing: a share still below the
+    # whole key then would let every waiting call go at once.
+    refusals = RefusalShare()
+    refusals.start(0.0, 0.0, spent=1.0, own=part)
+    refusals.throttled(1.0, 0.5)
+    assert refusals.share(1.0 + STALE_S) == 1.0
 
 
 def test_without_a_count_of_its_sends_a_process_starts_whole() -> None:
@@ -448,6 +460,29 @@ def test_a_call_past_the_pause_bound_keeps_its_place_in_line() -> None:
     assert quota._order == [early, late]
     assert not quota.reserve(early, 20, 0.5, FAR).granted or quota._order == [late]
     assert quota._order in ([early, late], [late])
+
+
+def test_calls_that_waited_their_turn_past_the_pause_bound_still_go_one_by_one() -> None:
+    # 10 tokens a second, none left, and 8 calls of 100 in line: the last one's turn
+    # is more than a minute away. The bound is on the line standing still, not on
+    # each call's wait: when every call's own minute ran out together, all of them
+    # went at once (6 at 60 s here), and 16 such processes sent 8 calls each, every
+    # minute, into a key that had room for one.
+    quota = paced(key(), 600, 0)
+    asks = [(0.0, i, 0.0) for i in range(8)]
+    sent: list[float] = []
+    while asks:
+        now, i, waited = heapq.heappop(asks)
+        pace = quota.reserve((1, i), 100, now, FAR, waited)
+        if pace.granted:
+            sent.append(now + pace.seconds)
+            quota.observe(sent[-1], sent[-1] + 0.5, tokens(600, 0), 100)  # its answer
+        else:
+            heapq.heappush(asks, (now + pace.seconds, i, waited + pace.seconds))
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *sent])]
+    assert len(sent) == 8 and sent[-1] > MAX_PAUSE_S
+    assert min(gaps) >= 10.0 - 1e-6, sent  # never faster than the key's whole rate
+    assert max(gaps) <= MAX_PAUSE_S + 1e-6, sent
 
 
 def test_a_waiter_that_stops_asking_is_swept_out_and_keeps_no_one_waiting() -> None:

@@ -15,13 +15,14 @@ asks again about when its turn comes, and at least every ``recheck`` seconds. A
 waiter that stops asking (its task was cancelled without a word) is swept out
 once it is 2 s late, and gets its place back if it asks again.
 
-**Bounds.** No call waits more than ``MAX_PAUSE_S`` (60 s) for one attempt, and
-no answer pauses the key for longer: past it the call goes, and the provider's
-own answer decides. A call fails at once (``QuotaWaitError``) when even the
-whole key's rate (its refill since the last ``remaining``, and the pause a 429 asked for,
-unjittered) could not serve it before its deadline: a lower bound, never this
-process's share, so no call is failed that another process's silence would have
-let through.
+**Bounds.** The line never stands still for more than ``MAX_PAUSE_S`` (60 s), and
+no answer pauses the key for longer: when the key has let no call go for that
+long, the head of the line goes, and the provider's own answer decides; the calls
+behind it wait their turns within their deadlines. A call fails at once
+(``QuotaWaitError``) when even the whole key's rate (its refill since the last
+``remaining``, and the pause a 429 asked for, unjittered) could not serve it before
+its deadline: a lower bound, never this process's share, so no call is failed that
+another process's silence would have let through.
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ class KeyQuota:
         #: for a wait shorter than ``_floor_until`` (the same pause, unjittered).
         self._not_before = -math.inf
         self._floor_until = -math.inf
+        #: When the last call the key let go was to be sent.
+        self._granted_at = -math.inf
         # The waiting calls, in (rank, arrival) order, and the cost of each.
         self._order: list[tuple[int, int]] = []
         self._costs: list[float] = []
@@ -265,17 +268,22 @@ class KeyQuota:
             )
             estimate = wait
             first_in_line = index == 0
-            if waited + wait >= MAX_PAUSE_S:
-                # No call is held past MAX_PAUSE_S for one attempt, whatever the
-                # headers said: past it, the provider's own answer decides. It goes
-                # then whatever its place, which it keeps until then.
-                wait, first_in_line = max(0.0, MAX_PAUSE_S - waited), True
+            # How long the line has stood still for this call: since it came, or
+            # since the key last let a call go, if that was later.
+            still = min(waited, now - self._granted_at)
+            if first_in_line and still + wait >= MAX_PAUSE_S:
+                # The line never stands still past MAX_PAUSE_S, whatever the headers
+                # said: past it, the provider's own answer decides. Only the head
+                # goes then, and the next one's MAX_PAUSE_S starts: calls queued
+                # together, whose own minutes ran out together, went all at once.
+                wait = max(0.0, MAX_PAUSE_S - still)
             if first_in_line and wait <= recheck and now + wait <= deadline:
                 if present:
                     self._remove(index)
                 self.tokens.take(cost)
                 self.requests.take(1.0)
                 self.cubic.take(now + wait, cost)
+                self._granted_at = now + wait
                 first = wait > 0 and not self.waited
                 if wait > 0:
                     self.waited = True

@@ -43,6 +43,10 @@ RECOVER_S = 12.0
 GROWTH = 0.02
 #: The least share: 256 processes on one key.
 MIN_SHARE = 1 / 256
+# From any share the growth is back to the whole key within ``STALE_S`` (60 s) of a
+# 429 (in 56 s from ``MIN_SHARE``), when the dimension stops pacing on that 429: a
+# slower growth would let every waiting call go at once then, a first wave of 429s
+# each minute (seen in simulation with a slower one).
 
 
 class RefusalShare:
