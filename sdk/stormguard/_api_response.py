@@ -15,10 +15,10 @@ import anyio
 
 from ._body import aiter_body, iter_body
 from ._body_pieces import _Pieces
+from ._call_result import Delivery
 from ._exceptions import APIError
 from ._handed_over_body import _Body
 from ._http import http_errors, httpx
-from ._pipeline import Delivery
 from ._raw_response import _ResponseBase
 from ._read_within import anext_within
 from ._redact import display_url

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ._base_client import CallExtras, ClientCore, GenerationEndpoint
+from ._call_spec import CallSpec
 from ._exceptions import APIResponseValidationError
 from ._models import (
     CallInfo,
@@ -33,7 +34,6 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import drop_omitted, is_omitted
-from ._pipeline import CallSpec
 
 __all__ = [
     "EMBEDDINGS",

@@ -26,9 +26,9 @@ from ._verdict import LimitOutcome
 from .protocol import HEADER_PRIORITY, Priority, ServerLoad, parse_priority
 
 if TYPE_CHECKING:
-    from ._base_client import ClientCore
     from ._breaker import Permit
     from ._call_spec import CallSpec
+    from ._client_core import ClientCore
     from ._endpoints import EndpointState
     from ._events import CallObserver
     from ._fallback import FallbackStep

@@ -1,16 +1,18 @@
 """How a call ends: the result of a read response (or the status error to retry),
-the hand-over modes, the history attached to a result, and the error that
-leaves the call with its attempts, history and stop reason.
+the hand-over modes and what they give back (``Delivery``), the history attached
+to a result, and the error that leaves the call with its attempts, history and
+stop reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from ._body import read_response
 from ._call_base import OK
-from ._call_spec import Delivery
 from ._call_state import ATTEMPT_OPEN
 from ._events import ResponseSummary
 from ._exceptions import APIError, StormguardError
@@ -22,9 +24,25 @@ from ._stop_reason import StopReason
 from ._streaming import _StreamBase
 from .openai_errors import as_openai_error
 
-__all__ = ["CallResults", "summarize"]
+__all__ = ["CallResults", "Delivery", "summarize"]
 
 R = TypeVar("R", bound=APIResult)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What a call in a hand-over mode returns to the facade: the final attempt's
+    response and what it carries (``_raw_response.py`` wraps it for the caller)."""
+
+    call: CallResults
+    #: The final attempt's response: its body read ("response" mode, a non-stream),
+    #: or open (a stream, or a body not read yet).
+    response: httpx.Response
+    #: The result, the ``Stream``/``AsyncStream``, or None: a body not read yet.
+    result: Any
+    info: CallInfo
+    #: The final attempt's time from sending to the end of its body (None: not over).
+    elapsed: timedelta | None = None
 
 
 class CallResults(RetryLoop):

@@ -1,20 +1,17 @@
-"""What the facade asks of a call (``CallSpec``), and what a call in a hand-over
-mode gives back (``Delivery``).
+"""What the facade asks of a call (``CallSpec``), and how its result is handed
+over (``HandOver``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
-from ._http import httpx
-from ._models import APIResult, CallInfo, Record
+from ._models import APIResult, Record
 from ._stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
-    from ._call_result import CallResults
     from ._deployment import Pin
     from ._options import AttemptTimeouts
 
@@ -24,7 +21,7 @@ if TYPE_CHECKING:
 #: before its body is read ("unread": ``.with_streaming_response``).
 HandOver = Literal["", "response", "unread"]
 
-__all__ = ["CallSpec", "Delivery", "HandOver"]
+__all__ = ["CallSpec", "HandOver"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +58,3 @@ class CallSpec:
         """Whether a stream's bytes read before its first chunk are kept, to be handed
         on as they came (transport mode, ``with_streaming_response``)."""
         return self.raw or self.hand_over == "unread"
-
-
-@dataclass(slots=True)
-class Delivery:
-    """What a call in a hand-over mode returns to the facade: the final attempt's
-    response and what it carries (``_raw_response.py`` wraps it for the caller)."""
-
-    call: CallResults
-    #: The final attempt's response: its body read ("response" mode, a non-stream),
-    #: or open (a stream, or a body not read yet).
-    response: httpx.Response
-    #: The result, the ``Stream``/``AsyncStream``, or None: a body not read yet.
-    result: Any
-    info: CallInfo
-    #: The final attempt's time from sending to the end of its body (None: not over).
-    elapsed: timedelta | None = None

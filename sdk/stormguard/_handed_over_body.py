@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._body_reader import BodyReader
+from ._call_result import Delivery
 from ._exceptions import APIError, StormguardError
-from ._pipeline import BodyReader, Delivery
 from ._responses import translate_transport_error
 
 __all__ = ["StreamAlreadyConsumed"]

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._base_url import normalize_base_url
 from ._body_reader import BodyReader
-from ._call_result import CallResults
-from ._call_spec import CallSpec, Delivery, HandOver
+from ._call_result import CallResults, Delivery
+from ._call_spec import CallSpec, HandOver
 from ._call_state import ATTEMPT_OPEN
 from ._deployment import Deployment, is_account_header, with_query
 from ._events import AttemptStarted, FellBack, PrecheckPassed
@@ -59,7 +59,7 @@ from ._stop_reason import StopReason
 from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 
 if TYPE_CHECKING:
-    from ._base_client import ClientCore
+    from ._client_core import ClientCore
     from ._endpoints import EndpointState
     from .tokens import Precheck
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._pipeline import CallSpec
+    from ._call_spec import CallSpec
     from .tokens._request import Kind
 
 __all__ = ["precheck_view", "route_of"]

@@ -31,8 +31,8 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Generic, ParamSpec, TypeVar, cast
 
+from ._call_result import Delivery
 from ._http import httpx
-from ._pipeline import Delivery
 
 if TYPE_CHECKING:
     from ._history import AttemptRecord

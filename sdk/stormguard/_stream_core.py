@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ._body import BodyLimit, BodyTooLargeError
 from ._deadline import MIN_ATTEMPT_TIME
@@ -34,9 +34,16 @@ from ._responses import request_id_of
 from ._sse import SSEDecoder
 
 if TYPE_CHECKING:
-    from ._pipeline import LogicalCall
+    from ._call_spec import CallSpec
+    from ._client_core import ClientCore
+    from ._deadline import Deadline
+    from ._exceptions import StormguardError
+    from ._rate_limit_headers import RateLimit
+    from ._redact import Redactor
+    from ._stream_timeouts import StreamBounds
+    from .protocol import ServerLoad
 
-__all__ = ["StreamCore", "T", "choices_asked"]
+__all__ = ["StreamCore", "StreamingCall", "T", "choices_asked"]
 
 T = TypeVar("T", bound=Record)
 
@@ -47,10 +54,39 @@ def choices_asked(body: Mapping[str, Any] | None) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
 
 
+class StreamingCall(Protocol):
+    """What a stream reads and moves of the call it belongs to (``LogicalCall`` is
+    one): the stream modules sit below the call's, which make the streams."""
+
+    spec: CallSpec
+    core: ClientCore
+    deadline: Deadline
+    stream_bounds: StreamBounds | None
+    http: httpx.Client | httpx.AsyncClient | None
+    redactor: Redactor
+    server_load: ServerLoad
+    rate_limit: RateLimit
+
+    def failed(self, error: APIError) -> APIError: ...
+    def first_chunk(self, response_id: str | None, response_model: str | None) -> None: ...
+    def settle(self, usage: object) -> None: ...
+    def succeeded_info(self, info: CallInfo) -> None: ...
+    def annotate(self, error: StormguardError) -> None: ...
+    def release_slot(self) -> None: ...
+    def remaining_or_none(self) -> float | None: ...
+    def ended(
+        self,
+        error: BaseException | None = None,
+        *,
+        cancelled: bool = False,
+        response: ResponseSummary | None = None,
+    ) -> None: ...
+
+
 class StreamCore(Generic[T]):
     """What one stream has seen so far, and the errors that end it."""
 
-    def __init__(self, call: LogicalCall, response: httpx.Response, chunk_type: type[T]) -> None:
+    def __init__(self, call: StreamingCall, response: httpx.Response, chunk_type: type[T]) -> None:
         self.call = call
         self.response = response
         self.chunk_type = chunk_type

@@ -32,8 +32,8 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast
 
 from ._api_response import APIResponse as APIResponse
 from ._api_response import AsyncAPIResponse as AsyncAPIResponse
+from ._call_result import Delivery
 from ._handed_over_body import StreamAlreadyConsumed as StreamAlreadyConsumed
-from ._pipeline import Delivery
 
 __all__ = [
     "APIResponse",

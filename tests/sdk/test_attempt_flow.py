@@ -19,9 +19,10 @@ from stormguard._attempt_flow import (
     attempt_flow,
     run_sync,
 )
+from stormguard._call_spec import CallSpec
 from stormguard._call_state import CallProtocolError, CallState
 from stormguard._models import ChatCompletion
-from stormguard._pipeline import CallSpec, LogicalCall
+from stormguard._pipeline import LogicalCall
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 Perform = Callable[[Action], Any]
