@@ -2,7 +2,7 @@
 
 ``sdk/stormguard/_client.py`` is ``_async_client.py`` with its async words
 replaced by their sync twins (the table below), then sorted and formatted by
-ruff; so are ``_resources.py`` and ``_resource_views.py``. Edit the async files
+ruff; so is ``_resources.py``. Edit the async files
 and run ``make unasync``; ``--check`` (run by tests/sdk/test_unasync.py) fails
 when a sync file is not what its async twin generates. The I/O that truly
 differs lives outside both (``_drivers.py``).
@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FILES = [
     ("sdk/stormguard/_async_client.py", "sdk/stormguard/_client.py"),
     ("sdk/stormguard/_async_resources.py", "sdk/stormguard/_resources.py"),
-    ("sdk/stormguard/_async_resource_views.py", "sdk/stormguard/_resource_views.py"),
 ]
 
 #: Whole-word replacements, applied in order.

@@ -1,33 +1,27 @@
 """The asynchronous client's resources: ``client.chat.completions``,
 ``client.completions``, ``client.models``, ``client.embeddings`` and
-``client.responses``, with openai-python's signatures. Each method builds the
-call's ``CallSpec`` and hands it to its client (``_request``)."""
+``client.responses``, with openai-python's signatures, and their
+``with_raw_response`` and ``with_streaming_response`` views. Each method builds
+the call's ``CallSpec`` and hands it to its client (``_request``).
+
+A resource holds its client typed by ``AsyncResourceClient``, what it needs of
+it, not by ``AsyncClient``: the client creates its resources and this module
+never imports it. Each view sits beside its resource, as in openai-python's
+resource modules: the resource creates its views and the views wrap its methods.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
-from ._async_resource_views import (
-    AsyncChatCompletionsWithRawResponse,
-    AsyncChatCompletionsWithStreamingResponse,
-    AsyncChatWithRawResponse,
-    AsyncChatWithStreamingResponse,
-    AsyncCompletionsWithRawResponse,
-    AsyncCompletionsWithStreamingResponse,
-    AsyncEmbeddingsWithRawResponse,
-    AsyncEmbeddingsWithStreamingResponse,
-    AsyncModelsWithRawResponse,
-    AsyncModelsWithStreamingResponse,
-    AsyncResponsesWithRawResponse,
-    AsyncResponsesWithStreamingResponse,
-)
 from ._base_client import (
     NOT_GIVEN,
     CallExtras,
     CallTimeout,
 )
+from ._client_core import ClientCore
 from ._deployment import Pin
 from ._models import (
     ChatCompletion,
@@ -40,12 +34,11 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import HandOver
+from ._pipeline import CallSpec, HandOver
+from ._raw_response import async_to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
+from ._streamed_response import async_to_streamed_response_wrapper
 from ._streaming import AsyncStream
-
-if TYPE_CHECKING:
-    from ._async_client import AsyncClient
 
 __all__ = [
     "AsyncChat",
@@ -53,14 +46,25 @@ __all__ = [
     "AsyncCompletions",
     "AsyncEmbeddings",
     "AsyncModels",
+    "AsyncResourceClient",
     "AsyncResponses",
 ]
+
+
+class AsyncResourceClient(Protocol):
+    """What a resource needs of its client (``AsyncClient`` is one): the state its
+    calls share, to build a call's ``CallSpec``, and ``_request``, to run it."""
+
+    @property
+    def _core(self) -> ClientCore: ...
+
+    async def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any: ...
 
 
 class AsyncChatCompletions:
     """``client.chat.completions``."""
 
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
+    def __init__(self, client: AsyncResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -142,7 +146,7 @@ class AsyncChatCompletions:
 class AsyncChat:
     """``client.chat``."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncResourceClient) -> None:
         self.completions = AsyncChatCompletions(client)
 
     @property
@@ -159,7 +163,7 @@ class AsyncChat:
 class AsyncCompletions:
     """``client.completions`` (the legacy text completion endpoint)."""
 
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
+    def __init__(self, client: AsyncResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -237,7 +241,7 @@ class AsyncCompletions:
 class AsyncModels:
     """``client.models``."""
 
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
+    def __init__(self, client: AsyncResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -287,7 +291,7 @@ class AsyncModels:
 class AsyncEmbeddings:
     """``client.embeddings``."""
 
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
+    def __init__(self, client: AsyncResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -334,7 +338,7 @@ class AsyncEmbeddings:
 class AsyncResponses:
     """``client.responses`` (the Responses API: ``create``, streamed or not)."""
 
-    def __init__(self, client: AsyncClient, hand_over: HandOver = "") -> None:
+    def __init__(self, client: AsyncResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -423,3 +427,92 @@ class AsyncResponses:
             spec, self._hand_over
         )
         return result
+
+
+# -- views: openai-python's with_raw_response and with_streaming_response ------------
+
+
+class AsyncChatCompletionsWithRawResponse:
+    """``client.chat.completions.with_raw_response``."""
+
+    def __init__(self, completions: AsyncChatCompletions) -> None:
+        self.create = async_to_raw_response_wrapper(completions.create)
+
+
+class AsyncCompletionsWithRawResponse:
+    """``client.completions.with_raw_response``."""
+
+    def __init__(self, completions: AsyncCompletions) -> None:
+        self.create = async_to_raw_response_wrapper(completions.create)
+
+
+class AsyncModelsWithRawResponse:
+    """``client.models.with_raw_response``."""
+
+    def __init__(self, models: AsyncModels) -> None:
+        self.list = async_to_raw_response_wrapper(models.list)
+        self.retrieve = async_to_raw_response_wrapper(models.retrieve)
+
+
+class AsyncEmbeddingsWithRawResponse:
+    """``client.embeddings.with_raw_response``."""
+
+    def __init__(self, embeddings: AsyncEmbeddings) -> None:
+        self.create = async_to_raw_response_wrapper(embeddings.create)
+
+
+class AsyncResponsesWithRawResponse:
+    """``client.responses.with_raw_response``."""
+
+    def __init__(self, responses: AsyncResponses) -> None:
+        self.create = async_to_raw_response_wrapper(responses.create)
+
+
+class AsyncChatCompletionsWithStreamingResponse:
+    """``client.chat.completions.with_streaming_response``."""
+
+    def __init__(self, completions: AsyncChatCompletions) -> None:
+        self.create = async_to_streamed_response_wrapper(completions.create)
+
+
+class AsyncCompletionsWithStreamingResponse:
+    """``client.completions.with_streaming_response``."""
+
+    def __init__(self, completions: AsyncCompletions) -> None:
+        self.create = async_to_streamed_response_wrapper(completions.create)
+
+
+class AsyncModelsWithStreamingResponse:
+    """``client.models.with_streaming_response``."""
+
+    def __init__(self, models: AsyncModels) -> None:
+        self.list = async_to_streamed_response_wrapper(models.list)
+        self.retrieve = async_to_streamed_response_wrapper(models.retrieve)
+
+
+class AsyncEmbeddingsWithStreamingResponse:
+    """``client.embeddings.with_streaming_response``."""
+
+    def __init__(self, embeddings: AsyncEmbeddings) -> None:
+        self.create = async_to_streamed_response_wrapper(embeddings.create)
+
+
+class AsyncResponsesWithStreamingResponse:
+    """``client.responses.with_streaming_response``."""
+
+    def __init__(self, responses: AsyncResponses) -> None:
+        self.create = async_to_streamed_response_wrapper(responses.create)
+
+
+class AsyncChatWithRawResponse:
+    """``client.chat.with_raw_response``."""
+
+    def __init__(self, chat: AsyncChat) -> None:
+        self.completions = chat.completions.with_raw_response
+
+
+class AsyncChatWithStreamingResponse:
+    """``client.chat.with_streaming_response``."""
+
+    def __init__(self, chat: AsyncChat) -> None:
+        self.completions = chat.completions.with_streaming_response

@@ -1,11 +1,12 @@
 """The synchronous client: ``stormguard.Client``.
 
-Its resources (``client.chat.completions`` ...) are in the ``resources`` module
-beside it, their ``with_raw_response``/``with_streaming_response`` views in the
-``resource_views`` one. Each method builds a ``CallSpec`` (``ClientCore``) and
-runs it as one logical call (``_drivers.py``: the call's I/O;
-``_call_flow.py``: its every decision). The sync and async clients are one
-text: ``_client.py``, ``_resources.py`` and ``_resource_views.py`` are
+Its resources (``client.chat.completions`` ...) and their
+``with_raw_response``/``with_streaming_response`` views are in the
+``resources`` module beside it, which it imports and which never imports it
+(each resource holds its client typed as ``ResourceClient``). Each
+method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical call
+(``_drivers.py``: the call's I/O; ``_call_flow.py``: its every decision). The
+sync and async clients are one text: ``_client.py`` and ``_resources.py`` are
 generated from their async twins by scripts/unasync.py (``make unasync``; a
 test checks it).
 """

@@ -1,12 +1,19 @@
 """The synchronous client's resources: ``client.chat.completions``,
 ``client.completions``, ``client.models``, ``client.embeddings`` and
-``client.responses``, with openai-python's signatures. Each method builds the
-call's ``CallSpec`` and hands it to its client (``_request``)."""
+``client.responses``, with openai-python's signatures, and their
+``with_raw_response`` and ``with_streaming_response`` views. Each method builds
+the call's ``CallSpec`` and hands it to its client (``_request``).
+
+A resource holds its client typed by ``ResourceClient``, what it needs of
+it, not by ``Client``: the client creates its resources and this module
+never imports it. Each view sits beside its resource, as in openai-python's
+resource modules: the resource creates its views and the views wrap its methods.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
 from ._base_client import (
@@ -14,6 +21,7 @@ from ._base_client import (
     CallExtras,
     CallTimeout,
 )
+from ._client_core import ClientCore
 from ._deployment import Pin
 from ._models import (
     ChatCompletion,
@@ -26,26 +34,11 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import Unset
-from ._pipeline import HandOver
-from ._resource_views import (
-    ChatCompletionsWithRawResponse,
-    ChatCompletionsWithStreamingResponse,
-    ChatWithRawResponse,
-    ChatWithStreamingResponse,
-    CompletionsWithRawResponse,
-    CompletionsWithStreamingResponse,
-    EmbeddingsWithRawResponse,
-    EmbeddingsWithStreamingResponse,
-    ModelsWithRawResponse,
-    ModelsWithStreamingResponse,
-    ResponsesWithRawResponse,
-    ResponsesWithStreamingResponse,
-)
+from ._pipeline import CallSpec, HandOver
+from ._raw_response import to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
+from ._streamed_response import to_streamed_response_wrapper
 from ._streaming import Stream
-
-if TYPE_CHECKING:
-    from ._client import Client
 
 __all__ = [
     "Chat",
@@ -53,14 +46,25 @@ __all__ = [
     "Completions",
     "Embeddings",
     "Models",
+    "ResourceClient",
     "Responses",
 ]
+
+
+class ResourceClient(Protocol):
+    """What a resource needs of its client (``Client`` is one): the state its
+    calls share, to build a call's ``CallSpec``, and ``_request``, to run it."""
+
+    @property
+    def _core(self) -> ClientCore: ...
+
+    def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any: ...
 
 
 class ChatCompletions:
     """``client.chat.completions``."""
 
-    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
+    def __init__(self, client: ResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -140,7 +144,7 @@ class ChatCompletions:
 class Chat:
     """``client.chat``."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: ResourceClient) -> None:
         self.completions = ChatCompletions(client)
 
     @property
@@ -157,7 +161,7 @@ class Chat:
 class Completions:
     """``client.completions`` (the legacy text completion endpoint)."""
 
-    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
+    def __init__(self, client: ResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -233,7 +237,7 @@ class Completions:
 class Models:
     """``client.models``."""
 
-    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
+    def __init__(self, client: ResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -283,7 +287,7 @@ class Models:
 class Embeddings:
     """``client.embeddings``."""
 
-    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
+    def __init__(self, client: ResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -330,7 +334,7 @@ class Embeddings:
 class Responses:
     """``client.responses`` (the Responses API: ``create``, streamed or not)."""
 
-    def __init__(self, client: Client, hand_over: HandOver = "") -> None:
+    def __init__(self, client: ResourceClient, hand_over: HandOver = "") -> None:
         self._client = client
         self._hand_over = hand_over
 
@@ -419,3 +423,92 @@ class Responses:
             spec, self._hand_over
         )
         return result
+
+
+# -- views: openai-python's with_raw_response and with_streaming_response ------------
+
+
+class ChatCompletionsWithRawResponse:
+    """``client.chat.completions.with_raw_response``."""
+
+    def __init__(self, completions: ChatCompletions) -> None:
+        self.create = to_raw_response_wrapper(completions.create)
+
+
+class CompletionsWithRawResponse:
+    """``client.completions.with_raw_response``."""
+
+    def __init__(self, completions: Completions) -> None:
+        self.create = to_raw_response_wrapper(completions.create)
+
+
+class ModelsWithRawResponse:
+    """``client.models.with_raw_response``."""
+
+    def __init__(self, models: Models) -> None:
+        self.list = to_raw_response_wrapper(models.list)
+        self.retrieve = to_raw_response_wrapper(models.retrieve)
+
+
+class EmbeddingsWithRawResponse:
+    """``client.embeddings.with_raw_response``."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.create = to_raw_response_wrapper(embeddings.create)
+
+
+class ResponsesWithRawResponse:
+    """``client.responses.with_raw_response``."""
+
+    def __init__(self, responses: Responses) -> None:
+        self.create = to_raw_response_wrapper(responses.create)
+
+
+class ChatCompletionsWithStreamingResponse:
+    """``client.chat.completions.with_streaming_response``."""
+
+    def __init__(self, completions: ChatCompletions) -> None:
+        self.create = to_streamed_response_wrapper(completions.create)
+
+
+class CompletionsWithStreamingResponse:
+    """``client.completions.with_streaming_response``."""
+
+    def __init__(self, completions: Completions) -> None:
+        self.create = to_streamed_response_wrapper(completions.create)
+
+
+class ModelsWithStreamingResponse:
+    """``client.models.with_streaming_response``."""
+
+    def __init__(self, models: Models) -> None:
+        self.list = to_streamed_response_wrapper(models.list)
+        self.retrieve = to_streamed_response_wrapper(models.retrieve)
+
+
+class EmbeddingsWithStreamingResponse:
+    """``client.embeddings.with_streaming_response``."""
+
+    def __init__(self, embeddings: Embeddings) -> None:
+        self.create = to_streamed_response_wrapper(embeddings.create)
+
+
+class ResponsesWithStreamingResponse:
+    """``client.responses.with_streaming_response``."""
+
+    def __init__(self, responses: Responses) -> None:
+        self.create = to_streamed_response_wrapper(responses.create)
+
+
+class ChatWithRawResponse:
+    """``client.chat.with_raw_response``."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.completions = chat.completions.with_raw_response
+
+
+class ChatWithStreamingResponse:
+    """``client.chat.with_streaming_response``."""
+
+    def __init__(self, chat: Chat) -> None:
+        self.completions = chat.completions.with_streaming_response
