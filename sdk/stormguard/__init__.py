@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from ._deployment import Deployment, Pin
     from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoverySnapshot
     from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
+    from ._endpoint_limit import LimitSnapshot
     from ._endpoints import Endpoint, SpillOver
     from ._exceptions import (
         APIConnectionError,
@@ -72,7 +73,7 @@ if TYPE_CHECKING:
     )
     from ._fallback import FallbackKind, Fallbacks, FallbackStep
     from ._history import AttemptRecord
-    from ._limiter import ConcurrencyLimiter, LimitSnapshot
+    from ._limiter import ConcurrencyLimiter
     from ._models import (
         CALL_INFO_EXTENSION,
         CallInfo,
@@ -297,7 +298,7 @@ _MODULES: dict[str, str] = {
     "UnprocessableEntityError": "._exceptions",
     "AttemptRecord": "._history",
     "ConcurrencyLimiter": "._limiter",
-    "LimitSnapshot": "._limiter",
+    "LimitSnapshot": "._endpoint_limit",
     "CALL_INFO_EXTENSION": "._models",
     "CallInfo": "._models",
     "ChatCompletion": "._models",

@@ -52,22 +52,24 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
 
 Only the arithmetic of the limit and its pauses: no lock (the endpoint's, in
 ``_endpoint_limit.py``, is held around every call here), no queue, and no
-reading of the clock (the caller passes ``now``).
+reading of the clock (the caller passes ``now``). The limiter's options are read
+through ``LimitSettings``, which ``ConcurrencyLimiter`` (``_limiter.py``) meets.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
-    from ._lease import Lease
-    from ._limiter import ConcurrencyLimiter
+    import random
 
-__all__ = ["AimdLimit"]
+    from ._lease import Lease
+
+__all__ = ["AimdLimit", "LimitSettings"]
 
 #: KV-cache usage at or above which the limit does not grow.
 HOT_KV_CACHE = 0.9
@@ -94,11 +96,22 @@ MAX_PAUSE_S = 60.0
 MAX_RESTART_PAUSE_S = MAX_PAUSE_S
 
 
+class LimitSettings(Protocol):
+    """The options a limit moves within, read when used (``ConcurrencyLimiter``'s)."""
+
+    initial_limit: int
+    min_limit: int
+    max_limit: int
+    backoff_ratio: float
+    #: Jitters the pause after a shed at the floor.
+    rng: random.Random
+
+
 class AimdLimit:
     """The adaptive limit of one endpoint, moved by the outcome of each slot given
     back; the endpoint holds its lock around every call."""
 
-    def __init__(self, owner: ConcurrencyLimiter) -> None:
+    def __init__(self, owner: LimitSettings) -> None:
         self._owner = owner
         #: The limit, fractional: congestion avoidance adds 1/limit per success.
         self.value = float(owner.initial_limit)

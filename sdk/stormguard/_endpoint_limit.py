@@ -10,6 +10,9 @@ the limit rises. A waiter whose deadline cannot be met by the measured rate at
 which slots free up is failed at once, and told so; nobody waits to the
 deadline to fail (the pitfalls of Netflix's ``BlockingLimiter``, which waits
 up to an hour, wakes every waiter at once and keeps no order).
+
+The limiter that holds one limit per endpoint (``_limiter.py``) builds on this
+module; an ``EndpointLimit`` knows it only as a ``LimitTable``.
 """
 
 from __future__ import annotations
@@ -19,9 +22,9 @@ import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from ._aimd_limit import AimdLimit
+from ._aimd_limit import AimdLimit, LimitSettings
 from ._exceptions import LocalQueueFullError, QueueTimeoutError
 from ._fork import forget_in_child, fork_safe_lock
 from ._lease import Lease
@@ -29,9 +32,9 @@ from ._slot_waiter import SlotWaiter
 from ._verdict import LimitOutcome
 
 if TYPE_CHECKING:
-    from ._limiter import ConcurrencyLimiter
+    from ._clock import Clock
 
-__all__ = ["EndpointLimit", "LimitSnapshot"]
+__all__ = ["EndpointLimit", "LimitSnapshot", "LimitTable"]
 
 #: How far back the rate at which slots free up is measured.
 _RATE_WINDOW_S = 10.0
@@ -63,10 +66,28 @@ class LimitSnapshot:
     paused_for: float = 0.0
 
 
+class LimitTable(LimitSettings, Protocol):
+    """The limiter that holds an endpoint's limit (``ConcurrencyLimiter``, in
+    ``_limiter.py``, which builds on this module): its options and clock, and its
+    table of limits, asked for the current entry by a call that holds a dropped one
+    and told when a forgotten entry's last call is done."""
+
+    clock: Clock
+    max_waiting: int
+
+    def endpoint(self, name: str) -> EndpointLimit:
+        """The table's limit of endpoint ``name``."""
+        ...
+
+    def _drop(self, limit: EndpointLimit) -> None:
+        """A forgotten endpoint's last attempt or waiter is done: drop it now."""
+        ...
+
+
 class EndpointLimit:
     """The adaptive limit and local queue of one endpoint (thread-safe)."""
 
-    def __init__(self, name: str, owner: ConcurrencyLimiter) -> None:
+    def __init__(self, name: str, owner: LimitTable) -> None:
         self.name = name
         self.clock = owner.clock
         self._owner = owner

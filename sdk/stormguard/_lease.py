@@ -2,20 +2,36 @@
 
 The attempt marks how it went (``mark``) and gives the slot back once
 (``release``); the endpoint's limit (``_endpoint_limit.py``) adapts to the
-outcome then.
+outcome then. A lease knows that limit only as a ``SlotOwner``: the endpoint's
+module builds on this one, not the other way round.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._verdict import LimitOutcome
 from .protocol import ServerLoad
 
-if TYPE_CHECKING:
-    from ._endpoint_limit import EndpointLimit
+__all__ = ["Lease", "SlotOwner"]
 
-__all__ = ["Lease"]
+
+class SlotOwner(Protocol):
+    """What a lease needs of the limit that granted it (``EndpointLimit``)."""
+
+    @property
+    def name(self) -> str:
+        """The endpoint's name."""
+        ...
+
+    @property
+    def limit(self) -> int:
+        """The limit now."""
+        ...
+
+    def release(self, lease: Lease) -> None:
+        """Take the slot back, and learn from the outcome marked on it."""
+        ...
 
 
 class Lease:
@@ -34,7 +50,7 @@ class Lease:
     )
 
     def __init__(
-        self, limit: EndpointLimit, epoch: int, in_flight: int, queued_s: float, granted_at: float
+        self, limit: SlotOwner, epoch: int, in_flight: int, queued_s: float, granted_at: float
     ) -> None:
         self._limit = limit
         self.epoch = epoch

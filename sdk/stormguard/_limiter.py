@@ -17,16 +17,20 @@ waiting or a pause running), and an endpoint that leaves the client's set (DNS
 discovery) takes its entry with it once its calls are done (``forget``), so a
 name whose pods move at every deploy leaves nothing behind.
 
-This module is where the limiter is imported from: ``ConcurrencyLimiter`` (its
-options, and one limit per endpoint) and what an outcome tells a limit
-(``is_shed``, ``limit_outcome``, ``stream_cut_outcome``). The pieces live beside it:
+This module holds ``ConcurrencyLimiter`` (its options, and one limit per
+endpoint) and what an outcome tells a limit (``is_shed``, ``limit_outcome``,
+``stream_cut_outcome``). The pieces live below it, and none imports this module
+(each sees the limiter through a protocol of its own):
 
 * ``_endpoint_limit.py``: ``EndpointLimit``, one endpoint's limit, lock and
-  queue, and ``LimitSnapshot``, a frozen copy of it;
-* ``_aimd_limit.py``: ``AimdLimit``, how the limit moves with each outcome;
+  queue, and ``LimitSnapshot``, a frozen copy of it (the limiter is its
+  ``LimitTable``);
+* ``_aimd_limit.py``: ``AimdLimit``, how the limit moves with each outcome (the
+  limiter's options are its ``LimitSettings``);
 * ``_lease.py``: ``Lease``, a slot held by one attempt;
 * ``_slot_waiter.py``: ``SlotWaiter``, a call waiting for a slot from a thread
-  or a task.
+  or a task;
+* ``_verdict.py``: ``LimitOutcome``, what an attempt tells the limit.
 
 Hand-written: no library does concurrency limiting that is shared by threads
 and asyncio tasks, ordered by priority and bounded by each caller's deadline.
@@ -38,15 +42,6 @@ import itertools
 import random
 from collections.abc import Iterable
 
-from ._aimd_limit import CRASH_PLATEAU as CRASH_PLATEAU
-from ._aimd_limit import DEFAULT_RESTART_PAUSE_S as DEFAULT_RESTART_PAUSE_S
-from ._aimd_limit import FLOOR_BACKOFF_S as FLOOR_BACKOFF_S
-from ._aimd_limit import HOT_KV_CACHE as HOT_KV_CACHE
-from ._aimd_limit import MAX_PAUSE_S as MAX_PAUSE_S
-from ._aimd_limit import MAX_RESTART_PAUSE_S as MAX_RESTART_PAUSE_S
-from ._aimd_limit import PLATEAU_SLOWDOWN as PLATEAU_SLOWDOWN
-from ._aimd_limit import SLOW_TTFT_FACTOR as SLOW_TTFT_FACTOR
-from ._aimd_limit import SLOW_TTFT_SLACK_S as SLOW_TTFT_SLACK_S
 from ._budget import RetryBudget
 from ._clock import Clock
 from ._endpoint_limit import EndpointLimit, LimitSnapshot
@@ -57,10 +52,9 @@ from ._verdict import LimitOutcome, classify
 
 __all__ = [
     "ConcurrencyLimiter",
-    "EndpointLimit",
+    # Defined in ``_lease.py`` and ``_slot_waiter.py``; the call pipeline
+    # (``_pipeline.py``, ``_call_base.py``) still imports them from here.
     "Lease",
-    "LimitOutcome",
-    "LimitSnapshot",
     "SlotWaiter",
     "is_shed",
     "limit_outcome",

@@ -22,8 +22,8 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
   openai-python ignores these headers and backs off 0.5-8 s, which a spent
   minute's quota refuses again; the same clamp and deadline apply.
 * A 429 whose error ``code`` or ``type`` is ``insufficient_quota`` is not
-  retried (``is_out_of_quota``): the account is out of credit, and no wait of
-  seconds brings it back; OpenAI says so in the body of an ordinary 429.
+  retried (``_verdict.is_out_of_quota``): the account is out of credit, and no
+  wait of seconds brings it back; OpenAI says so in the body of an ordinary 429.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from ._exceptions import RateLimitError
 from ._stop_reason import StopReason
-from ._verdict import TRANSIENT_STATUSES, classify, is_out_of_quota
+from ._verdict import TRANSIENT_STATUSES, classify
 
-__all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy", "is_out_of_quota"]
+__all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy"]
 
 #: The retryable statuses by default: the transient ones (``_verdict.py``).
 DEFAULT_RETRY_STATUSES = TRANSIENT_STATUSES

@@ -3,7 +3,8 @@
 ``SlotWaiter.wait`` blocks a thread and ``wait_async`` suspends a task; both end
 granted (a ``Lease``), refused (``QueueTimeoutError``) or at the call's deadline,
 and both sleep through a pause of the endpoint on its clock. The queue that
-grants and refuses is ``_endpoint_limit.py``.
+grants and refuses is ``_endpoint_limit.py``; a waiter knows it only as a
+``WaitQueue``, so that module builds on this one, not the other way round.
 """
 
 from __future__ import annotations
@@ -11,17 +12,45 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ._exceptions import QueueTimeoutError
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ._endpoint_limit import EndpointLimit
+    from ._clock import Clock
     from ._lease import Lease
 
-__all__ = ["SlotWaiter"]
+__all__ = ["SlotWaiter", "WaitQueue"]
+
+
+class WaitQueue(Protocol):
+    """The queue's side of a wait, as ``EndpointLimit`` keeps it: every call takes its
+    lock, so a waiter never reads the queue's state itself."""
+
+    #: The endpoint's clock: a pause is slept through on it.
+    clock: Clock
+
+    def _on_wake(self, waiter: SlotWaiter, wake: Callable[[], None]) -> bool:
+        """Give the waiter its wake-up; True when it is already settled."""
+        ...
+
+    def _pause_for(self, waiter: SlotWaiter) -> float:
+        """Seconds the waiter sleeps through a pause (0: not paused)."""
+        ...
+
+    def _resume(self, waiter: SlotWaiter) -> bool:
+        """After a sleep: grant what may go now; True when the waiter is settled."""
+        ...
+
+    def _finish_wait(self, waiter: SlotWaiter) -> Lease:
+        """After the wait: the lease, or raise the waiter's error."""
+        ...
+
+    def _abandon(self, waiter: SlotWaiter) -> None:
+        """The wait was interrupted: leave the queue, hand back a slot granted meanwhile."""
+        ...
 
 
 class SlotWaiter:
@@ -39,7 +68,7 @@ class SlotWaiter:
         "key",
     )
 
-    def __init__(self, limit: EndpointLimit, key: tuple[int, int], deadline_at: float) -> None:
+    def __init__(self, limit: WaitQueue, key: tuple[int, int], deadline_at: float) -> None:
         self._limit = limit
         self.key = key
         self.deadline_at = deadline_at

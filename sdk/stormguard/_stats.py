@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ._breaker import BreakerSnapshot
     from ._discovery import DiscoverySnapshot
     from ._ejection import EndpointHealth
-    from ._limiter import LimitSnapshot
+    from ._endpoint_limit import LimitSnapshot
     from ._policies.quota import QuotaSnapshot
     from ._tiers import DeploymentSnapshot
 

@@ -27,7 +27,7 @@ import enum
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._exceptions import (
     APIConnectionError,
@@ -48,14 +48,12 @@ from ._exceptions import (
 from ._stop_reason import StopReason
 from .protocol import ShedReason
 
-if TYPE_CHECKING:
-    from ._retry import RetryPolicy
-
 __all__ = [
     "QUOTA_CODES",
     "REFUSAL_STATUSES",
     "TRANSIENT_STATUSES",
     "LimitOutcome",
+    "RetryStatuses",
     "Verdict",
     "classify",
     "is_content_policy_refusal",
@@ -79,6 +77,15 @@ QUOTA_CODES = frozenset({"rate_limit_exceeded", "rate_limit_error", "tokens", "r
 _RESTART_REASONS = frozenset(
     {ShedReason.ENGINE_RESTART.value, ShedReason.WARMING.value, ShedReason.DRAINING.value}
 )
+
+
+class RetryStatuses(Protocol):
+    """What ``classify`` reads of a retry policy (``_retry.RetryPolicy``): the statuses
+    worth another attempt. A protocol, so that the policy builds on the verdict and
+    the verdict needs nothing of the policy's."""
+
+    @property
+    def retry_statuses(self) -> frozenset[int]: ...
 
 
 class LimitOutcome(str, enum.Enum):
@@ -271,7 +278,7 @@ def refusal_message(error: APIStatusError) -> str:
     return error.message
 
 
-def classify(error: BaseException | None, policy: RetryPolicy | None = None) -> Verdict:
+def classify(error: BaseException | None, policy: RetryStatuses | None = None) -> Verdict:
     """Judge one attempt's outcome (None: it succeeded). ``policy`` supplies the
     retryable statuses (default: ``TRANSIENT_STATUSES``); nothing else depends on it.
 

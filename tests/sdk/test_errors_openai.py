@@ -12,9 +12,10 @@ import respx
 import stormguard
 from stormguard._breaker import is_breaker_failure
 from stormguard._fallback import is_fallback_worthy
-from stormguard._limiter import LimitOutcome, is_shed, limit_outcome
+from stormguard._limiter import is_shed, limit_outcome
 from stormguard._redact import REDACTED
 from stormguard._throttle import AdaptiveThrottle, is_accept
+from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import MESSAGES, Api, chunk, event_stream, sse

@@ -30,6 +30,7 @@ from stormguard import (
     RetryPolicy,
     ServerLoad,
 )
+from stormguard._lease import Lease
 from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
@@ -180,7 +181,7 @@ async def test_a_failover_waits_for_a_slot_of_the_new_endpoint(mode: str) -> Non
     api = Api(mode)
     limiter = ConcurrencyLimiter(initial_limit=1, clock=api.clock)
     held = limiter.endpoint("b.test:80").acquire(1, -1, deadline_at=1e9)  # b is full
-    assert isinstance(held, stormguard._limiter.Lease)
+    assert isinstance(held, Lease)
     with respx.mock(assert_all_called=False) as mock:
         mock.post(url__regex=ANY_HOST).mock(
             side_effect=by_host({"a.test": failing(), "b.test": ok()})
@@ -220,8 +221,8 @@ async def test_a_call_waiting_for_a_slot_of_an_endpoint_ejected_meanwhile_goes_e
     limiter = ConcurrencyLimiter(initial_limit=1, clock=api.clock)
     held = limiter.endpoint("b.test:80").acquire(1, -1, deadline_at=1e9)  # b is full
     held_a = limiter.endpoint("a.test:80").acquire(1, -1, deadline_at=1e9)  # and a
-    assert isinstance(held, stormguard._limiter.Lease)
-    assert isinstance(held_a, stormguard._limiter.Lease)
+    assert isinstance(held, Lease)
+    assert isinstance(held_a, Lease)
     with respx.mock(assert_all_called=False) as mock:
         answer = by_host({"a.test": ok(), "b.test": ok()})
         mock.post(url__regex=ANY_HOST).mock(side_effect=answer)

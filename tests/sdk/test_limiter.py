@@ -12,15 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
+from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard._endpoint_limit import EndpointLimit
 from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
-from stormguard._limiter import (
-    MAX_PAUSE_S,
-    EndpointLimit,
-    Lease,
-    LimitOutcome,
-    SlotWaiter,
-    limit_outcome,
-)
+from stormguard._lease import Lease
+from stormguard._limiter import limit_outcome
+from stormguard._slot_waiter import SlotWaiter
+from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 
 E = "gpu-1:8000"

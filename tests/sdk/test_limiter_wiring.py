@@ -11,7 +11,7 @@ import respx
 import stormguard
 from stormguard import ConcurrencyLimiter, RetryBudget
 from stormguard._breaker import CircuitState
-from stormguard._limiter import Lease
+from stormguard._lease import Lease
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 ENDPOINT = "llm.test:80"

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from ._hf_counter import HuggingFaceCounter
     from ._match import ModelMap
     from ._models import encoding_name_for_model
-    from ._policy import DEFAULT_MAX_TOKENS, Precheck, TokenPolicy
+    from ._policy import DEFAULT_MAX_TOKENS, TokenPolicy
+    from ._precheck import Precheck
     from ._rate_limit import Reservation, TokenRateLimiter
     from ._server_counter import ServerTokenizeCounter, TokenCount
     from ._tiktoken_counter import TiktokenCounter
@@ -82,7 +83,7 @@ _SUBMODULES = {
     "ModelMap": "._match",
     "encoding_name_for_model": "._models",
     "DEFAULT_MAX_TOKENS": "._policy",
-    "Precheck": "._policy",
+    "Precheck": "._precheck",
     "TokenPolicy": "._policy",
     "Reservation": "._rate_limit",
     "TokenRateLimiter": "._rate_limit",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +16,7 @@ from ._counter import TokenCounter
 from ._estimate import EstimatingCounter
 from ._flow import Flow
 from ._match import ModelMap
+from ._precheck import Precheck
 from ._rate_limit import Reservation, TokenRateLimiter
 from ._request import Kind, PromptRequest, count_prompt, read_request
 from ._server_context_windows import ServerContextWindows
@@ -25,7 +25,7 @@ from ._server_counter import ServerTokenizeCounter, TokenCount
 if TYPE_CHECKING:
     from tiktoken import Encoding
 
-__all__ = ["DEFAULT_MAX_TOKENS", "Precheck", "TokenPolicy"]
+__all__ = ["DEFAULT_MAX_TOKENS", "TokenPolicy"]
 
 logger = logging.getLogger("stormguard.tokens")
 
@@ -33,40 +33,6 @@ logger = logging.getLogger("stormguard.tokens")
 #: (vLLM fills the rest of the context window, OpenAI caps per model), so the check assumes
 #: a typical answer; set ``max_tokens`` for an exact check and rate-limit cost.
 DEFAULT_MAX_TOKENS = 1024
-
-
-@dataclass(frozen=True)
-class Precheck:
-    """What the pre-check found: the request fits (or its context window is unknown)."""
-
-    #: The model to call: the requested one, or its fallback with a larger context window.
-    model: str
-    prompt_tokens: int
-    #: The request's ``max_tokens``, or the default completion length.
-    max_tokens: int
-    #: None when no source knows the context window: then nothing was checked.
-    context_window: int | None
-    #: Name of the counter that counted (``"tiktoken:o200k_base"``...).
-    counter: str
-    #: The requested model when ``model`` is its context-window fallback.
-    fallback_from: str | None = None
-    #: Where the context window came from: ``"config"``, ``"server"`` or ``"table"``.
-    context_window_source: str | None = None
-
-    @property
-    def cost(self) -> int:
-        """The request's token cost: prompt tokens plus max_tokens."""
-        return self.prompt_tokens + self.max_tokens
-
-    @property
-    def window_source(self) -> str | None:
-        """Deprecated name of :attr:`context_window_source`."""
-        warnings.warn(
-            "Precheck.window_source is deprecated; use Precheck.context_window_source",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.context_window_source
 
 
 class TokenPolicy:
