@@ -25,9 +25,9 @@ from ._http import http_errors, httpx
 from ._responses import send_failure
 
 if TYPE_CHECKING:
-    from ._limiter import SlotWaiter
     from ._models import Record
     from ._pipeline import LogicalCall
+    from ._slot_waiter import SlotWaiter
 
 __all__ = [
     "Action",

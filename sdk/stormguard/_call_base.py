@@ -17,7 +17,7 @@ from ._call_state import CallMachine
 from ._deadline import Deadline
 from ._history import AttemptRecord
 from ._http import httpx
-from ._limiter import Lease
+from ._lease import Lease
 from ._models import CallInfo
 from ._rate_limit_headers import RateLimit
 from ._stop_reason import StopReason

@@ -46,16 +46,10 @@ from ._budget import RetryBudget
 from ._clock import Clock
 from ._endpoint_limit import EndpointLimit, LimitSnapshot
 from ._fork import fork_safe_lock
-from ._lease import Lease
-from ._slot_waiter import SlotWaiter
 from ._verdict import LimitOutcome, classify
 
 __all__ = [
     "ConcurrencyLimiter",
-    # Defined in ``_lease.py`` and ``_slot_waiter.py``; the call pipeline
-    # (``_pipeline.py``, ``_call_base.py``) still imports them from here.
-    "Lease",
-    "SlotWaiter",
     "is_shed",
     "limit_outcome",
     "stream_cut_outcome",

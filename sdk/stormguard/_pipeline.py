@@ -51,10 +51,11 @@ from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from ._fallback import FallbackKind, FallbackStep, next_fallback
 from ._http import httpx
-from ._limiter import Lease, SlotWaiter
+from ._lease import Lease
 from ._logs import fell_back
 from ._own_pool import attempt_request
 from ._prompt_view import precheck_view
+from ._slot_waiter import SlotWaiter
 from ._stop_reason import StopReason
 from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 
