@@ -108,13 +108,8 @@ if TYPE_CHECKING:
     from ._streaming import AsyncStream, Stream
     from ._throttle import AdaptiveThrottle
     from ._tiers import DeploymentSnapshot
-    from ._transport import (
-        AsyncStormguardTransport,
-        StormguardTransport,
-        async_httpx_client,
-        httpx_client,
-        openai_http_library,
-    )
+    from ._transport import AsyncStormguardTransport, StormguardTransport
+    from ._transport_clients import async_httpx_client, httpx_client, openai_http_library
     from .protocol import Priority, ServerLoad, ShedReason
     from .telemetry import Telemetry
 
@@ -337,9 +332,9 @@ _MODULES: dict[str, str] = {
     "AdaptiveThrottle": "._throttle",
     "AsyncStormguardTransport": "._transport",
     "StormguardTransport": "._transport",
-    "async_httpx_client": "._transport",
-    "httpx_client": "._transport",
-    "openai_http_library": "._transport",
+    "async_httpx_client": "._transport_clients",
+    "httpx_client": "._transport_clients",
+    "openai_http_library": "._transport_clients",
     "Priority": ".protocol",
     "ServerLoad": ".protocol",
     "ShedReason": ".protocol",

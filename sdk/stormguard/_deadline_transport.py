@@ -27,9 +27,7 @@ not needed before a connection pool is.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ._http import httpx, library_of
 
@@ -37,16 +35,7 @@ if TYPE_CHECKING:
     from ._deadline_backend import DeadlineBackend as DeadlineBackend
     from ._deadline_backend import DeadlineStream as DeadlineStream
 
-__all__ = [
-    "DeadlineBackend",
-    "DeadlineTransport",
-    "default_http_client",
-    "hold_to_deadlines",
-    "proxy_mounts",
-]
-
-
-T = TypeVar("T")
+__all__ = ["DeadlineBackend", "DeadlineTransport", "hold_to_deadlines"]
 
 
 def __getattr__(name: str) -> Any:
@@ -102,29 +91,3 @@ def hold_to_deadlines(client: object) -> None:
             from ._deadline_backend import hold_transport  # its pool loaded httpcore
 
             hold_transport(transport)
-
-
-def _environment_proxies() -> dict[str, str | None]:
-    """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx (httpx2) reads them (a
-    client given a transport reads none of them itself)."""
-    utils = sys.modules.get(f"{httpx.__name__}._utils")
-    read = getattr(utils, "get_environment_proxies", None)
-    return dict(read()) if callable(read) else {}
-
-
-def default_http_client(limits: httpx.Limits) -> httpx.Client:
-    """What ``Client()`` uses when given no ``http_client``: an ``httpx.Client`` (the
-    ``OwnClient`` of ``_own_pool.py``) with its environment proxies, on
-    :class:`DeadlineTransport` s holding ``limits`` among them (``own_pool``)."""
-    from ._own_pool import OwnClient, own_pool
-
-    return own_pool(OwnClient, DeadlineTransport, limits)
-
-
-def proxy_mounts(transport_for: Callable[[str], T]) -> dict[str, T | None]:
-    """The environment's proxies as a client's ``mounts``: ``transport_for(proxy
-    URL)`` for each pattern a proxy serves, None for those ``NO_PROXY`` exempts."""
-    return {
-        pattern: None if url is None else transport_for(url)
-        for pattern, url in _environment_proxies().items()
-    }

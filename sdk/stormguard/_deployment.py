@@ -25,14 +25,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from ._endpoint_config import Endpoint
 from ._redact import display_url, is_credential_name
-
-if TYPE_CHECKING:
-    from ._endpoint_state import EndpointState
 
 __all__ = [
     "PIN_DEPLOYMENT_HEADER",
@@ -258,6 +255,17 @@ def with_query(url: str, query: Mapping[str, str] | None) -> str:
     return f"{url}{'&' if sep else '?'}{extra}"
 
 
+class _Pinnable(Protocol):
+    """What a ``Pin`` judges of an endpoint (``_endpoint_state.EndpointState``, which
+    imports this module): its tier and its name."""
+
+    @property
+    def tier(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Pin:
     """Hold one call to a tier, or to one deployment (by name): only endpoints it
@@ -283,7 +291,7 @@ class Pin:
     def describe(self) -> str:
         return f"tier {self.tier}" if self.tier is not None else f"deployment {self.deployment!r}"
 
-    def admits(self, state: EndpointState) -> bool:
+    def admits(self, state: _Pinnable) -> bool:
         if self.tier is not None:
             return state.tier == self.tier
         return state.name == self.deployment

@@ -35,7 +35,7 @@ from ._attempt_flow import (
 )
 from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
-from ._deadline_transport import default_http_client, hold_to_deadlines
+from ._deadline_transport import DeadlineTransport, hold_to_deadlines
 from ._exceptions import ClientClosedError
 from ._http import httpx
 from ._own_pool import OwnAsyncClient, OwnClient, own_pool
@@ -63,9 +63,11 @@ __all__ = [
 
 def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.Client:
     """The client's pool: ``given`` (its ``HTTPTransport`` s then held to the calls'
-    deadlines), else a default one on deadline-clipping transports."""
+    deadlines), else an ``httpx.Client`` of its own (``_own_pool.OwnClient``) with its
+    environment proxies, on ``DeadlineTransport`` s holding ``limits`` among them
+    (``own_pool``)."""
     if given is None:
-        return default_http_client(limits)
+        return own_pool(OwnClient, DeadlineTransport, limits)
     hold_to_deadlines(given)
     given_pool(given)
     # httpx2's Client has httpx's API: the pipeline drives either one the same way.

@@ -55,8 +55,9 @@ from ._exceptions import StormguardError
 from ._http import httpx
 from ._models import CALL_INFO_EXTENSION
 from ._options import NOT_GIVEN, is_omitted
-from ._transport import async_http_client_over, http_client_over, pipeline_of
+from ._transport import pipeline_of
 from ._transport_answers import ERROR_EXTENSION, for_openai
+from ._transport_clients import async_http_client_over, http_client_over
 
 if TYPE_CHECKING:
     from ._http import LimitsLike

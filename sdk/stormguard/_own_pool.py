@@ -25,12 +25,12 @@ A client given your own ``http_client`` never uses these: it is sent through as 
 from __future__ import annotations
 
 import datetime
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from . import _fork
-from ._deadline_transport import proxy_mounts
 from ._http import httpx
 from ._pool_life import LoopTransport, ProcessTransport
 from ._pool_shards import pool_transport
@@ -251,6 +251,24 @@ class OwnAsyncClient(_AttemptRequests, httpx.AsyncClient):
 
 
 _Own = TypeVar("_Own", OwnClient, OwnAsyncClient)
+_T = TypeVar("_T")
+
+
+def _environment_proxies() -> dict[str, str | None]:
+    """``HTTP(S)_PROXY``/``ALL_PROXY``/``NO_PROXY`` as httpx (httpx2) reads them (a
+    client given a transport reads none of them itself)."""
+    utils = sys.modules.get(f"{httpx.__name__}._utils")
+    read = getattr(utils, "get_environment_proxies", None)
+    return dict(read()) if callable(read) else {}
+
+
+def _proxy_mounts(transport_for: Callable[[str], _T]) -> dict[str, _T | None]:
+    """The environment's proxies as a client's ``mounts``: ``transport_for(proxy
+    URL)`` for each pattern a proxy serves, None for those ``NO_PROXY`` exempts."""
+    return {
+        pattern: None if url is None else transport_for(url)
+        for pattern, url in _environment_proxies().items()
+    }
 
 
 def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits) -> _Own:
@@ -281,4 +299,4 @@ def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits)
             )
         )
 
-    return client(transport=transport(), mounts=proxy_mounts(transport))
+    return client(transport=transport(), mounts=_proxy_mounts(transport))

@@ -14,13 +14,8 @@ import pytest
 
 import stormguard
 from stormguard._deadline import Deadline, current_deadline
-from stormguard._deadline_transport import (
-    DeadlineBackend,
-    DeadlineStream,
-    DeadlineTransport,
-    default_http_client,
-)
-from stormguard._drivers import http_pool_async
+from stormguard._deadline_transport import DeadlineBackend, DeadlineStream, DeadlineTransport
+from stormguard._drivers import http_pool_async, http_pool_sync
 from stormguard._own_pool import OwnAsyncClient
 from stormguard._pool_shards import ShardedTransport
 from stormguard.testing import FakeClock
@@ -198,7 +193,7 @@ def test_environment_proxies_are_kept_on_deadline_transports(
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.test:3128")
     monkeypatch.setenv("NO_PROXY", "localhost")
-    with default_http_client(httpx.Limits(max_connections=3)) as http:
+    with http_pool_sync(None, httpx.Limits(max_connections=3)) as http:
         mounted = {str(pattern.pattern): local(t) for pattern, t in http._mounts.items()}
     assert isinstance(mounted["https://"], DeadlineTransport)
     assert isinstance(pool_backend(mounted["https://"]), DeadlineBackend)

@@ -12,7 +12,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -34,8 +34,8 @@ from .._http import httpx
 from .._redact import display_url
 from . import _names as n
 from ._captured_content import _input_messages, _output_messages
+from ._current_call import CURRENT
 from ._metrics import ClientMetrics
-from ._observer import _CURRENT
 from ._span_attributes import (
     _attempt_error_type,
     _budget_attributes,
@@ -44,9 +44,6 @@ from ._span_attributes import (
     _refusal_attributes,
     _short,
 )
-
-if TYPE_CHECKING:
-    from ._observer import Telemetry
 
 __all__ = ["_CallTrace"]
 
@@ -60,12 +57,20 @@ def _suppressing_http_instrumentation() -> contextlib.AbstractContextManager[obj
     return contextlib.nullcontext() if suppress is None else suppress()
 
 
+class _Settings(Protocol):
+    """What a call's trace reads of the ``Telemetry`` that started it, at its start and
+    at its end (the observer imports this module, so this one names only the shape)."""
+
+    capture_content: bool
+    provider_name: str
+
+
 class _CallTrace:
     """The spans and measurements of one logical call (a ``CallObserver``)."""
 
     def __init__(
         self,
-        telemetry: Telemetry,
+        telemetry: _Settings,
         event: CallStarted,
         tracer: Tracer | None,
         instruments: ClientMetrics | None,
@@ -118,11 +123,11 @@ class _CallTrace:
     def active(self) -> Iterator[None]:
         """The logical span is the current span while the driver works on the call."""
         token = otel_context.attach(trace.set_span_in_context(self.span))
-        call_token = _CURRENT.set(self)
+        call_token = CURRENT.set(self)
         try:
             yield
         finally:
-            _CURRENT.reset(call_token)
+            CURRENT.reset(call_token)
             otel_context.detach(token)
 
     @contextlib.contextmanager

@@ -17,7 +17,6 @@ calls skip telemetry on one dictionary lookup. The spans of a call
 
 from __future__ import annotations
 
-import contextvars
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from .._fork import fork_safe_lock
 from .._version import __version__
 from . import _names as n
+from ._current_call import CURRENT
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -40,11 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["Telemetry"]
 
 _SCOPE = "stormguard"
-
-#: The call whose work is running in this context (breaker events go to its span).
-_CURRENT: contextvars.ContextVar[_CallTrace | None] = contextvars.ContextVar(
-    "stormguard_call", default=None
-)
 
 #: A provider named in the environment: the API builds it on its first lookup.
 _PROVIDER_ENV_SET = any(
@@ -205,7 +200,7 @@ class Telemetry:
             instruments.breaker_transitions.add(
                 1, {n.BREAKER_NAME: transition.name, n.BREAKER_STATE: state}
             )
-        call = _CURRENT.get()
+        call = CURRENT.get()
         if call is not None and call.recording:
             attributes: dict[str, Any] = {
                 n.BREAKER_NAME: transition.name,
@@ -230,7 +225,7 @@ class Telemetry:
                     n.ENDPOINT_REASON: transition.reason,
                 },
             )
-        call = _CURRENT.get()
+        call = CURRENT.get()
         if call is not None and call.recording:
             attributes: dict[str, Any] = {
                 n.ATTEMPT_ENDPOINT: transition.endpoint,

@@ -12,10 +12,12 @@ One module per job, each testable alone with an injected clock:
   (AWS's adaptive mode), and the cap a 429 puts on headers that said there was room;
 * ``_pace_bucket``: ``PaceBucket``, the local token bucket sends are paced through;
 * ``_signals``: what a response and a 429's message say of the quota;
-* ``_key``: ``KeyQuota``, one key's quota under one lock (the ``KeyState``
-  interface: reserve, observe, refused, refund, withdraw), and the waiting calls;
+* ``_key``: ``KeyQuota``, one key's quota under one lock, and the waiting calls;
+  ``QuotaKey``, ``Pace``, ``Grant``, ``QuotaSnapshot``, the values the others share;
 * ``_shared``: ``SharedKeyQuota``, one key's quota shared in Redis by every process
   on it (``QuotaPolicy.redis_url``), with the local one kept for when Redis fails;
+* ``_key_state``: ``KeyState``, the interface a call uses of either (reserve,
+  observe, refused, refund, withdraw);
 * ``_redis``: ``RedisStore``, the bucket script, the connections and their health
   (imported only when a Redis URL is set; redis-py is imported at the first call);
 * ``_registry``: ``QuotaRegistry``, the keys in use, process-wide and bounded;
@@ -35,9 +37,10 @@ from ._gate import (
     output_tokens,
     prompt_estimate,
 )
-from ._key import KeyQuota, KeyState, Pace, QuotaKey, QuotaSnapshot
+from ._key import Grant, KeyQuota, Pace, QuotaKey, QuotaSnapshot
+from ._key_state import KeyState
 from ._registry import QuotaRegistry, fingerprint, registry_for
-from ._shared import Grant, SharedAsk, SharedKeyQuota
+from ._shared import SharedAsk, SharedKeyQuota
 from ._signals import Refusal, refusal_of
 
 __all__ = [

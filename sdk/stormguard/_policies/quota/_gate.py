@@ -34,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 from ... import _logs
 from ..._rate_limit_headers import RateLimit
 from ._config import QuotaPolicy, check_redis_url
-from ._key import KeyState, Pace, QuotaKey, QuotaSnapshot
+from ._key import Grant, Pace, QuotaKey, QuotaSnapshot
+from ._key_state import KeyState
 from ._registry import fingerprint, registry_for
-from ._shared import Grant, SharedAsk
+from ._shared import SharedAsk
 from ._signals import readings, refusal_of
 
 if TYPE_CHECKING:

@@ -3,10 +3,11 @@ lock: its two dimensions (``ShareController``), the 429-learned rate
 (``CubicRate``), the pause a quota 429 asks for, and the calls waiting for it.
 
 Its interface to the call (``reserve``, ``observe``, ``refused``, ``refund``,
-``withdraw``) is the ``KeyState`` protocol, which the state shared between
-processes in Redis (``_shared.SharedKeyQuota``) offers too. It never sleeps:
+``withdraw``) is the ``KeyState`` protocol (``_key_state``), which the state shared
+between processes in Redis (``_shared.SharedKeyQuota``) offers too. It never sleeps:
 ``reserve`` returns a ``Pace`` (sleep this long, then send or ask again), and the
-call flow sleeps it (``_call_flow.Sleep``).
+call flow sleeps it (``_call_flow.Sleep``). A ``Grant`` is what a reservation in the
+shared state took; this one is handed it and has nothing to do with it.
 
 **Order.** Calls wait in ``x-priority`` order (critical, standard, sheddable),
 then by arrival: a call may take the key's room only when no call before it in
@@ -31,7 +32,6 @@ import bisect
 import math
 import random
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
 
 from ..._aimd_limit import MAX_PAUSE_S
 from ..._exceptions import QuotaWaitError
@@ -42,10 +42,7 @@ from ._share import ShareController
 from ._signals import Reading, Refusal
 from ._tally import SendTally
 
-if TYPE_CHECKING:
-    from ._shared import Grant, SharedAsk
-
-__all__ = ["DEFAULT_429_WAIT_S", "KeyQuota", "KeyState", "Pace", "QuotaKey", "QuotaSnapshot"]
+__all__ = ["DEFAULT_429_WAIT_S", "Grant", "KeyQuota", "Pace", "QuotaKey", "QuotaSnapshot"]
 
 #: The wait after a quota 429 that names none (no Retry-After, no "try again in", no
 #: spent limit's reset): AWS's and the prototype's.
@@ -85,6 +82,22 @@ class Pace:
     granted: bool
     #: The first wait this key has asked of any call (logged once).
     first_wait: bool = False
+
+
+@dataclass(slots=True)
+class Grant:
+    """What one attempt's reservation in a bucket shared in Redis (``SharedKeyQuota``)
+    took, to be given back if it was not charged."""
+
+    cost: float
+    #: The local ``KeyQuota`` took it too (the shared bucket knew no limit).
+    local: bool
+    #: What the shared bucket took: the cost from its tokens, one from its requests
+    #: (False: that dimension knew no limit, so the bucket took nothing from it).
+    tokens: bool = False
+    requests: bool = False
+    #: Settled already: an attempt is unsent, refused, not charged or trued up, once.
+    returned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,72 +141,6 @@ class QuotaSnapshot:
     #: What this client multiplies a prompt's bytes / 4 by to estimate its tokens,
     #: learned from the provider's counts (1.0 before any).
     prompt_scale: float = 1.0
-
-
-class KeyState(Protocol):
-    """One key's quota as a call uses it: this process's own (``KeyQuota``) or one
-    shared in Redis (``SharedKeyQuota``), whose ``reserve`` may return the I/O to do
-    first (a ``SharedAsk``) and whose calls carry what their reservation took
-    (``grant``)."""
-
-    key: QuotaKey
-
-    def reserve(
-        self,
-        ticket: tuple[int, int],
-        cost: float,
-        now: float,
-        deadline: float,
-        waited: float = 0.0,
-    ) -> Pace | SharedAsk:
-        """Take ``cost`` tokens and one request for the call ``ticket`` (rank, arrival),
-        or say how long to sleep (``waited``: what the attempt has waited already);
-        raise ``QuotaWaitError`` when its deadline cannot be met."""
-
-    def answered(self, ask: SharedAsk, reply: Any, now: float) -> Pace:
-        """The answer to a ``SharedAsk`` ``reserve`` returned: as ``reserve``'s."""
-
-    def withdraw(self, ticket: tuple[int, int]) -> None:
-        """The call stopped waiting (cancelled, refused elsewhere)."""
-
-    def refund(self, cost: float, grant: Grant | None = None) -> None:
-        """A granted call that was never sent: its cost goes back."""
-
-    def charged(self, grant: Grant | None, tokens: float, requests: float) -> None:
-        """What the provider charged a sent call it answered (0, 0: nothing)."""
-
-    def observe(
-        self,
-        t_send: float,
-        now: float,
-        readings: tuple[Reading | None, Reading | None],
-        admitted: float,
-    ) -> list[tuple[str, float]]:
-        """A response's headers; returns the limits newly learned (dimension, limit)."""
-
-    def refused(
-        self,
-        t_send: float,
-        now: float,
-        refusal: Refusal,
-        wait: float | None,
-        had_headers: bool,
-        grant: Grant | None = None,
-    ) -> float:
-        """A quota 429; returns the pause it set (seconds, jittered)."""
-
-    def least_wait(self, now: float, cost: float) -> float:
-        """The lower bound of a wait for ``cost``."""
-
-    def snapshot(self, now: float) -> QuotaSnapshot:
-        """A frozen copy, for ``client.stats()``."""
-
-    def view(self) -> tuple[float, float | None, float | None]:
-        """This process's share and the key's last ``remaining``, for a span."""
-
-    @property
-    def active(self) -> bool:
-        """Whether a call waits for the key (it is not evicted then)."""
 
 
 class KeyQuota:
@@ -325,9 +272,6 @@ class KeyQuota:
             index = bisect.bisect_left(self._order, ticket)
             if index < len(self._order) and self._order[index] == ticket:
                 self._remove(index)
-
-    def answered(self, ask: SharedAsk, reply: Any, now: float) -> Pace:
-        raise AssertionError("a local quota asks nothing of Redis")  # pragma: no cover
 
     def refund(self, cost: float, grant: Grant | None = None) -> None:
         with self._lock:

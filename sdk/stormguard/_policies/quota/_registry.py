@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING
 
 from ..._fork import fork_safe_lock
 from ._config import QuotaPolicy
-from ._key import KeyQuota, KeyState, QuotaKey
+from ._key import KeyQuota, QuotaKey
+from ._key_state import KeyState
+from ._shared import SharedKeyQuota
 from ._tally import SendTally
 
 if TYPE_CHECKING:
@@ -86,8 +88,6 @@ class QuotaRegistry:
                 return found
             state: KeyState
             if self.store is not None:
-                from ._shared import SharedKeyQuota
-
                 state = SharedKeyQuota(key, self.policy, self.store, self._rng)
             else:
                 state = KeyQuota(key, self.policy, self._rng, self._tallies.pop(key, None))

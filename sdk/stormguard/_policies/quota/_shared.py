@@ -68,28 +68,13 @@ from ..._aimd_limit import MAX_PAUSE_S
 from ..._exceptions import QuotaWaitError
 from ..._fork import fork_safe_lock
 from ._config import QuotaPolicy
-from ._key import KeyQuota, Pace, QuotaKey, QuotaSnapshot
+from ._key import Grant, KeyQuota, Pace, QuotaKey, QuotaSnapshot
 from ._signals import Reading, Refusal
 
 if TYPE_CHECKING:
     from ._redis import RedisStore, Reply
 
-__all__ = ["Grant", "SharedAsk", "SharedKeyQuota"]
-
-
-@dataclass(slots=True)
-class Grant:
-    """What one attempt's reservation took, to be given back if it was not charged."""
-
-    cost: float
-    #: The local ``KeyQuota`` took it too (the shared bucket knew no limit).
-    local: bool
-    #: What the shared bucket took: the cost from its tokens, one from its requests
-    #: (False: that dimension knew no limit, so the bucket took nothing from it).
-    tokens: bool = False
-    requests: bool = False
-    #: Settled already: an attempt is unsent, refused, not charged or trued up, once.
-    returned: bool = False
+__all__ = ["SharedAsk", "SharedKeyQuota"]
 
 
 @dataclass(slots=True)
