@@ -1,14 +1,17 @@
 """The import graph of each package: no cycles, and the layers keep to themselves.
 
-Module-level imports only, read from the source (``if TYPE_CHECKING:`` blocks and
-imports inside functions are not edges: the first never runs, the second runs after
-every module is loaded, which is how optional dependencies load on first use). A
-cycle here is a module that cannot be imported first without the other half-made.
+Two graphs, read from the source. The runtime one has module-level imports only
+(``if TYPE_CHECKING:`` blocks never run, and imports inside functions run after every
+module is loaded, as optional dependencies load on first use): a cycle there is a
+module that cannot be imported first without the other half-made. The whole one has
+every import statement: a cycle there, even through a type or a deferred import, is
+two modules that cannot be read, tested or moved one without the other.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -91,14 +94,22 @@ def _statements(nodes: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
             yield node
 
 
-def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """Every module ``name`` imports at import time (ours and others', top-level
-    names for others')."""
+def _every_import(nodes: Iterable[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every import statement, wherever it is."""
+    for node in nodes:
+        yield from (n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path], every: bool) -> dict[str, int]:
+    """Every module ``name`` imports (ours and others', top-level names for others'),
+    with the line of its first import: at import time, or ``every`` import."""
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    found: set[str] = set()
-    for node in _statements(ast.parse(path.read_text(encoding="utf-8")).body):
+    found: dict[str, int] = {}
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    for node in (_every_import if every else _statements)(body):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            for alias in node.names:
+                found.setdefault(alias.name, node.lineno)
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
@@ -106,16 +117,23 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             else:
                 source = node.module or ""
             submodules = {f"{source}.{a.name}" for a in node.names} & modules.keys()
-            found.update(submodules)
+            for submodule in sorted(submodules):
+                found.setdefault(submodule, node.lineno)
             if len(submodules) < len(node.names):
-                found.add(source)  # a name defined in ``source`` itself
-    found.discard(name)
+                found.setdefault(source, node.lineno)  # a name defined in ``source`` itself
+    found.pop(name, None)
     return found
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
+def import_lines(package: Path, every: bool = False) -> dict[str, dict[str, int]]:
+    """Each module's imports, with the line of each (``every``: not only at import
+    time)."""
     modules = _modules(package)
-    return {name: _imports(name, path, modules) for name, path in modules.items()}
+    return {name: _imports(name, path, modules, every) for name, path in modules.items()}
+
+
+def import_graph(package: Path, every: bool = False) -> dict[str, set[str]]:
+    return {name: set(lines) for name, lines in import_lines(package, every).items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -152,11 +170,27 @@ def reach(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def _closing(package: Path, lines: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    """A cycle, each step with the import that makes it (file:line)."""
+    modules = _modules(package)
+    steps = [
+        f"{a} -> {b} ({_shown(modules[a])}:{lines[a][b]})" for a, b in itertools.pairwise(cycle)
+    ]
+    return "\n  ".join(steps)
+
+
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.name)
-def test_no_import_cycles(package: Path) -> None:
-    graph = import_graph(package)
+@pytest.mark.parametrize("every", [False, True], ids=["at-import", "every-import"])
+def test_no_import_cycles(package: Path, every: bool) -> None:
+    lines = import_lines(package, every)
+    graph = {name: set(imported) for name, imported in lines.items()}
     assert len(graph) > 10
-    assert cycles(graph) == []
+    found = cycles(graph)
+    assert not found, "import cycle:\n  " + _closing(package, lines, found[0])
 
 
 def test_a_cycle_is_found(tmp_path: Path) -> None:
@@ -175,6 +209,14 @@ def test_a_cycle_is_found(tmp_path: Path) -> None:
     graph = import_graph(package)
     assert graph["pkg.sub.b"] == {"typing", "pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+    # Counting every import, the type-only and the deferred one are edges too.
+    every = import_lines(package, every=True)
+    assert every["pkg.sub.b"] == {"typing": 1, "pkg.c": 3, "pkg.a": 6}
+    closed = ["pkg.a", "pkg.sub.b", "pkg.c", "pkg.a"]
+    assert closed in cycles(import_graph(package, every=True))
+    # A failure names the import that makes each step, with its file and line.
+    where = _closing(package, every, closed).replace(str(tmp_path) + "/", "")
+    assert "pkg.sub.b -> pkg.c (" in where and "pkg/sub/b.py:3)" in where
 
 
 @pytest.mark.parametrize("module", DECISION_MODULES)
