@@ -224,3 +224,67 @@ def test_decisions_import_no_http_library(module: str) -> None:
     graph = import_graph(PACKAGES[0])
     imported = {name.split(".")[0] for name in reach(graph, module)}
     assert imported & HTTP_LIBRARIES == set()
+
+
+#: Modules whose job is to pick an implementation and hand it on: ``_http`` (httpx or
+#: httpx2), ``_compat`` (``typing`` or ``typing_extensions``).
+PICKERS = {"stormguard._http", "stormguard._compat"}
+
+
+def _defined(path: Path) -> set[str]:
+    """The names a module defines itself (not those it imports), at its top level or
+    in its top-level ``if``/``try`` blocks."""
+    names: set[str] = set()
+    todo = list(ast.parse(path.read_text(encoding="utf-8")).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):
+            for block in ("body", "orelse", "finalbody"):
+                todo.extend(getattr(node, block, []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return names
+
+
+def through_reexports(package: Path) -> list[str]:
+    """Each import of a name from one of our modules that does not define it (it
+    imported it from another), as ``file:line: name from module``. A package's
+    ``__init__`` may re-export."""
+    modules = _modules(package)
+    defined = {name: _defined(path) for name, path in modules.items()}
+    found = []
+    for name, path in modules.items():
+        pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in _every_import(ast.parse(path.read_text(encoding="utf-8")).body):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            base = pkg[: len(pkg) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            if source not in modules or source in PICKERS:
+                continue
+            if modules[source].name == "__init__.py":
+                continue
+            for alias in node.names:
+                if f"{source}.{alias.name}" in modules or alias.name in defined[source]:
+                    continue
+                found.append(f"{_shown(path)}:{node.lineno}: {alias.name} from {source}")
+    return found
+
+
+def test_names_are_imported_from_the_module_that_defines_them() -> None:
+    assert through_reexports(PACKAGES[0]) == []
+
+
+def test_an_import_through_a_reexport_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .low import Thing\n")  # allowed
+    (package / "low.py").write_text("class Thing: ...\n")
+    (package / "mid.py").write_text("from .low import Thing\n")
+    (package / "top.py").write_text("from .mid import Thing\nfrom .low import Thing as T\n")
+    assert [line.split(": ", 1)[1] for line in through_reexports(package)] == ["Thing from pkg.mid"]

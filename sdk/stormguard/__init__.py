@@ -23,26 +23,27 @@ from ._logs import setup_logging
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._api_response import APIResponse, AsyncAPIResponse
     from ._async_client import AsyncClient
-    from ._base_client import DEFAULT_CONNECTION_LIMITS, DEFAULT_TIMEOUT, NOT_GIVEN, NotGiven
-    from ._breaker import (
-        BreakerConfig,
-        BreakerRegistry,
-        BreakerSnapshot,
-        BreakerTransition,
-        CircuitBreaker,
-        CircuitState,
-    )
+    from ._base_client import DEFAULT_CONNECTION_LIMITS
+    from ._breaker_config import BreakerConfig
+    from ._breaker_registry import BreakerRegistry
+    from ._breaker_states import BreakerSnapshot, BreakerTransition, CircuitState
     from ._budget import BudgetSnapshot, RetryBudget
     from ._call_info_lookup import call_info
+    from ._circuit_breaker import CircuitBreaker
     from ._client import Client
+    from ._client_core import DEFAULT_TIMEOUT
     from ._clock import Clock
     from ._deadline_transport import DeadlineTransport
     from ._deployment import Deployment, Pin
-    from ._discovery import DiscoveryChange, DiscoveryConfig, DiscoveryError, DiscoverySnapshot
-    from ._ejection import EjectionConfig, EjectionTransition, EndpointHealth, EndpointStatus
+    from ._discovery import DiscoveryError
+    from ._discovery_config import DiscoveryConfig
+    from ._dns_name import DiscoveryChange, DiscoverySnapshot
+    from ._ejection_config import EjectionConfig
+    from ._ejection_status import EjectionTransition, EndpointHealth, EndpointStatus
+    from ._endpoint_config import Endpoint, SpillOver
     from ._endpoint_limit import LimitSnapshot
-    from ._endpoints import Endpoint, SpillOver
     from ._exceptions import (
         APIConnectionError,
         APIError,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
         UnprocessableEntityError,
     )
     from ._fallback import FallbackKind, Fallbacks, FallbackStep
+    from ._handed_over_body import StreamAlreadyConsumed
     from ._history import AttemptRecord
     from ._limiter import ConcurrencyLimiter
     from ._models import (
@@ -96,7 +98,7 @@ if TYPE_CHECKING:
         ResponseStreamEvent,
         ResponseUsage,
     )
-    from ._options import Omit, TimeoutLike, omit
+    from ._options import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
     from ._policies.quota import QuotaPolicy, QuotaSnapshot
     from ._rate_limit_headers import RateLimit
     from ._raw_response import LegacyAPIResponse
@@ -104,7 +106,6 @@ if TYPE_CHECKING:
     from ._stats import CallStats
     from ._stop_reason import StopReason
     from ._stream_timeouts import StreamTimeouts
-    from ._streamed_response import APIResponse, AsyncAPIResponse, StreamAlreadyConsumed
     from ._streaming import AsyncStream, Stream
     from ._throttle import AdaptiveThrottle
     from ._tiers import DeploymentSnapshot
@@ -235,15 +236,15 @@ __all__ = [
 _MODULES: dict[str, str] = {
     "AsyncClient": "._async_client",
     "DEFAULT_CONNECTION_LIMITS": "._base_client",
-    "DEFAULT_TIMEOUT": "._base_client",
-    "NOT_GIVEN": "._base_client",
-    "NotGiven": "._base_client",
-    "BreakerConfig": "._breaker",
-    "BreakerRegistry": "._breaker",
-    "BreakerSnapshot": "._breaker",
-    "BreakerTransition": "._breaker",
-    "CircuitBreaker": "._breaker",
-    "CircuitState": "._breaker",
+    "DEFAULT_TIMEOUT": "._client_core",
+    "NOT_GIVEN": "._options",
+    "NotGiven": "._options",
+    "BreakerConfig": "._breaker_config",
+    "BreakerRegistry": "._breaker_registry",
+    "BreakerSnapshot": "._breaker_states",
+    "BreakerTransition": "._breaker_states",
+    "CircuitBreaker": "._circuit_breaker",
+    "CircuitState": "._breaker_states",
     "BudgetSnapshot": "._budget",
     "RetryBudget": "._budget",
     "Client": "._client",
@@ -252,16 +253,16 @@ _MODULES: dict[str, str] = {
     "Deployment": "._deployment",
     "Pin": "._deployment",
     "DeploymentSnapshot": "._tiers",
-    "DiscoveryChange": "._discovery",
-    "DiscoveryConfig": "._discovery",
+    "DiscoveryChange": "._dns_name",
+    "DiscoveryConfig": "._discovery_config",
     "DiscoveryError": "._discovery",
-    "DiscoverySnapshot": "._discovery",
-    "EjectionConfig": "._ejection",
-    "EjectionTransition": "._ejection",
-    "EndpointHealth": "._ejection",
-    "EndpointStatus": "._ejection",
-    "Endpoint": "._endpoints",
-    "SpillOver": "._endpoints",
+    "DiscoverySnapshot": "._dns_name",
+    "EjectionConfig": "._ejection_config",
+    "EjectionTransition": "._ejection_status",
+    "EndpointHealth": "._ejection_status",
+    "EndpointStatus": "._ejection_status",
+    "Endpoint": "._endpoint_config",
+    "SpillOver": "._endpoint_config",
     "FallbackKind": "._fallback",
     "FallbackStep": "._fallback",
     "Fallbacks": "._fallback",
@@ -324,9 +325,9 @@ _MODULES: dict[str, str] = {
     "RetryPolicy": "._retry",
     "CallStats": "._stats",
     "StreamTimeouts": "._stream_timeouts",
-    "APIResponse": "._streamed_response",
-    "AsyncAPIResponse": "._streamed_response",
-    "StreamAlreadyConsumed": "._streamed_response",
+    "APIResponse": "._api_response",
+    "AsyncAPIResponse": "._api_response",
+    "StreamAlreadyConsumed": "._handed_over_body",
     "AsyncStream": "._streaming",
     "Stream": "._streaming",
     "AdaptiveThrottle": "._throttle",

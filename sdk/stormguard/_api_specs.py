@@ -22,8 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ._base_client import CallExtras, ClientCore, GenerationEndpoint
 from ._call_spec import CallSpec
+from ._client_core import ClientCore
+from ._client_options import CallExtras
 from ._exceptions import APIResponseValidationError
 from ._models import (
     CallInfo,
@@ -34,6 +35,7 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import drop_omitted, is_omitted
+from ._spec_builder import GenerationEndpoint
 
 __all__ = [
     "EMBEDDINGS",

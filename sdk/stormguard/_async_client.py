@@ -24,15 +24,11 @@ from ._async_resources import (
     AsyncModels,
     AsyncResponses,
 )
-from ._base_client import (
-    DEFAULT_CONNECTION_LIMITS,
-    BaseClient,
-    ClientOptions,
-    check_http_options,
-)
+from ._base_client import DEFAULT_CONNECTION_LIMITS, BaseClient, check_http_options
+from ._call_spec import CallSpec, HandOver
+from ._client_options import ClientOptions
 from ._compat import Unpack
 from ._drivers import closed_error, http_pool_async, run_call_async
-from ._pipeline import CallSpec, HandOver
 from ._unclosed import PoolFinalizer
 
 if TYPE_CHECKING:

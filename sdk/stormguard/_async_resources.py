@@ -16,12 +16,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, overload
 
 from ._api_specs import embeddings_spec, model_spec, responses_spec
-from ._base_client import (
-    NOT_GIVEN,
-    CallExtras,
-    CallTimeout,
-)
+from ._call_spec import CallSpec, HandOver
 from ._client_core import ClientCore
+from ._client_options import CallExtras, CallTimeout
 from ._deployment import Pin
 from ._models import (
     ChatCompletion,
@@ -33,8 +30,7 @@ from ._models import (
     Response,
     ResponseStreamEvent,
 )
-from ._options import Unset
-from ._pipeline import CallSpec, HandOver
+from ._options import NOT_GIVEN, Unset
 from ._raw_response import async_to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import async_to_streamed_response_wrapper

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._breaker import CircuitState
+from ._breaker_states import CircuitState
 from ._call_base import OK
 from ._call_state import ATTEMPT_OPEN, IN_FLIGHT
-from ._ejection import evidence_of
+from ._ejection_rules import evidence_of
 from ._endpoint_choice import EndpointChoice
 from ._events import AttemptEnded
 from ._exceptions import APIError, APIStatusError, APITimeoutError
@@ -21,7 +21,7 @@ from ._verdict import LimitOutcome, classify
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
-    from ._endpoints import EndpointState
+    from ._endpoint_state import EndpointState
     from .tokens import TokenRateLimiter
 
 

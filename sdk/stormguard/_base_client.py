@@ -7,8 +7,7 @@ Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
 a stack, one job per module, each building on the one before: the options it is
 given (``_client_options.py``), its calls' settings (``_client_settings.py``), the
 call specs (``_spec_builder.py``) and the state its calls share
-(``_client_core.py``). This module re-exports their names, where code has always
-imported them from.
+(``_client_core.py``). Their names are imported from where each is defined.
 """
 
 from __future__ import annotations
@@ -18,40 +17,18 @@ from collections.abc import Mapping
 from typing import Literal
 
 from ._budget import RetryBudget
-from ._client_core import DEFAULT_BASE_URL as DEFAULT_BASE_URL
-from ._client_core import DEFAULT_BREAKER as DEFAULT_BREAKER
-from ._client_core import DEFAULT_EJECTION as DEFAULT_EJECTION
-from ._client_core import DEFAULT_TELEMETRY as DEFAULT_TELEMETRY
-from ._client_core import DEFAULT_TIMEOUT, ClientCore
-from ._client_options import BaseURL as BaseURL
+from ._client_core import ClientCore
 from ._client_options import (
-    CallExtras,
-    CallSettings,
-    CallTimeout,
     ClientChanges,
     ClientOptions,
 )
-from ._client_settings import DEFAULT_CONNECT_TIMEOUT as DEFAULT_CONNECT_TIMEOUT
 from ._compat import Self, Unpack
 from ._http import http_client_types, httpx, primary_limits
 from ._limiter import ConcurrencyLimiter
-from ._options import NOT_GIVEN, NotGiven
-from ._spec_builder import GenerationEndpoint as GenerationEndpoint
 from ._stats import CallStats
 
-__all__ = [
-    "DEFAULT_CONNECTION_LIMITS",
-    "DEFAULT_TIMEOUT",
-    "NOT_GIVEN",
-    "BaseClient",
-    "CallExtras",
-    "CallSettings",
-    "CallTimeout",
-    "ClientChanges",
-    "ClientCore",
-    "ClientOptions",
-    "NotGiven",
-]
+__all__ = ["DEFAULT_CONNECTION_LIMITS", "BaseClient"]
+
 
 #: The pool of a client's own httpx client, sized for LLM fan-out as openai-python's is:
 #: a thousand calls at once, a hundred idle connections kept.

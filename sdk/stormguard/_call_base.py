@@ -26,10 +26,10 @@ from ._verdict import LimitOutcome
 from .protocol import HEADER_PRIORITY, Priority, ServerLoad, parse_priority
 
 if TYPE_CHECKING:
-    from ._breaker import Permit
     from ._call_spec import CallSpec
+    from ._circuit_breaker import Permit
     from ._client_core import ClientCore
-    from ._endpoints import EndpointState
+    from ._endpoint_state import EndpointState
     from ._events import CallObserver
     from ._fallback import FallbackStep
     from ._policies.quota import CallQuota, QuotaKey

@@ -17,15 +17,11 @@ from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from ._base_client import (
-    DEFAULT_CONNECTION_LIMITS,
-    BaseClient,
-    ClientOptions,
-    check_http_options,
-)
+from ._base_client import DEFAULT_CONNECTION_LIMITS, BaseClient, check_http_options
+from ._call_spec import CallSpec, HandOver
+from ._client_options import ClientOptions
 from ._compat import Unpack
 from ._drivers import closed_error, http_pool_sync, run_call_sync
-from ._pipeline import CallSpec, HandOver
 from ._resources import (
     Chat,
     Completions,

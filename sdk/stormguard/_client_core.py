@@ -13,20 +13,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
+from ._base_url import normalize_base_url, split_dns_scheme
 from ._body import DEFAULT_MAX_RESPONSE_BYTES
-from ._breaker import BreakerConfig, BreakerListener, BreakerRegistry
+from ._breaker_config import BreakerConfig
+from ._breaker_registry import BreakerRegistry
+from ._breaker_states import BreakerListener
 from ._budget import RetryBudget
 from ._client_options import BaseURL, CallSettings
 from ._clock import Clock
 from ._deployment import Deployment
-from ._ejection import EjectionConfig, EjectionListener, EjectionTracker, EjectionTransition
-from ._endpoints import (
-    Endpoint,
-    EndpointPicker,
-    SpillOver,
-    normalize_base_url,
-    split_dns_scheme,
-)
+from ._ejection import EjectionTracker
+from ._ejection_config import EjectionConfig
+from ._ejection_status import EjectionListener, EjectionTransition
+from ._endpoint_config import Endpoint, SpillOver
+from ._endpoints import EndpointPicker
 from ._events import Observer
 from ._fallback import Fallbacks
 from ._http import httpx
@@ -44,7 +44,9 @@ from .protocol import Priority
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from ._discovery import Discovery, DiscoveryChange, DiscoveryConfig, DiscoveryListener
+    from ._discovery import Discovery
+    from ._discovery_config import DiscoveryConfig
+    from ._dns_name import DiscoveryChange, DiscoveryListener
     from .tokens import TokenPolicy  # the pre-check loads on first use
 
 __all__ = [
@@ -152,7 +154,7 @@ class ClientCore(SpecBuilder):
         self.tiered = any(isinstance(endpoint, Deployment) for endpoint in self.endpoints)
         discovered = any(dns for _, dns in entries)
         if discovery is not None:
-            from ._discovery import DiscoveryConfig  # DNS discovery: loaded when asked for
+            from ._discovery_config import DiscoveryConfig
 
             if not isinstance(discovery, DiscoveryConfig):
                 raise TypeError(

@@ -12,11 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from ._breaker import BreakerConfig, BreakerListener
+from ._breaker_config import BreakerConfig
+from ._breaker_states import BreakerListener
 from ._budget import RetryBudget
 from ._clock import Clock
-from ._ejection import EjectionConfig, EjectionListener
-from ._endpoints import Endpoint, SpillOver
+from ._ejection_config import EjectionConfig
+from ._ejection_status import EjectionListener
+from ._endpoint_config import Endpoint, SpillOver
 from ._events import Observer
 from ._fallback import Fallbacks
 from ._http import httpx
@@ -29,7 +31,8 @@ from ._throttle import AdaptiveThrottle
 from .protocol import Priority
 
 if TYPE_CHECKING:
-    from ._discovery import DiscoveryConfig, DiscoveryListener
+    from ._discovery_config import DiscoveryConfig
+    from ._dns_name import DiscoveryListener
     from .tokens import TokenPolicy
 
 __all__ = [

@@ -15,7 +15,7 @@ from ._body import ACCEPT_ENCODING
 from ._client_options import CallSettings, checked_stream_timeouts
 from ._compat import Self
 from ._deployment import Deployment, is_account_header
-from ._endpoints import Endpoint, check_served
+from ._endpoint_config import Endpoint, check_served
 from ._fallback import Fallbacks
 from ._options import (
     NOT_GIVEN,

@@ -27,24 +27,11 @@ not needed before a connection pool is.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._http import httpx, library_of
 
-if TYPE_CHECKING:
-    from ._deadline_backend import DeadlineBackend as DeadlineBackend
-    from ._deadline_backend import DeadlineStream as DeadlineStream
-
-__all__ = ["DeadlineBackend", "DeadlineTransport", "hold_to_deadlines"]
-
-
-def __getattr__(name: str) -> Any:
-    """``DeadlineBackend`` and ``DeadlineStream``, from the module that loads httpcore."""
-    if name in ("DeadlineBackend", "DeadlineStream"):
-        from . import _deadline_backend
-
-        return getattr(_deadline_backend, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["DeadlineTransport", "hold_to_deadlines"]
 
 
 class DeadlineTransport(httpx.HTTPTransport):

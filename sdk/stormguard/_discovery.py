@@ -42,8 +42,7 @@ This module holds ``Discovery``: when to look, the wait before a call, and
 each look's answer applied. Its settings (and the default resolver) are
 ``_discovery_config.py``, a name's live state and its frozen copies
 ``_dns_name.py``, the calls' wait for a look ``_discovery_wait.py``, and the
-addresses kept and the endpoints they become ``_discovery_endpoints.py``; the
-public names still import from here.
+addresses kept and the endpoints they become ``_discovery_endpoints.py``.
 
 Hand-written: resolving is ``socket.getaddrinfo`` (or your function); what no
 library offers is the policy around it, which is gRPC's and fits in a page.
@@ -56,12 +55,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ._discovery_config import DiscoveryConfig, Resolver, getaddrinfo_resolver, run_in_thread
-from ._discovery_config import Executor as Executor
+from ._discovery_config import DiscoveryConfig, getaddrinfo_resolver, run_in_thread
 from ._discovery_endpoints import compose_endpoints, valid_addresses
 from ._discovery_wait import LookRound
 from ._dns_name import DiscoveryChange, DiscoveryListener, DiscoverySnapshot, NameState
-from ._endpoints import DNS_SCHEME_PREFIX, split_dns_scheme
 from ._exceptions import APIConnectionError, APITimeoutError
 from ._fork import fork_safe_lock
 from ._redact import display_url
@@ -69,20 +66,11 @@ from ._redact import display_url
 if TYPE_CHECKING:
     from ._clock import Clock
     from ._deadline import Deadline
-    from ._endpoints import Endpoint, EndpointPicker
+    from ._endpoint_config import Endpoint
+    from ._endpoints import EndpointPicker
 
-__all__ = [
-    "DNS_SCHEME_PREFIX",
-    "Discovery",
-    "DiscoveryChange",
-    "DiscoveryConfig",
-    "DiscoveryError",
-    "DiscoveryListener",
-    "DiscoverySnapshot",
-    "Resolver",
-    "getaddrinfo_resolver",
-    "split_dns_scheme",
-]
+__all__ = ["Discovery", "DiscoveryError"]
+
 
 logger = logging.getLogger(__name__)
 

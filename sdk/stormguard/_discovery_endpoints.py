@@ -15,7 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from ._dns_name import NameState
-from ._endpoints import Endpoint, EndpointState
+from ._endpoint_config import Endpoint
+from ._endpoint_state import EndpointState
 
 __all__ = ["compose_endpoints", "valid_addresses"]
 

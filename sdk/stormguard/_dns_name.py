@@ -17,7 +17,7 @@ from ._http import httpx
 
 if TYPE_CHECKING:
     from ._discovery_wait import LookRound
-    from ._endpoints import Endpoint
+    from ._endpoint_config import Endpoint
 
 __all__ = ["DiscoveryChange", "DiscoveryListener", "DiscoverySnapshot", "NameState"]
 

@@ -43,13 +43,14 @@ from ._pipeline import LogicalCall
 from ._policies.quota import SharedAsk
 from ._pool_life import given_pool, used_given_pool
 from ._read_within import await_within
-from ._streaming import AsyncStream, Stream, _StreamState
+from ._stream_state import _StreamState
+from ._streaming import AsyncStream, Stream
 from .openai_errors import as_openai_error
 from .tokens._flow import drive_precheck_async, drive_precheck_sync
 
 if TYPE_CHECKING:
-    from ._base_client import ClientCore
     from ._call_spec import CallSpec
+    from ._client_core import ClientCore
     from ._http import AsyncHTTPClient, SyncHTTPClient
 
 __all__ = [

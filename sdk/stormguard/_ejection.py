@@ -42,8 +42,7 @@ first (``_limiter.py``, ``went_down``).
 This module holds the tracker: the records, the lock and the status changes.
 The rules it asks are ``_ejection_rules.py``, its settings
 ``_ejection_config.py``, the status and its frozen copies
-``_ejection_status.py``, the connect check ``_connect_check.py``; every name
-they define still imports from here.
+``_ejection_status.py``, the connect check ``_connect_check.py``.
 
 Hand-written: no library does outlier detection for a client-side balancer in
 Python. One lock for every endpoint's record, never held across I/O or a
@@ -64,7 +63,6 @@ from ._ejection_rules import (
     UNREACHABLE,
     Evidence,
     ejection_time,
-    evidence_of,
     may_eject,
     next_reconnect_backoff,
     reason_to_eject,
@@ -82,20 +80,10 @@ from ._outbox import Outbox
 from ._sliding_window import SlidingWindowCounts
 
 if TYPE_CHECKING:
-    from ._endpoints import EndpointState
+    from ._endpoint_state import EndpointState
 
-__all__ = [
-    "ConnectProbe",
-    "EjectionConfig",
-    "EjectionListener",
-    "EjectionTracker",
-    "EjectionTransition",
-    "EndpointHealth",
-    "EndpointStatus",
-    "Evidence",
-    "connect_check",
-    "evidence_of",
-]
+__all__ = ["EjectionTracker"]
+
 
 logger = logging.getLogger(__name__)
 

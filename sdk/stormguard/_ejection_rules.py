@@ -49,7 +49,7 @@ from .protocol import Priority
 if TYPE_CHECKING:
     from ._ejection_config import EjectionConfig
     from ._ejection_status import _Record
-    from ._endpoints import EndpointState
+    from ._endpoint_state import EndpointState
 
 __all__ = [
     "UNREACHABLE",

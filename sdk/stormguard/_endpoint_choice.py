@@ -11,8 +11,8 @@ from ._call_quota import CallPacing
 from ._exceptions import CircuitOpenError, QuotaWaitError
 
 if TYPE_CHECKING:
-    from ._breaker import Permit
-    from ._endpoints import EndpointState
+    from ._circuit_breaker import Permit
+    from ._endpoint_state import EndpointState
     from ._policies.quota import Pace, SharedAsk
     from ._policies.quota._redis import Reply
 

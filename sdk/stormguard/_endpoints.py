@@ -27,7 +27,7 @@ swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
 This module holds ``EndpointPicker``: the choice itself and the set it chooses
 from. ``Endpoint``, ``SpillOver`` and their checks are ``_endpoint_config.py``,
 one endpoint's live state ``_endpoint_state.py``, and the base URL helpers
-(``dns+``, ``host:port``) ``_base_url.py``; every name still imports from here.
+(``dns+``, ``host:port``) ``_base_url.py``.
 """
 
 from __future__ import annotations
@@ -35,31 +35,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Sequence
 
-from ._base_url import DNS_SCHEME_PREFIX as DNS_SCHEME_PREFIX
-from ._base_url import normalize_base_url as normalize_base_url
-from ._base_url import split_dns_scheme as split_dns_scheme
 from ._clock import Clock
 from ._endpoint_config import Endpoint as Endpoint
 from ._endpoint_config import SpillOver as SpillOver
 from ._endpoint_config import _none_serves
-from ._endpoint_config import check_served as check_served
-from ._endpoint_config import priority_classes as priority_classes
 from ._endpoint_state import EndpointState as EndpointState
 from ._fork import forget_in_child, fork_safe_lock
 from .protocol import Priority, ServerLoad
 
-__all__ = [
-    "DEFAULT_STALE_AFTER",
-    "DNS_SCHEME_PREFIX",
-    "Endpoint",
-    "EndpointPicker",
-    "EndpointState",
-    "SpillOver",
-    "check_served",
-    "normalize_base_url",
-    "priority_classes",
-    "split_dns_scheme",
-]
+__all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker"]
+
 
 DEFAULT_STALE_AFTER = 5.0
 

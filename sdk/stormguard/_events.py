@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._breaker import BreakerTransition
+    from ._breaker_states import BreakerTransition
     from ._budget import BudgetSnapshot
-    from ._ejection import EjectionTransition
+    from ._ejection_status import EjectionTransition
     from ._stop_reason import StopReason
     from .protocol import ServerLoad
 

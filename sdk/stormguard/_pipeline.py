@@ -42,9 +42,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ._base_url import normalize_base_url
-from ._body_reader import BodyReader
-from ._call_result import CallResults, Delivery
-from ._call_spec import CallSpec, HandOver
+from ._call_result import CallResults
+from ._call_spec import CallSpec
 from ._call_state import ATTEMPT_OPEN
 from ._deployment import Deployment, is_account_header, with_query
 from ._events import AttemptStarted, FellBack, PrecheckPassed
@@ -61,13 +60,13 @@ from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 
 if TYPE_CHECKING:
     from ._client_core import ClientCore
-    from ._endpoints import EndpointState
+    from ._endpoint_state import EndpointState
     from .tokens import Precheck
 
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
 
-__all__ = ["BodyReader", "CallSpec", "Delivery", "HandOver", "LogicalCall"]
+__all__ = ["LogicalCall"]
 
 
 class LogicalCall(CallResults):

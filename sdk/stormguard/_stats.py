@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from ._fork import fork_safe_lock
 
 if TYPE_CHECKING:
-    from ._breaker import BreakerSnapshot
-    from ._discovery import DiscoverySnapshot
-    from ._ejection import EndpointHealth
+    from ._breaker_states import BreakerSnapshot
+    from ._dns_name import DiscoverySnapshot
+    from ._ejection_status import EndpointHealth
     from ._endpoint_limit import LimitSnapshot
     from ._policies.quota import QuotaSnapshot
     from ._tiers import DeploymentSnapshot

@@ -20,7 +20,7 @@ piece of code without I/O (``_Pieces``).
 This module holds the context managers and the wrappers that make them. The
 responses are ``_api_response.py``, the state of the body they share (and
 ``StreamAlreadyConsumed``) ``_handed_over_body.py``, and ``_Pieces``
-``_body_pieces.py``; every public name still imports from here.
+``_body_pieces.py``.
 """
 
 from __future__ import annotations
@@ -33,17 +33,14 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast
 from ._api_response import APIResponse as APIResponse
 from ._api_response import AsyncAPIResponse as AsyncAPIResponse
 from ._call_result import Delivery
-from ._handed_over_body import StreamAlreadyConsumed as StreamAlreadyConsumed
 
 __all__ = [
-    "APIResponse",
-    "AsyncAPIResponse",
     "AsyncResponseContextManager",
     "ResponseContextManager",
-    "StreamAlreadyConsumed",
     "async_to_streamed_response_wrapper",
     "to_streamed_response_wrapper",
 ]
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

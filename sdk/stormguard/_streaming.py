@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ._rate_limit_headers import RateLimit
     from .protocol import ServerLoad
 
-__all__ = ["AsyncStream", "Stream", "_StreamState"]
+__all__ = ["AsyncStream", "Stream"]
 
 
 class _StreamBase(Generic[T]):

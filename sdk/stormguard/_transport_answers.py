@@ -34,7 +34,6 @@ from .protocol import (
 )
 
 __all__ = [
-    "CALL_INFO_EXTENSION",
     "ERROR_EXTENSION",
     "for_openai",
     "from_openai",
@@ -45,6 +44,7 @@ __all__ = [
     "response_for_error",
     "stream_response",
 ]
+
 
 #: The key of the error a failed call raised, on the response the transport answers
 #: it with: ``stormguard.OpenAI`` raises that very error (``_openai_client.py``), as

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, overload
 
 from ._async_client import AsyncClient
-from ._base_client import ClientOptions
 from ._client import Client
+from ._client_options import ClientOptions
 from ._compat import Unpack
 from ._http import httpx
 from ._transport import AsyncStormguardTransport, StormguardTransport

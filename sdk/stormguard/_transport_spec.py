@@ -11,11 +11,12 @@ import json
 from typing import Any
 
 from ._api_specs import EMBEDDINGS, RESPONSES
-from ._base_client import ClientCore, GenerationEndpoint
 from ._call_spec import CallSpec
+from ._client_core import ClientCore
 from ._deployment import pin_from_headers
 from ._http import httpx
 from ._models import ModelList
+from ._spec_builder import GenerationEndpoint
 
 __all__ = ["spec_from_request"]
 

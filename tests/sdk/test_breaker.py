@@ -13,15 +13,11 @@ from typing import Any
 import pytest
 
 import stormguard._breaker
-from stormguard._breaker import (
-    BreakerConfig,
-    BreakerRegistry,
-    BreakerTransition,
-    CircuitBreaker,
-    CircuitState,
-    Permit,
-    is_breaker_failure,
-)
+from stormguard._breaker import is_breaker_failure
+from stormguard._breaker_config import BreakerConfig
+from stormguard._breaker_registry import BreakerRegistry
+from stormguard._breaker_states import BreakerTransition, CircuitState
+from stormguard._circuit_breaker import CircuitBreaker, Permit
 from stormguard._exceptions import (
     APIConnectionError,
     APIResponseValidationError,

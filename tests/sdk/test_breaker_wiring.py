@@ -13,7 +13,8 @@ import respx
 
 import stormguard
 from stormguard import RetryPolicy
-from stormguard._breaker import BreakerConfig, BreakerTransition, CircuitState
+from stormguard._breaker_config import BreakerConfig
+from stormguard._breaker_states import BreakerTransition, CircuitState
 from stormguard._throttle import AdaptiveThrottle
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 

@@ -11,16 +11,13 @@ from collections.abc import Callable, Sequence
 import pytest
 
 import stormguard._ejection
-from stormguard._ejection import (
-    EjectionConfig,
-    EjectionTracker,
-    EjectionTransition,
-    EndpointStatus,
-    Evidence,
-    connect_check,
-    evidence_of,
-)
-from stormguard._endpoints import Endpoint, EndpointState
+from stormguard._connect_check import connect_check
+from stormguard._ejection import EjectionTracker
+from stormguard._ejection_config import EjectionConfig
+from stormguard._ejection_rules import Evidence, evidence_of
+from stormguard._ejection_status import EjectionTransition, EndpointStatus
+from stormguard._endpoint_config import Endpoint
+from stormguard._endpoint_state import EndpointState
 from stormguard._exceptions import (
     APIConnectionError,
     APIResponseValidationError,

@@ -10,7 +10,7 @@ import respx
 
 import stormguard
 from stormguard import ConcurrencyLimiter, RetryBudget
-from stormguard._breaker import CircuitState
+from stormguard._breaker_states import CircuitState
 from stormguard._lease import Lease
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 

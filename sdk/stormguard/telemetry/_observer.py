@@ -30,9 +30,9 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from .._breaker import BreakerTransition
-    from .._discovery import DiscoveryChange
-    from .._ejection import EjectionTransition
+    from .._breaker_states import BreakerTransition
+    from .._dns_name import DiscoveryChange
+    from .._ejection_status import EjectionTransition
     from .._events import CallStarted
     from ._call_trace import _CallTrace
     from ._metrics import ClientMetrics
