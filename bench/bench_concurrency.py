@@ -58,7 +58,7 @@ import httpx
 import httpx2
 
 import stormguard
-from stormguard._own_pool import OwnAsyncClient
+from stormguard._io.own_pool import OwnAsyncClient
 from zero_server import COMPLETION, OK, in_process, read_request
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
@@ -322,7 +322,7 @@ async def handoff(tasks: int, slots: int, turns: int) -> tuple[list[float], floa
     of the loop and give it back. Returns each grant's delay (from the release
     that grants it to the waiting task running) and the CPU per slot taken."""
     from stormguard import ConcurrencyLimiter
-    from stormguard._slot_waiter import SlotWaiter
+    from stormguard._policies.limiter.slot_waiter import SlotWaiter
 
     limiter = ConcurrencyLimiter(initial_limit=slots, max_limit=slots)
     limit = limiter.endpoint("bench:1")

@@ -234,7 +234,7 @@ def stream_bomb(mode: str, cap: float) -> Any:
 
 
 def sse_decoder(mode: str, cap: float) -> Any:
-    from stormguard._sse import SSEDecoder
+    from stormguard._io.sse import SSEDecoder
 
     started = time.perf_counter()
     SSEDecoder().feed(b"\n" * (1 << 20))

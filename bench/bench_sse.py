@@ -16,7 +16,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from stormguard._sse import SSEDecoder
+from stormguard._io.sse import SSEDecoder
 
 MIB = 1 << 20
 CHUNK = 1 << 16

@@ -43,7 +43,11 @@ def test_the_examples_are_found() -> None:
     finder = doctest.DocTestFinder(exclude_empty=True)
     found = sum(
         len(test.examples)
-        for name in ("stormguard._budget", "stormguard._retry", "stormguard.protocol")
+        for name in (
+            "stormguard._policies.retry.budget",
+            "stormguard._policies.retry.retry",
+            "stormguard.protocol",
+        )
         for test in finder.find(importlib.import_module(name), name)
     )
     assert found >= 5

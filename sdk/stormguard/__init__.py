@@ -26,24 +26,10 @@ if TYPE_CHECKING:
     from ._api_response import APIResponse, AsyncAPIResponse
     from ._async_client import AsyncClient
     from ._base_client import DEFAULT_CONNECTION_LIMITS
-    from ._breaker_config import BreakerConfig
-    from ._breaker_registry import BreakerRegistry
-    from ._breaker_states import BreakerSnapshot, BreakerTransition, CircuitState
-    from ._budget import BudgetSnapshot, RetryBudget
     from ._call_info_lookup import call_info
-    from ._circuit_breaker import CircuitBreaker
     from ._client import Client
     from ._client_core import DEFAULT_TIMEOUT
     from ._clock import Clock
-    from ._deadline_transport import DeadlineTransport
-    from ._deployment import Deployment, Pin
-    from ._discovery import DiscoveryError
-    from ._discovery_config import DiscoveryConfig
-    from ._dns_name import DiscoveryChange, DiscoverySnapshot
-    from ._ejection_config import EjectionConfig
-    from ._ejection_status import EjectionTransition, EndpointHealth, EndpointStatus
-    from ._endpoint_config import Endpoint, SpillOver
-    from ._endpoint_limit import LimitSnapshot
     from ._exceptions import (
         APIConnectionError,
         APIError,
@@ -72,10 +58,9 @@ if TYPE_CHECKING:
         TokenRateLimitedError,
         UnprocessableEntityError,
     )
-    from ._fallback import FallbackKind, Fallbacks, FallbackStep
     from ._handed_over_body import StreamAlreadyConsumed
     from ._history import AttemptRecord
-    from ._limiter import ConcurrencyLimiter
+    from ._io.deadline_transport import DeadlineTransport
     from ._models import (
         CALL_INFO_EXTENSION,
         CallInfo,
@@ -99,18 +84,37 @@ if TYPE_CHECKING:
         ResponseUsage,
     )
     from ._options import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
+    from ._policies.breaker.circuit import CircuitBreaker
+    from ._policies.breaker.config import BreakerConfig
+    from ._policies.breaker.registry import BreakerRegistry
+    from ._policies.breaker.states import BreakerSnapshot, BreakerTransition, CircuitState
+    from ._policies.fallback import FallbackKind, Fallbacks, FallbackStep
+    from ._policies.limiter.endpoint_limit import LimitSnapshot
+    from ._policies.limiter.limiter import ConcurrencyLimiter
     from ._policies.quota import QuotaPolicy, QuotaSnapshot
+    from ._policies.retry.budget import BudgetSnapshot, RetryBudget
+    from ._policies.retry.retry import RetryPolicy
+    from ._policies.retry.throttle import AdaptiveThrottle
+    from ._policies.routing.deployment import Deployment, Pin
+    from ._policies.routing.discovery import DiscoveryError
+    from ._policies.routing.discovery_config import DiscoveryConfig
+    from ._policies.routing.dns_name import DiscoveryChange, DiscoverySnapshot
+    from ._policies.routing.ejection_config import EjectionConfig
+    from ._policies.routing.ejection_status import (
+        EjectionTransition,
+        EndpointHealth,
+        EndpointStatus,
+    )
+    from ._policies.routing.endpoint_config import Endpoint, SpillOver
+    from ._policies.routing.tiers import DeploymentSnapshot
     from ._rate_limit_headers import RateLimit
     from ._raw_response import LegacyAPIResponse
-    from ._retry import RetryPolicy
     from ._stats import CallStats
     from ._stop_reason import StopReason
     from ._stream_timeouts import StreamTimeouts
     from ._streaming import AsyncStream, Stream
-    from ._throttle import AdaptiveThrottle
-    from ._tiers import DeploymentSnapshot
-    from ._transport import AsyncStormguardTransport, StormguardTransport
-    from ._transport_clients import async_httpx_client, httpx_client, openai_http_library
+    from ._transport.clients import async_httpx_client, httpx_client, openai_http_library
+    from ._transport.transport import AsyncStormguardTransport, StormguardTransport
     from .protocol import Priority, ServerLoad, ShedReason
     from .telemetry import Telemetry
 
@@ -239,33 +243,33 @@ _MODULES: dict[str, str] = {
     "DEFAULT_TIMEOUT": "._client_core",
     "NOT_GIVEN": "._options",
     "NotGiven": "._options",
-    "BreakerConfig": "._breaker_config",
-    "BreakerRegistry": "._breaker_registry",
-    "BreakerSnapshot": "._breaker_states",
-    "BreakerTransition": "._breaker_states",
-    "CircuitBreaker": "._circuit_breaker",
-    "CircuitState": "._breaker_states",
-    "BudgetSnapshot": "._budget",
-    "RetryBudget": "._budget",
+    "BreakerConfig": "._policies.breaker.config",
+    "BreakerRegistry": "._policies.breaker.registry",
+    "BreakerSnapshot": "._policies.breaker.states",
+    "BreakerTransition": "._policies.breaker.states",
+    "CircuitBreaker": "._policies.breaker.circuit",
+    "CircuitState": "._policies.breaker.states",
+    "BudgetSnapshot": "._policies.retry.budget",
+    "RetryBudget": "._policies.retry.budget",
     "Client": "._client",
     "Clock": "._clock",
-    "DeadlineTransport": "._deadline_transport",
-    "Deployment": "._deployment",
-    "Pin": "._deployment",
-    "DeploymentSnapshot": "._tiers",
-    "DiscoveryChange": "._dns_name",
-    "DiscoveryConfig": "._discovery_config",
-    "DiscoveryError": "._discovery",
-    "DiscoverySnapshot": "._dns_name",
-    "EjectionConfig": "._ejection_config",
-    "EjectionTransition": "._ejection_status",
-    "EndpointHealth": "._ejection_status",
-    "EndpointStatus": "._ejection_status",
-    "Endpoint": "._endpoint_config",
-    "SpillOver": "._endpoint_config",
-    "FallbackKind": "._fallback",
-    "FallbackStep": "._fallback",
-    "Fallbacks": "._fallback",
+    "DeadlineTransport": "._io.deadline_transport",
+    "Deployment": "._policies.routing.deployment",
+    "Pin": "._policies.routing.deployment",
+    "DeploymentSnapshot": "._policies.routing.tiers",
+    "DiscoveryChange": "._policies.routing.dns_name",
+    "DiscoveryConfig": "._policies.routing.discovery_config",
+    "DiscoveryError": "._policies.routing.discovery",
+    "DiscoverySnapshot": "._policies.routing.dns_name",
+    "EjectionConfig": "._policies.routing.ejection_config",
+    "EjectionTransition": "._policies.routing.ejection_status",
+    "EndpointHealth": "._policies.routing.ejection_status",
+    "EndpointStatus": "._policies.routing.ejection_status",
+    "Endpoint": "._policies.routing.endpoint_config",
+    "SpillOver": "._policies.routing.endpoint_config",
+    "FallbackKind": "._policies.fallback",
+    "FallbackStep": "._policies.fallback",
+    "Fallbacks": "._policies.fallback",
     "APIConnectionError": "._exceptions",
     "APIError": "._exceptions",
     "APIResponseValidationError": "._exceptions",
@@ -293,8 +297,8 @@ _MODULES: dict[str, str] = {
     "TokenRateLimitedError": "._exceptions",
     "UnprocessableEntityError": "._exceptions",
     "AttemptRecord": "._history",
-    "ConcurrencyLimiter": "._limiter",
-    "LimitSnapshot": "._endpoint_limit",
+    "ConcurrencyLimiter": "._policies.limiter.limiter",
+    "LimitSnapshot": "._policies.limiter.endpoint_limit",
     "CALL_INFO_EXTENSION": "._models",
     "CallInfo": "._models",
     "ChatCompletion": "._models",
@@ -322,7 +326,7 @@ _MODULES: dict[str, str] = {
     "QuotaSnapshot": "._policies.quota",
     "RateLimit": "._rate_limit_headers",
     "LegacyAPIResponse": "._raw_response",
-    "RetryPolicy": "._retry",
+    "RetryPolicy": "._policies.retry.retry",
     "CallStats": "._stats",
     "StreamTimeouts": "._stream_timeouts",
     "APIResponse": "._api_response",
@@ -330,12 +334,12 @@ _MODULES: dict[str, str] = {
     "StreamAlreadyConsumed": "._handed_over_body",
     "AsyncStream": "._streaming",
     "Stream": "._streaming",
-    "AdaptiveThrottle": "._throttle",
-    "AsyncStormguardTransport": "._transport",
-    "StormguardTransport": "._transport",
-    "async_httpx_client": "._transport_clients",
-    "httpx_client": "._transport_clients",
-    "openai_http_library": "._transport_clients",
+    "AdaptiveThrottle": "._policies.retry.throttle",
+    "AsyncStormguardTransport": "._transport.transport",
+    "StormguardTransport": "._transport.transport",
+    "async_httpx_client": "._transport.clients",
+    "httpx_client": "._transport.clients",
+    "openai_http_library": "._transport.clients",
     "Priority": ".protocol",
     "ServerLoad": ".protocol",
     "ShedReason": ".protocol",
@@ -353,7 +357,7 @@ _MODULES: dict[str, str] = {
 _OPENAI_NAMES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient", "OpenAIError": "StormguardError"}
 
 if TYPE_CHECKING:
-    from ._openai_client import AsyncOpenAI, OpenAI, OpenAIError
+    from ._transport.openai_client import AsyncOpenAI, OpenAI, OpenAIError
 
 #: Old names of the frozen copies that ``.state()`` and ``.stats()`` return: ``*State``
 #: now names live state only (and enums of named states, like ``CircuitState``). Each
@@ -397,7 +401,7 @@ def _openai_client_class(name: str) -> Any:
     openai's base error) where openai-python can be imported, else stormguard's
     ``Client``/``AsyncClient``/``StormguardError``."""
     if importlib.util.find_spec("openai") is not None:
-        return getattr(importlib.import_module("._openai_client", __name__), name)
+        return getattr(importlib.import_module("._transport.openai_client", __name__), name)
     return getattr(importlib.import_module(__name__), _OPENAI_NAMES[name])
 
 

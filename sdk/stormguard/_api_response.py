@@ -13,14 +13,14 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from ._body import aiter_body, iter_body
 from ._body_pieces import _Pieces
 from ._call_result import Delivery
 from ._exceptions import APIError
 from ._handed_over_body import _Body
 from ._http import http_errors, httpx
+from ._io.body import aiter_body, iter_body
+from ._io.read_within import anext_within
 from ._raw_response import _ResponseBase
-from ._read_within import anext_within
 from ._redact import display_url
 from ._stream_state import _StreamState
 from ._streaming import AsyncStream, Stream, _aclose, _close

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ._body_reader import BodyReader
 from ._http import http_errors, httpx
-from ._responses import send_failure
+from ._io.decoding import send_failure
 
 if TYPE_CHECKING:
     from ._models import Record
     from ._pipeline import LogicalCall
-    from ._slot_waiter import SlotWaiter
+    from ._policies.limiter.slot_waiter import SlotWaiter
 
 __all__ = [
     "Action",

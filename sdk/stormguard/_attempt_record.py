@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._breaker_states import CircuitState
 from ._call_base import OK
 from ._call_state import ATTEMPT_OPEN, IN_FLIGHT
-from ._ejection_rules import evidence_of
 from ._endpoint_choice import EndpointChoice
 from ._events import AttemptEnded
 from ._exceptions import APIError, APIStatusError, APITimeoutError
 from ._history import AttemptRecord
 from ._http import httpx
+from ._policies.breaker.states import CircuitState
+from ._policies.routing.ejection_rules import evidence_of
 from ._rate_limit_headers import RateLimit
 from ._verdict import LimitOutcome, classify
 from .protocol import ServerLoad
 
 if TYPE_CHECKING:
-    from ._endpoint_state import EndpointState
+    from ._policies.routing.endpoint_state import EndpointState
     from .tokens import TokenRateLimiter
 
 

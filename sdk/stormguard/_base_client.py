@@ -16,7 +16,6 @@ import copy
 from collections.abc import Mapping
 from typing import Literal
 
-from ._budget import RetryBudget
 from ._client_core import ClientCore
 from ._client_options import (
     ClientChanges,
@@ -24,7 +23,8 @@ from ._client_options import (
 )
 from ._compat import Self, Unpack
 from ._http import http_client_types, httpx, primary_limits
-from ._limiter import ConcurrencyLimiter
+from ._policies.limiter.limiter import ConcurrencyLimiter
+from ._policies.retry.budget import RetryBudget
 from ._stats import CallStats
 
 __all__ = ["DEFAULT_CONNECTION_LIMITS", "BaseClient"]

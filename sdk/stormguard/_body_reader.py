@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._body import BodyLimit, BodyTooLargeError
 from ._exceptions import APIError, APIResponseValidationError
 from ._http import httpx
+from ._io.body import BodyLimit, BodyTooLargeError
 
 if TYPE_CHECKING:
     from ._attempt_record import AttemptRecords

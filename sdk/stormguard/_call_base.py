@@ -17,8 +17,8 @@ from ._call_state import CallMachine
 from ._deadline import Deadline
 from ._history import AttemptRecord
 from ._http import httpx
-from ._lease import Lease
 from ._models import CallInfo
+from ._policies.limiter.lease import Lease
 from ._rate_limit_headers import RateLimit
 from ._stop_reason import StopReason
 from ._stream_timeouts import StreamBounds
@@ -27,12 +27,12 @@ from .protocol import HEADER_PRIORITY, Priority, ServerLoad, parse_priority
 
 if TYPE_CHECKING:
     from ._call_spec import CallSpec
-    from ._circuit_breaker import Permit
     from ._client_core import ClientCore
-    from ._endpoint_state import EndpointState
     from ._events import CallObserver
-    from ._fallback import FallbackStep
+    from ._policies.breaker.circuit import Permit
+    from ._policies.fallback import FallbackStep
     from ._policies.quota import CallQuota, QuotaKey
+    from ._policies.routing.endpoint_state import EndpointState
     from .tokens import Precheck, Reservation
 
 

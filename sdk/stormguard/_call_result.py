@@ -11,14 +11,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from ._body import read_response
 from ._call_base import OK
 from ._call_state import ATTEMPT_OPEN
 from ._events import ResponseSummary
 from ._exceptions import APIError, StormguardError
 from ._http import httpx, response_types
+from ._io.body import read_response
+from ._io.decoding import (
+    error_from_response,
+    parse_json_object,
+    request_id_of,
+    result_from_response,
+)
 from ._models import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
-from ._responses import error_from_response, parse_json_object, request_id_of, result_from_response
 from ._retry_loop import RetryLoop
 from ._stop_reason import StopReason
 from ._streaming import _StreamBase

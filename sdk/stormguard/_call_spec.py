@@ -12,8 +12,8 @@ from ._models import APIResult, Record
 from ._stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
-    from ._deployment import Pin
     from ._options import AttemptTimeouts
+    from ._policies.routing.deployment import Pin
 
 
 #: What a call hands the caller besides its result: nothing (""), the final response

@@ -13,40 +13,40 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
-from ._base_url import normalize_base_url, split_dns_scheme
-from ._body import DEFAULT_MAX_RESPONSE_BYTES
-from ._breaker_config import BreakerConfig
-from ._breaker_registry import BreakerRegistry
-from ._breaker_states import BreakerListener
-from ._budget import RetryBudget
 from ._client_options import BaseURL, CallSettings
 from ._clock import Clock
-from ._deployment import Deployment
-from ._ejection import EjectionTracker
-from ._ejection_config import EjectionConfig
-from ._ejection_status import EjectionListener, EjectionTransition
-from ._endpoint_config import Endpoint, SpillOver
-from ._endpoints import EndpointPicker
 from ._events import Observer
-from ._fallback import Fallbacks
 from ._http import httpx
-from ._limiter import ConcurrencyLimiter
+from ._io.body import DEFAULT_MAX_RESPONSE_BYTES
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
+from ._policies.breaker.config import BreakerConfig
+from ._policies.breaker.registry import BreakerRegistry
+from ._policies.breaker.states import BreakerListener
+from ._policies.fallback import Fallbacks
+from ._policies.limiter.limiter import ConcurrencyLimiter
 from ._policies.quota import QuotaGate, QuotaPolicy
-from ._retry import RetryPolicy
+from ._policies.retry.budget import RetryBudget
+from ._policies.retry.retry import RetryPolicy
+from ._policies.retry.throttle import AdaptiveThrottle
+from ._policies.routing.base_url import normalize_base_url, split_dns_scheme
+from ._policies.routing.deployment import Deployment
+from ._policies.routing.ejection import EjectionTracker
+from ._policies.routing.ejection_config import EjectionConfig
+from ._policies.routing.ejection_status import EjectionListener, EjectionTransition
+from ._policies.routing.endpoint_config import Endpoint, SpillOver
+from ._policies.routing.picker import EndpointPicker
+from ._policies.routing.tiers import TierWatch
 from ._spec_builder import SpecBuilder
 from ._stats import StatsRecorder
 from ._stream_timeouts import StreamTimeouts
-from ._throttle import AdaptiveThrottle
-from ._tiers import TierWatch
 from .openai_errors import openai_errors_option
 from .protocol import Priority
 from .telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from ._discovery import Discovery
-    from ._discovery_config import DiscoveryConfig
-    from ._dns_name import DiscoveryChange, DiscoveryListener
+    from ._policies.routing.discovery import Discovery
+    from ._policies.routing.discovery_config import DiscoveryConfig
+    from ._policies.routing.dns_name import DiscoveryChange, DiscoveryListener
     from .tokens import TokenPolicy  # the pre-check loads on first use
 
 __all__ = [
@@ -154,7 +154,7 @@ class ClientCore(SpecBuilder):
         self.tiered = any(isinstance(endpoint, Deployment) for endpoint in self.endpoints)
         discovered = any(dns for _, dns in entries)
         if discovery is not None:
-            from ._discovery_config import DiscoveryConfig
+            from ._policies.routing.discovery_config import DiscoveryConfig
 
             if not isinstance(discovery, DiscoveryConfig):
                 raise TypeError(
@@ -272,7 +272,7 @@ class ClientCore(SpecBuilder):
         #: The DNS names this client follows (``_discovery.py``); None: no DNS name.
         self.discovery: Discovery | None = None
         if discovered:
-            from ._discovery import Discovery  # loads with the first client following a name
+            from ._policies.routing.discovery import Discovery
 
             self.discovery = Discovery(
                 entries,

@@ -12,27 +12,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from ._breaker_config import BreakerConfig
-from ._breaker_states import BreakerListener
-from ._budget import RetryBudget
 from ._clock import Clock
-from ._ejection_config import EjectionConfig
-from ._ejection_status import EjectionListener
-from ._endpoint_config import Endpoint, SpillOver
 from ._events import Observer
-from ._fallback import Fallbacks
 from ._http import httpx
-from ._limiter import ConcurrencyLimiter
 from ._options import NOT_GIVEN, NotGiven, TimeoutLike, Unset
+from ._policies.breaker.config import BreakerConfig
+from ._policies.breaker.states import BreakerListener
+from ._policies.fallback import Fallbacks
+from ._policies.limiter.limiter import ConcurrencyLimiter
 from ._policies.quota import QuotaPolicy
-from ._retry import RetryPolicy
+from ._policies.retry.budget import RetryBudget
+from ._policies.retry.retry import RetryPolicy
+from ._policies.retry.throttle import AdaptiveThrottle
+from ._policies.routing.ejection_config import EjectionConfig
+from ._policies.routing.ejection_status import EjectionListener
+from ._policies.routing.endpoint_config import Endpoint, SpillOver
 from ._stream_timeouts import StreamTimeouts
-from ._throttle import AdaptiveThrottle
 from .protocol import Priority
 
 if TYPE_CHECKING:
-    from ._discovery_config import DiscoveryConfig
-    from ._dns_name import DiscoveryListener
+    from ._policies.routing.discovery_config import DiscoveryConfig
+    from ._policies.routing.dns_name import DiscoveryListener
     from .tokens import TokenPolicy
 
 __all__ = [

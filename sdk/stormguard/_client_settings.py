@@ -11,12 +11,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._body import ACCEPT_ENCODING
 from ._client_options import CallSettings, checked_stream_timeouts
 from ._compat import Self
-from ._deployment import Deployment, is_account_header
-from ._endpoint_config import Endpoint, check_served
-from ._fallback import Fallbacks
+from ._io.body import ACCEPT_ENCODING
 from ._options import (
     NOT_GIVEN,
     AttemptTimeouts,
@@ -26,8 +23,11 @@ from ._options import (
     retry_policy_from,
     split_timeout,
 )
+from ._policies.fallback import Fallbacks
+from ._policies.retry.retry import RetryPolicy
+from ._policies.routing.deployment import Deployment, is_account_header
+from ._policies.routing.endpoint_config import Endpoint, check_served
 from ._redact import Redactor
-from ._retry import RetryPolicy
 from ._version import __version__
 from .protocol import (
     HEADER_ENDPOINT_LOAD_METRICS_FORMAT,

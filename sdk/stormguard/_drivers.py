@@ -33,16 +33,16 @@ from ._attempt_flow import (
     run_async,
     run_sync,
 )
-from ._body import aiter_body, iter_body
 from ._call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
-from ._deadline_transport import DeadlineTransport, hold_to_deadlines
 from ._exceptions import ClientClosedError
 from ._http import httpx
-from ._own_pool import OwnAsyncClient, OwnClient, own_pool
+from ._io.body import aiter_body, iter_body
+from ._io.deadline_transport import DeadlineTransport, hold_to_deadlines
+from ._io.own_pool import OwnAsyncClient, OwnClient, own_pool
+from ._io.pool_life import given_pool, used_given_pool
+from ._io.read_within import await_within
 from ._pipeline import LogicalCall
 from ._policies.quota import SharedAsk
-from ._pool_life import given_pool, used_given_pool
-from ._read_within import await_within
 from ._stream_state import _StreamState
 from ._streaming import AsyncStream, Stream
 from .openai_errors import as_openai_error

@@ -11,10 +11,10 @@ from ._call_quota import CallPacing
 from ._exceptions import CircuitOpenError, QuotaWaitError
 
 if TYPE_CHECKING:
-    from ._circuit_breaker import Permit
-    from ._endpoint_state import EndpointState
+    from ._policies.breaker.circuit import Permit
     from ._policies.quota import Pace, SharedAsk
     from ._policies.quota._redis import Reply
+    from ._policies.routing.endpoint_state import EndpointState
 
 
 __all__ = ["EndpointChoice"]

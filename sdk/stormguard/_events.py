@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ._breaker_states import BreakerTransition
-    from ._budget import BudgetSnapshot
-    from ._ejection_status import EjectionTransition
+    from ._policies.breaker.states import BreakerTransition
+    from ._policies.retry.budget import BudgetSnapshot
+    from ._policies.routing.ejection_status import EjectionTransition
     from ._stop_reason import StopReason
     from .protocol import ServerLoad
 

@@ -9,7 +9,7 @@ from typing import Any
 from ._body_reader import BodyReader
 from ._call_result import Delivery
 from ._exceptions import APIError, StormguardError
-from ._responses import translate_transport_error
+from ._io.decoding import translate_transport_error
 
 __all__ = ["StreamAlreadyConsumed"]
 

@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ._fallback import FallbackStep
     from ._history import AttemptRecord
+    from ._policies.fallback import FallbackStep
     from ._rate_limit_headers import RateLimit
     from ._stop_reason import StopReason
     from .protocol import ServerLoad

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ._http import httpx
-from ._retry import RetryPolicy
+from ._policies.retry.retry import RetryPolicy
 
 __all__ = [
     "NOT_GIVEN",

@@ -41,26 +41,26 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ._base_url import normalize_base_url
 from ._call_result import CallResults
 from ._call_spec import CallSpec
 from ._call_state import ATTEMPT_OPEN
-from ._deployment import Deployment, is_account_header, with_query
 from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
-from ._fallback import FallbackKind, FallbackStep, next_fallback
 from ._http import httpx
-from ._lease import Lease
+from ._io.own_pool import attempt_request
 from ._logs import fell_back
-from ._own_pool import attempt_request
+from ._policies.fallback import FallbackKind, FallbackStep, next_fallback
+from ._policies.limiter.lease import Lease
+from ._policies.limiter.slot_waiter import SlotWaiter
+from ._policies.routing.base_url import normalize_base_url
+from ._policies.routing.deployment import Deployment, is_account_header, with_query
 from ._prompt_view import precheck_view
-from ._slot_waiter import SlotWaiter
 from ._stop_reason import StopReason
 from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 
 if TYPE_CHECKING:
     from ._client_core import ClientCore
-    from ._endpoint_state import EndpointState
+    from ._policies.routing.endpoint_state import EndpointState
     from .tokens import Precheck
 
 

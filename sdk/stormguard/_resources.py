@@ -19,7 +19,6 @@ from ._api_specs import embeddings_spec, model_spec, responses_spec
 from ._call_spec import CallSpec, HandOver
 from ._client_core import ClientCore
 from ._client_options import CallExtras, CallTimeout
-from ._deployment import Pin
 from ._models import (
     ChatCompletion,
     ChatCompletionChunk,
@@ -31,6 +30,7 @@ from ._models import (
     ResponseStreamEvent,
 )
 from ._options import NOT_GIVEN, Unset
+from ._policies.routing.deployment import Pin
 from ._raw_response import to_raw_response_wrapper
 from ._stream_timeouts import StreamTimeouts
 from ._streamed_response import to_streamed_response_wrapper

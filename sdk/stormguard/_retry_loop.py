@@ -28,7 +28,7 @@ from ._stop_reason import StopReason
 from ._verdict import LimitOutcome, classify
 
 if TYPE_CHECKING:
-    from ._endpoint_state import EndpointState
+    from ._policies.routing.endpoint_state import EndpointState
 
 
 __all__ = ["RetryLoop"]

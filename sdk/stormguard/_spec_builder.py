@@ -9,11 +9,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ._base_url import normalize_base_url
 from ._call_spec import CallSpec
 from ._client_options import CallExtras, CallTimeout, checked_stream_timeouts
 from ._client_settings import ClientSettings
-from ._deployment import Pin, pin_from_headers
 from ._models import APIResult, ChatCompletion, ChatCompletionChunk, Completion, ModelList, Record
 from ._options import (
     NOT_GIVEN,
@@ -24,6 +22,8 @@ from ._options import (
     path_with_query,
     split_timeout,
 )
+from ._policies.routing.base_url import normalize_base_url
+from ._policies.routing.deployment import Pin, pin_from_headers
 from ._stream_timeouts import StreamTimeouts
 
 __all__ = ["GenerationEndpoint", "SpecBuilder"]

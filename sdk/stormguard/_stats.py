@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 from ._fork import fork_safe_lock
 
 if TYPE_CHECKING:
-    from ._breaker_states import BreakerSnapshot
-    from ._dns_name import DiscoverySnapshot
-    from ._ejection_status import EndpointHealth
-    from ._endpoint_limit import LimitSnapshot
+    from ._policies.breaker.states import BreakerSnapshot
+    from ._policies.limiter.endpoint_limit import LimitSnapshot
     from ._policies.quota import QuotaSnapshot
-    from ._tiers import DeploymentSnapshot
+    from ._policies.routing.dns_name import DiscoverySnapshot
+    from ._policies.routing.ejection_status import EndpointHealth
+    from ._policies.routing.tiers import DeploymentSnapshot
 
 __all__ = ["CallStats", "StatsRecorder"]
 

@@ -17,7 +17,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from ._body import BodyLimit, BodyTooLargeError
 from ._deadline import MIN_ATTEMPT_TIME
 from ._events import ResponseSummary
 from ._exceptions import (
@@ -28,10 +27,11 @@ from ._exceptions import (
     StreamInterruptedError,
 )
 from ._http import httpx, library_of, timeout_errors
+from ._io.body import BodyLimit, BodyTooLargeError
+from ._io.decoding import request_id_of
+from ._io.sse import SSEDecoder
 from ._models import CallInfo, Record, ResponseStreamEvent
 from ._record_shapes import shape_of
-from ._responses import request_id_of
-from ._sse import SSEDecoder
 
 if TYPE_CHECKING:
     from ._call_spec import CallSpec

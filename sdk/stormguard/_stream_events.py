@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._exceptions import APIError, APIResponseValidationError
+from ._io.decoding import error_from_payload, parse_json_object
+from ._io.sse import ServerSentEvent
 from ._record_shapes import misfit
-from ._responses import error_from_payload, parse_json_object
-from ._sse import ServerSentEvent
 from ._stream_core import StreamCore, T
 from .protocol import parse_non_negative_int
 

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 
 from ._exceptions import APIError, APIResponseValidationError, StreamInterruptedError
 from ._http import timeout_errors
-from ._responses import parse_json_object
-from ._sse import EventTooLargeError, ServerSentEvent
+from ._io.decoding import parse_json_object
+from ._io.sse import EventTooLargeError, ServerSentEvent
 from ._stream_core import T
 from ._stream_events import (
     RESPONSE_ENDS,

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 
-from ._body import aiter_body, iter_body
 from ._http import http_errors, httpx
+from ._io.body import aiter_body, iter_body
+from ._io.read_within import anext_within
 from ._models import CallInfo
-from ._read_within import anext_within
 from ._redact import display_url
 from ._stream_core import T
 from ._stream_state import _StreamState

@@ -179,7 +179,7 @@ def test_one_async_client_serves_one_asyncio_run_after_another(echo: EchoServer)
     client = stormguard.AsyncClient(base_url=echo.base_url, model="m", timeout=30)
     ports = [asyncio.run(_tagged(client, f"run-{run}")) for run in range(3)]
     assert len(set(ports)) == 3  # a new connection for each loop
-    from stormguard._pool_life import LoopTransport
+    from stormguard._io.pool_life import LoopTransport
 
     transport = client._http._transport
     assert isinstance(transport, LoopTransport) and len(transport._pools) == 1

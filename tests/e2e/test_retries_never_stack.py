@@ -182,14 +182,14 @@ def test_openais_retry_of_a_failed_call_is_answered_without_a_call() -> None:
 
 
 def stormguard_httpx_error(error: BaseException) -> BaseException:
-    from stormguard._transport_answers import httpx_error_for
+    from stormguard._transport.answers import httpx_error_for
 
     assert isinstance(error, stormguard.StormguardError)
     return httpx_error_for(error, _openai_request("http://x/v1", 0))
 
 
 def test_failures_are_remembered_for_a_while_and_a_bounded_number() -> None:
-    from stormguard._transport_retries import MAX_REMEMBERED, REMEMBER_S, FailedCalls
+    from stormguard._transport.retries import MAX_REMEMBERED, REMEMBER_S, FailedCalls
 
     clock = FakeClock()
     failed = FailedCalls(clock)
@@ -210,7 +210,7 @@ def test_failures_are_remembered_for_a_while_and_a_bounded_number() -> None:
 def test_a_retry_count_of_other_digits_is_no_retry() -> None:
     """``x-stainless-retry-count: ¹`` (latin-1 0xb9: a digit to ``str.isdigit``, no
     number to ``int()``) is no retry of openai's, and no ValueError."""
-    from stormguard._transport_retries import FailedCalls
+    from stormguard._transport.retries import FailedCalls
 
     request = httpx.Request(
         "POST",

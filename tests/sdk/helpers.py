@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 import stormguard
-from stormguard._pool_life import LoopTransport, ProcessTransport
+from stormguard._io.pool_life import LoopTransport, ProcessTransport
 from stormguard.testing import FakeClock
 
 BASE = "http://llm.test/v1"

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stormguard._body import (
+from stormguard._io.body import (
     PIECE_BYTES,
     BodyLimit,
     BodyTooLargeError,

@@ -12,12 +12,7 @@ from typing import Any
 
 import pytest
 
-import stormguard._breaker
-from stormguard._breaker import is_breaker_failure
-from stormguard._breaker_config import BreakerConfig
-from stormguard._breaker_registry import BreakerRegistry
-from stormguard._breaker_states import BreakerTransition, CircuitState
-from stormguard._circuit_breaker import CircuitBreaker, Permit
+import stormguard._policies.breaker.breaker
 from stormguard._exceptions import (
     APIConnectionError,
     APIResponseValidationError,
@@ -37,6 +32,11 @@ from stormguard._exceptions import (
     TokenRateLimitedError,
     UnprocessableEntityError,
 )
+from stormguard._policies.breaker.breaker import is_breaker_failure
+from stormguard._policies.breaker.circuit import CircuitBreaker, Permit
+from stormguard._policies.breaker.config import BreakerConfig
+from stormguard._policies.breaker.registry import BreakerRegistry
+from stormguard._policies.breaker.states import BreakerTransition, CircuitState
 from stormguard.protocol import ServerLoad
 from stormguard.testing import FakeClock
 
@@ -666,7 +666,7 @@ def test_registry_rejects_a_zero_bound() -> None:
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(stormguard._breaker).failed == 0
+    assert doctest.testmod(stormguard._policies.breaker.breaker).failed == 0
 
 
 def test_default_consecutive_run_is_ten() -> None:

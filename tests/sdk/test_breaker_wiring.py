@@ -13,9 +13,9 @@ import respx
 
 import stormguard
 from stormguard import RetryPolicy
-from stormguard._breaker_config import BreakerConfig
-from stormguard._breaker_states import BreakerTransition, CircuitState
-from stormguard._throttle import AdaptiveThrottle
+from stormguard._policies.breaker.config import BreakerConfig
+from stormguard._policies.breaker.states import BreakerTransition, CircuitState
+from stormguard._policies.retry.throttle import AdaptiveThrottle
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 A, B = "http://a.test/v1", "http://b.test/v1"

@@ -14,11 +14,11 @@ import pytest
 
 import stormguard
 from stormguard._deadline import Deadline, current_deadline
-from stormguard._deadline_backend import DeadlineBackend, DeadlineStream
-from stormguard._deadline_transport import DeadlineTransport
 from stormguard._drivers import http_pool_async, http_pool_sync
-from stormguard._own_pool import OwnAsyncClient
-from stormguard._pool_shards import ShardedTransport
+from stormguard._io.deadline_backend import DeadlineBackend, DeadlineStream
+from stormguard._io.deadline_transport import DeadlineTransport
+from stormguard._io.own_pool import OwnAsyncClient
+from stormguard._io.pool_shards import ShardedTransport
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import local
 

@@ -26,8 +26,8 @@ from stormguard import (
     DiscoveryError,
     Endpoint,
 )
-from stormguard._discovery import Discovery
-from stormguard._endpoints import EndpointPicker
+from stormguard._policies.routing.discovery import Discovery
+from stormguard._policies.routing.picker import EndpointPicker
 from stormguard.telemetry import Telemetry
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
@@ -396,8 +396,8 @@ class CountedAnswers:
 def test_a_huge_answer_is_read_only_up_to_the_cap_each_address_once() -> None:
     # 32,768 distinct addresses: deduplicated in a list, 9 s of CPU before the cap
     # applied. Now the look stops reading once it has max_addresses of them.
-    from stormguard._discovery_endpoints import valid_addresses
-    from stormguard._dns_name import NameState
+    from stormguard._policies.routing.discovery_endpoints import valid_addresses
+    from stormguard._policies.routing.dns_name import NameState
 
     name = NameState(Endpoint(SERVICE))
     many = [f"10.{i // 65536}.{i // 256 % 256}.{i % 256}" for i in range(32_768)]
@@ -499,8 +499,8 @@ def test_bad_discovery_settings_are_clear_errors() -> None:
 def test_doctests() -> None:
     import doctest
 
-    import stormguard._discovery
-    import stormguard._endpoints
+    import stormguard._policies.routing.discovery
+    import stormguard._policies.routing.picker
 
-    assert doctest.testmod(stormguard._discovery).failed == 0
-    assert doctest.testmod(stormguard._endpoints).failed == 0
+    assert doctest.testmod(stormguard._policies.routing.discovery).failed == 0
+    assert doctest.testmod(stormguard._policies.routing.picker).failed == 0

@@ -10,14 +10,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-import stormguard._ejection
-from stormguard._connect_check import connect_check
-from stormguard._ejection import EjectionTracker
-from stormguard._ejection_config import EjectionConfig
-from stormguard._ejection_rules import Evidence, evidence_of
-from stormguard._ejection_status import EjectionTransition, EndpointStatus
-from stormguard._endpoint_config import Endpoint
-from stormguard._endpoint_state import EndpointState
+import stormguard._policies.routing.ejection
 from stormguard._exceptions import (
     APIConnectionError,
     APIResponseValidationError,
@@ -29,6 +22,13 @@ from stormguard._exceptions import (
     RateLimitError,
     ServiceUnavailableError,
 )
+from stormguard._io.connect_check import connect_check
+from stormguard._policies.routing.ejection import EjectionTracker
+from stormguard._policies.routing.ejection_config import EjectionConfig
+from stormguard._policies.routing.ejection_rules import Evidence, evidence_of
+from stormguard._policies.routing.ejection_status import EjectionTransition, EndpointStatus
+from stormguard._policies.routing.endpoint_config import Endpoint
+from stormguard._policies.routing.endpoint_state import EndpointState
 from stormguard.protocol import ServerLoad
 from stormguard.testing import FakeClock
 
@@ -477,4 +477,4 @@ def test_config_validation() -> None:
 
 
 def test_doctests() -> None:
-    assert doctest.testmod(stormguard._ejection).failed == 0
+    assert doctest.testmod(stormguard._policies.routing.ejection).failed == 0

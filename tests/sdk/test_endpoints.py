@@ -11,7 +11,7 @@ import respx
 
 import stormguard
 from stormguard import Endpoint, ServerLoad
-from stormguard._endpoints import EndpointPicker
+from stormguard._policies.routing.picker import EndpointPicker
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 

@@ -10,11 +10,11 @@ import pytest
 import respx
 
 import stormguard
-from stormguard._breaker import is_breaker_failure
-from stormguard._fallback import is_fallback_worthy
-from stormguard._limiter import is_shed, limit_outcome
+from stormguard._policies.breaker.breaker import is_breaker_failure
+from stormguard._policies.fallback import is_fallback_worthy
+from stormguard._policies.limiter.limiter import is_shed, limit_outcome
+from stormguard._policies.retry.throttle import AdaptiveThrottle, is_accept
 from stormguard._redact import REDACTED
-from stormguard._throttle import AdaptiveThrottle, is_accept
 from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy

@@ -30,7 +30,7 @@ from stormguard import (
     RetryPolicy,
     ServerLoad,
 )
-from stormguard._lease import Lease
+from stormguard._policies.limiter.lease import Lease
 from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
@@ -239,7 +239,9 @@ async def test_a_call_waiting_for_a_slot_of_an_endpoint_ejected_meanwhile_goes_e
             task = asyncio.ensure_future(client.chat.completions.create(messages=MESSAGES))
             await _until(lambda: b_limit.state().waiting == 1)
         # Another call finds b unreachable while this one waits for b's slot.
-        assert client._core.ejection.record(b_state, stormguard._ejection.Evidence.UNREACHABLE)
+        assert client._core.ejection.record(
+            b_state, stormguard._policies.routing.ejection.Evidence.UNREACHABLE
+        )
         held.release()  # b's slot is free: the call takes it, sees b out, waits for a's
         a_limit = limiter.endpoint("a.test:80")
         await _until(lambda: a_limit.state().waiting == 1)

@@ -10,7 +10,7 @@ import respx
 
 import stormguard
 from stormguard import RetryPolicy, ServerLoad
-from stormguard._fallback import is_fallback_worthy
+from stormguard._policies.fallback import is_fallback_worthy
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 

@@ -38,12 +38,12 @@ LAZY = (
     "stormguard.telemetry._captured_content",
     "stormguard.telemetry._metrics",
     "stormguard.telemetry._otlp",
-    "stormguard._deadline_backend",
-    "stormguard._discovery",
-    "stormguard._discovery_config",
-    "stormguard._discovery_endpoints",
-    "stormguard._discovery_wait",
-    "stormguard._dns_name",
+    "stormguard._io.deadline_backend",
+    "stormguard._policies.routing.discovery",
+    "stormguard._policies.routing.discovery_config",
+    "stormguard._policies.routing.discovery_endpoints",
+    "stormguard._policies.routing.discovery_wait",
+    "stormguard._policies.routing.dns_name",
     # The quota shared in Redis: only with QuotaPolicy(redis_url=...), redis-py at the
     # first call.
     "redis",

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
-from stormguard._aimd_limit import MAX_PAUSE_S
-from stormguard._endpoint_limit import EndpointLimit
 from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
-from stormguard._lease import Lease
-from stormguard._limiter import limit_outcome
-from stormguard._slot_waiter import SlotWaiter
+from stormguard._policies.limiter.aimd import MAX_PAUSE_S
+from stormguard._policies.limiter.endpoint_limit import EndpointLimit
+from stormguard._policies.limiter.lease import Lease
+from stormguard._policies.limiter.limiter import limit_outcome
+from stormguard._policies.limiter.slot_waiter import SlotWaiter
 from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 

@@ -10,8 +10,8 @@ import respx
 
 import stormguard
 from stormguard import ConcurrencyLimiter, RetryBudget
-from stormguard._breaker_states import CircuitState
-from stormguard._lease import Lease
+from stormguard._policies.breaker.states import CircuitState
+from stormguard._policies.limiter.lease import Lease
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 ENDPOINT = "llm.test:80"

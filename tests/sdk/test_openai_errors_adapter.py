@@ -16,7 +16,7 @@ import respx
 
 import stormguard
 from stormguard import _exceptions, openai_errors
-from stormguard._breaker_config import BreakerConfig
+from stormguard._policies.breaker.config import BreakerConfig
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 

@@ -20,7 +20,7 @@ import pytest
 import respx
 
 import stormguard
-from stormguard._own_pool import OwnAsyncClient, OwnClient, attempt_request
+from stormguard._io.own_pool import OwnAsyncClient, OwnClient, attempt_request
 from tests.sdk.helpers import BASE as API_BASE
 from tests.sdk.helpers import MESSAGES, chat_json
 

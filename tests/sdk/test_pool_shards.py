@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 import stormguard
-from stormguard._pool_shards import (
+from stormguard._io.pool_shards import (
     SHARD_CONNECTIONS,
     AsyncShardedTransport,
     ShardedTransport,

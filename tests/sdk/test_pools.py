@@ -24,10 +24,10 @@ from stormguard import (
     ServerLoad,
     SpillOver,
 )
-from stormguard._ejection import EjectionTracker
-from stormguard._ejection_config import EjectionConfig
-from stormguard._ejection_rules import Evidence
-from stormguard._endpoint_state import EndpointState
+from stormguard._policies.routing.ejection import EjectionTracker
+from stormguard._policies.routing.ejection_config import EjectionConfig
+from stormguard._policies.routing.ejection_rules import Evidence
+from stormguard._policies.routing.endpoint_state import EndpointState
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 

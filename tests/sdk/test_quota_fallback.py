@@ -10,7 +10,7 @@ import pytest
 import respx
 
 import stormguard
-from stormguard._fallback import is_fallback_worthy
+from stormguard._policies.fallback import is_fallback_worthy
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 NO_RETRY = stormguard.RetryPolicy(max_attempts=1)

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
-from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import (

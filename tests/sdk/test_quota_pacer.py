@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import QuotaPolicy, QuotaWaitError, RateLimit
-from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard._policies.quota import (
     KeyQuota,
     QuotaGate,

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
-from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard._policies.quota import REDIS_ENV, CallQuota, Pace, QuotaGate, QuotaKey, SharedAsk
 from stormguard._policies.quota._redis import (
     BUCKET_SCRIPT,

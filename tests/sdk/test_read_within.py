@@ -9,7 +9,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 import anyio
 import pytest
 
-from stormguard._read_within import anext_within, await_within
+from stormguard._io.read_within import anext_within, await_within
 
 
 async def _ready(*items: bytes) -> AsyncIterator[bytes]:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import stormguard
-from stormguard._aimd_limit import MAX_PAUSE_S
+from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard.telemetry import Telemetry
 from stormguard.telemetry._metrics import MAX_SERIES, ClientMetrics
 from stormguard.testing import FakeClock

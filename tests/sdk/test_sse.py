@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stormguard._sse import EventTooLargeError, SSEDecoder
+from stormguard._io.sse import EventTooLargeError, SSEDecoder
 
 STREAM = (
     b": keep-alive\r\n\r\n"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import stormguard._throttle
+import stormguard._policies.retry.throttle
 from stormguard._exceptions import (
     APIConnectionError,
     APIStatusError,
@@ -26,7 +26,7 @@ from stormguard._exceptions import (
     StreamInterruptedError,
     ThrottledError,
 )
-from stormguard._throttle import AdaptiveThrottle, ThrottleSnapshot, is_accept
+from stormguard._policies.retry.throttle import AdaptiveThrottle, ThrottleSnapshot, is_accept
 from stormguard.protocol import ServerLoad
 from stormguard.testing import FakeClock
 
@@ -234,4 +234,4 @@ def test_throttled_error_is_refused_before_send() -> None:
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(stormguard._throttle).failed == 0
+    assert doctest.testmod(stormguard._policies.retry.throttle).failed == 0

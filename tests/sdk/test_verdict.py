@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 import stormguard
-from stormguard._breaker import is_breaker_failure
 from stormguard._exceptions import status_error_class
-from stormguard._fallback import is_fallback_worthy
-from stormguard._limiter import is_shed, limit_outcome, stream_cut_outcome
+from stormguard._policies.breaker.breaker import is_breaker_failure
+from stormguard._policies.fallback import is_fallback_worthy
+from stormguard._policies.limiter.limiter import is_shed, limit_outcome, stream_cut_outcome
+from stormguard._policies.retry.throttle import is_accept
 from stormguard._stop_reason import StopReason
-from stormguard._throttle import is_accept
 from stormguard._verdict import LimitOutcome, Verdict, classify
 from stormguard.protocol import ServerLoad
 

@@ -2,6 +2,8 @@
 
 Each is a small set of modules with one job apiece, testable alone with an
 injected clock, thread-safe, and free of I/O: a policy returns waits, the call
-flow sleeps them (``_call_flow.Sleep``). ``quota/`` paces calls to a hosted
-API's per-key quota.
+flow sleeps them (``_call_flow.Sleep``): ``retry/`` (which failures, when, and
+the budget), ``breaker/``, ``limiter/`` (concurrency per endpoint), ``routing/``
+(which server, ejection, discovery), ``quota/`` (a hosted API's per-key quota), and
+``fallback`` (which model next).
 """

@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from .._breaker_states import BreakerTransition
-    from .._dns_name import DiscoveryChange
-    from .._ejection_status import EjectionTransition
     from .._events import CallStarted
+    from .._policies.breaker.states import BreakerTransition
+    from .._policies.routing.dns_name import DiscoveryChange
+    from .._policies.routing.ejection_status import EjectionTransition
     from ._call_trace import _CallTrace
     from ._metrics import ClientMetrics
 

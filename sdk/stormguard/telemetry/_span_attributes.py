@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from . import _names as n
 
 if TYPE_CHECKING:
-    from .._budget import BudgetSnapshot
     from .._events import AttemptEnded, PrecheckPassed
+    from .._policies.retry.budget import BudgetSnapshot
     from ..protocol import ServerLoad
 
 

@@ -25,7 +25,10 @@ from typing import TypeVar
 
 import anyio
 
-from .._body import (
+from .._clock import Clock
+from .._deadline import Deadline
+from .._http import http_errors, httpx
+from .._io.body import (
     ACCEPT_ENCODING,
     DEFAULT_MAX_RESPONSE_BYTES,
     BodyLimit,
@@ -34,9 +37,6 @@ from .._body import (
     iter_body,
     read_response,
 )
-from .._clock import Clock
-from .._deadline import Deadline
-from .._http import http_errors, httpx
 
 __all__ = [
     "MAX_LOOKUP_ENDPOINTS",

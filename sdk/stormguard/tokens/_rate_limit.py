@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 
-from .._aimd_limit import MAX_PAUSE_S
 from .._clock import ClockLike, ClockRef
 from .._exceptions import TokenRateLimitedError
 from .._fork import fork_safe_lock
+from .._policies.limiter.aimd import MAX_PAUSE_S
 
 __all__ = ["MAX_RESET_WAIT_S", "MAX_SETTLE_FACTOR", "Reservation", "TokenRateLimiter"]
 

@@ -33,9 +33,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from ..._aimd_limit import MAX_PAUSE_S
 from ..._exceptions import QuotaWaitError
 from ..._fork import forget_in_child, fork_safe_lock
+from ..limiter.aimd import MAX_PAUSE_S
 from ._config import QuotaPolicy
 from ._cubic import CubicRate
 from ._share import ShareController

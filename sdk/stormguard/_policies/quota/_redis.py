@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ... import _logs
-from ..._aimd_limit import MAX_PAUSE_S
 from ..._fork import forget_in_child, fork_safe_lock
+from ..limiter.aimd import MAX_PAUSE_S
 
 if TYPE_CHECKING:
     from ._key import QuotaKey

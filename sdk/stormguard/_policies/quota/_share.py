@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from ..._aimd_limit import MAX_PAUSE_S
+from ..limiter.aimd import MAX_PAUSE_S
 from ._pace_bucket import PaceBucket
 from ._refusal_share import RefusalShare
 

@@ -1,0 +1,97 @@
+"""``EndpointState``: the live state of one endpoint (its load, its attempts in
+flight, its ejection record) and the score the picker ranks it by."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...protocol import Priority, ServerLoad
+from .base_url import normalize_base_url
+from .deployment import Deployment
+from .endpoint_config import Endpoint, priority_classes
+
+if TYPE_CHECKING:
+    from .ejection_status import _Record
+
+__all__ = ["EndpointState"]
+
+
+class EndpointState:
+    """What the client knows of one endpoint right now: the one place its per-endpoint
+    state lives (load, attempts in flight, ejection), so that a changing list of
+    endpoints keeps each one's state for as long as the endpoint stays in it."""
+
+    __slots__ = (
+        "authority",
+        "base_url",
+        "classes",
+        "ejection",
+        "in_flight",
+        "load",
+        "load_at",
+        "models",
+        "name",
+        "provider",
+        "server_hostname",
+        "tier",
+        "weight",
+    )
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        authority: str | None = None,
+        server_hostname: str | None = None,
+    ) -> None:
+        self.base_url, default_name = normalize_base_url(endpoint.base_url)
+        self.name = endpoint.name or default_name
+        self.weight = endpoint.weight
+        self.models = None if endpoint.models is None else frozenset(endpoint.models)
+        self.classes = None if endpoint.classes is None else priority_classes(endpoint.classes)
+        #: Its provider's settings (credential, model names, query) when it is a
+        #: ``Deployment``; None: a plain endpoint, which sends the client's.
+        self.provider: Deployment | None = None
+        #: Its tier (1 is preferred; a plain endpoint is of tier 1).
+        self.tier = 1
+        if isinstance(endpoint, Deployment):
+            self.provider = endpoint
+            self.tier = endpoint.tier
+        #: The ``Host`` header to send instead of the URL's (a discovered address
+        #: keeps its service's name, as gRPC keeps the target's authority).
+        self.authority = authority
+        #: The name TLS checks the certificate against (https to a discovered address).
+        self.server_hostname = server_hostname
+        self.in_flight = 0
+        self.load: ServerLoad | None = None
+        self.load_at = float("-inf")
+        #: Its ejection record (``_ejection.py``), made on first use.
+        self.ejection: _Record | None = None
+
+    def serves(self, model: str | None) -> bool:
+        return self.models is None or model is None or model in self.models
+
+    def serves_class(self, priority: Priority | None) -> bool:
+        return self.classes is None or priority is None or priority in self.classes
+
+    def url_for(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
+    def score(self, now: float, stale_after: float) -> float:
+        """Estimated load per unit of weight (lower is better)."""
+        score = float(self.in_flight)
+        load = self.load
+        if load is not None and now - self.load_at <= stale_after:
+            score += load.queue_depth or 0
+            if load.inflight_tokens is not None and load.token_capacity:
+                score += load.inflight_tokens / load.token_capacity
+        return score / self.weight
+
+    def shedding(self, now: float, stale_after: float) -> bool:
+        """Whether its freshest load report came with a shed (``x-load-shed``): the
+        server says it has no room."""
+        load = self.load
+        return load is not None and now - self.load_at <= stale_after and bool(load.load_shed)
+
+    def __repr__(self) -> str:
+        return f"EndpointState({self.name!r}, in_flight={self.in_flight})"

@@ -1,0 +1,214 @@
+"""Several servers behind one client: which one gets the next attempt.
+
+Power of two choices on the freshest load each server reported (Finagle's and
+Envoy's least-loaded balancer, fed by the protocol's load headers): draw two
+healthy endpoints at random (by weight), send to the less loaded. Two random
+choices avoid both the herd that "always the least loaded" creates when every
+client sees the same stale figure, and the blindness of plain random.
+
+An endpoint's load is the attempts this client has in flight to it, plus —
+while its last report is fresh (``stale_after``, 5 s) — the server's
+``x-queue-depth`` and its in-flight token share (``x-inflight-tokens`` /
+``x-token-capacity``). A stale report is ignored rather than trusted: a
+server that was busy ten seconds ago may be idle now, and one that stopped
+answering has no fresh report at all. Load divides by weight.
+
+**Pools by class.** An endpoint may serve only some priority classes (the
+``x-priority`` values: ``critical``, ``standard``, ``sheddable``), so batch work
+cannot take an interactive replica: a call goes to the endpoints of its own
+class, and to another pool's only when ``SpillOver`` allows its class and that
+endpoint's fresh load report shows headroom (no shed, no queue, token and KV
+use under a share). No fresh report is no headroom: an endpoint this client
+has not heard from lately may be full.
+
+The set of endpoints may change (DNS discovery, ``_discovery.py``): ``replace``
+swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
+
+This module holds ``EndpointPicker``: the choice itself and the set it chooses
+from. ``Endpoint``, ``SpillOver`` and their checks are ``_endpoint_config.py``,
+one endpoint's live state ``_endpoint_state.py``, and the base URL helpers
+(``dns+``, ``host:port``) ``_base_url.py``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Sequence
+
+from ..._clock import Clock
+from ..._fork import forget_in_child, fork_safe_lock
+from ...protocol import Priority, ServerLoad
+from .endpoint_config import Endpoint as Endpoint
+from .endpoint_config import SpillOver as SpillOver
+from .endpoint_config import _none_serves
+from .endpoint_state import EndpointState as EndpointState
+
+__all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker"]
+
+
+DEFAULT_STALE_AFTER = 5.0
+
+
+class EndpointPicker:
+    """Thread-safe endpoint choice for one client, over a set of endpoints that
+    ``replace`` may change (empty only until a discovered set first arrives)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[Endpoint],
+        *,
+        clock: Clock,
+        rng: random.Random,
+        stale_after: float = DEFAULT_STALE_AFTER,
+        discovered: bool = False,
+    ) -> None:
+        if not endpoints and not discovered:
+            raise ValueError("at least one endpoint is needed")
+        #: The endpoints now: a list replaced whole, never changed in place, so a
+        #: reader that took it sees one consistent set.
+        self.states: list[EndpointState] = [EndpointState(e) for e in endpoints]
+        _check_unique(self.states)
+        self._clock = clock
+        self._rng = rng
+        self._stale_after = stale_after
+        self._lock = fork_safe_lock()
+        forget_in_child(self)
+
+    def _forget_parent_calls(self) -> None:
+        """In a forked child: the parent's attempts in flight will never end here
+        (``_fork``), and must not make their endpoints look busy."""
+        for state in self.states:
+            state.in_flight = 0
+
+    def replace(self, states: Sequence[EndpointState]) -> tuple[list[str], list[str]]:
+        """Make ``states`` the set, at once; returns the names added and removed. An
+        endpoint whose name is already in the set keeps its state object (load,
+        ejection; the breakers and limits keyed by its name keep theirs); one that
+        left is no longer chosen, and its attempts in flight finish as they would."""
+        _check_unique(states)
+        with self._lock:
+            current = {s.name: s for s in self.states}
+            kept = [current.get(s.name, s) for s in states]
+            names = {s.name for s in kept}
+            added = [s.name for s in kept if s.name not in current]
+            removed = [name for name in current if name not in names]
+            self.states = kept
+        return added, removed
+
+    def serving(
+        self,
+        model: str | None,
+        priority: Priority | None = None,
+        spill: SpillOver | None = None,
+    ) -> list[EndpointState]:
+        """The endpoints that serve ``model`` for ``priority``: its own pool, then the
+        endpoints of other pools that ``spill`` lets it use now (``SpillOver``).
+        ValueError when its own pool is empty (a configuration mistake, better said
+        before any request than as a 404)."""
+        own, others = self._pools(model, priority, spill)
+        return own + others
+
+    def _pools(
+        self, model: str | None, priority: Priority | None, spill: SpillOver | None
+    ) -> tuple[list[EndpointState], list[EndpointState]]:
+        states = self.states
+        serving = [s for s in states if s.serves(model)]
+        own = [s for s in serving if s.serves_class(priority)]
+        if not own:
+            raise ValueError(_none_serves(model, priority))
+        if spill is None or priority is None or not spill.allows(priority):
+            return own, []
+        with self._lock:
+            now = self._clock.now()
+            others = [
+                s
+                for s in serving
+                if not s.serves_class(priority)
+                and now - s.load_at <= self._stale_after
+                and spill.headroom(s.load)
+            ]
+        return own, others
+
+    def candidates(
+        self,
+        *,
+        model: str | None = None,
+        priority: Priority | None = None,
+        spill: SpillOver | None = None,
+        avoid: str | Collection[str] | None = None,
+        usable: Callable[[EndpointState], bool] = lambda s: True,
+    ) -> list[EndpointState]:
+        """Usable endpoints serving ``model`` for ``priority`` in the order to try
+        them: of the call's own pool, the power-of-two-choices winner first, then the
+        rest by load; then, the same way, the other pools' endpoints that ``spill``
+        lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
+        in their pool while another usable one exists. With deployments of several
+        tiers, tier by tier (1 first), each in that order."""
+        own, others = self._pools(model, priority, spill)
+        avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
+        # Outside the lock: ``usable`` may probe.
+        usable_own = [s for s in own if usable(s)]
+        usable_others = [s for s in others if usable(s)]
+        if not usable_others and len(usable_own) <= 1:
+            return usable_own  # one endpoint (the common client) or none: no order to find
+        tiers = sorted({s.tier for s in usable_own} | {s.tier for s in usable_others})
+        with self._lock:
+            now = self._clock.now()
+            ordered: list[EndpointState] = []
+            for tier in tiers:
+                ordered += self._ordered([s for s in usable_own if s.tier == tier], avoided, now)
+                ordered += self._ordered([s for s in usable_others if s.tier == tier], avoided, now)
+            return ordered
+
+    def _ordered(
+        self, usable_states: list[EndpointState], avoided: set[str], now: float
+    ) -> list[EndpointState]:
+        preferred = [s for s in usable_states if s.name not in avoided] or usable_states
+        if len(preferred) <= 1:
+            first = preferred
+        else:
+            a, b = self._two_by_weight(preferred)
+            score_a, score_b = a.score(now, self._stale_after), b.score(now, self._stale_after)
+            first = [a if score_a <= score_b else b]
+        rest = sorted(
+            (s for s in usable_states if s not in first),
+            key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+        )
+        return first + rest
+
+    def shedding(self, state: EndpointState) -> bool:
+        """Whether ``state``'s freshest load report says it sheds."""
+        with self._lock:
+            return state.shedding(self._clock.now(), self._stale_after)
+
+    def _two_by_weight(self, states: list[EndpointState]) -> tuple[EndpointState, EndpointState]:
+        first = self._rng.choices(states, weights=[s.weight for s in states])[0]
+        others = [s for s in states if s is not first]
+        second = self._rng.choices(others, weights=[s.weight for s in others])[0]
+        return first, second
+
+    def started(self, state: EndpointState) -> None:
+        with self._lock:
+            state.in_flight += 1
+
+    def finished(self, state: EndpointState) -> None:
+        with self._lock:
+            state.in_flight = max(state.in_flight - 1, 0)
+
+    def observe(self, state: EndpointState, load: ServerLoad) -> None:
+        """Remember the load a response reported (responses without load headers leave
+        the last report in place, ageing)."""
+        if load.queue_depth is None and load.inflight_tokens is None:
+            return
+        with self._lock:
+            state.load = load
+            state.load_at = self._clock.now()
+
+
+def _check_unique(states: Sequence[EndpointState]) -> None:
+    names = [s.name for s in states]
+    if len(set(names)) != len(names):
+        raise ValueError(
+            f"endpoint names must be unique, got {names}: give each Endpoint or Deployment"
+            " of one host a name= of its own"
+        )
