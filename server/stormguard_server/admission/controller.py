@@ -28,16 +28,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stormguard.protocol import Priority, ServerLoad, ShedReason
-from stormguard_server.admission_queue import AdmissionQueue
-from stormguard_server.admission_tickets import Grant, Shed, ShedError, Ticket
+from stormguard_server.admission.drain_meter import DrainMeter
+from stormguard_server.admission.queue import AdmissionQueue
+from stormguard_server.admission.tickets import Grant, Shed, ShedError, Ticket
+from stormguard_server.admission.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.drain_meter import DrainMeter
-from stormguard_server.engine import EngineLoad
-from stormguard_server.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
+from stormguard_server.engine.base import EngineLoad
 
 if TYPE_CHECKING:
-    from stormguard_server.admission_queue import _Group
+    from stormguard_server.admission.queue import _Group
 
 __all__ = ["AdmissionController", "DrainMeter", "Grant", "Shed", "ShedError", "Ticket"]
 

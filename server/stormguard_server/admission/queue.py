@@ -16,7 +16,7 @@ import heapq
 import itertools
 
 from stormguard.protocol import Priority, ShedReason
-from stormguard_server.admission_tickets import Ticket
+from stormguard_server.admission.tickets import Ticket
 from stormguard_server.config import AdmissionConfig
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from stormguard_server.engine import TokenDelta
+from stormguard_server.engine.base import TokenDelta
 
 
 @dataclass(frozen=True, slots=True)

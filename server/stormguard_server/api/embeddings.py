@@ -25,11 +25,10 @@ from typing import Any, Literal
 from fastapi.responses import Response
 from starlette.types import Receive
 
-from stormguard_server.answer import Output
-from stormguard_server.errors import error_response
-from stormguard_server.generation import prefill_call, serve_generation
-from stormguard_server.refusals import too_long_response
-from stormguard_server.schemas import EmbeddingRequest
+from stormguard_server.api.answer import Output
+from stormguard_server.api.generation import prefill_call, serve_generation, too_long_response
+from stormguard_server.api.schemas import EmbeddingRequest
+from stormguard_server.http.errors import error_response
 from stormguard_server.state import ServerState
 
 # openai's limit on the inputs of one request.

@@ -25,33 +25,35 @@ from starlette.types import Receive, Scope, Send
 
 from stormguard.protocol import (
     HEADER_REQUEST_ID,
+    HEADER_SHOULD_RETRY,
     Priority,
     parse_attempt,
     parse_deadline_ms,
     parse_priority,
 )
-from stormguard_server import sse
-from stormguard_server.admission import Grant, ShedError
-from stormguard_server.answer import Answer, Output, SlowAnswer, StreamAnswer
-from stormguard_server.disconnect import ClientGone, unless_disconnected
-from stormguard_server.engine import (
+from stormguard_server.admission.controller import Grant, Shed, ShedError
+from stormguard_server.api.answer import Answer, Output, SlowAnswer, StreamAnswer
+from stormguard_server.engine.base import (
     DeadlineExceeded,
     EngineError,
     GenerationRequest,
     TokenDelta,
 )
-from stormguard_server.json_response import JSONResponse
-from stormguard_server.quota import key_label
-from stormguard_server.quota_http import quota_refusal_response
-from stormguard_server.records import GoneStage, Outcome, RequestRecord
-from stormguard_server.refusals import (
+from stormguard_server.http import sse
+from stormguard_server.http.disconnect import ClientGone, unless_disconnected
+from stormguard_server.http.errors import error_response
+from stormguard_server.http.json_response import JSONResponse
+from stormguard_server.http.refusals import (
     engine_error_code,
-    engine_error_response,
     engine_error_status,
-    shed_response,
-    too_long_response,
+    refusal_headers,
+    shed_error_response,
+    too_long_refusal,
 )
+from stormguard_server.quota.buckets import key_label
+from stormguard_server.quota.http import quota_refusal_response
 from stormguard_server.state import ServerState
+from stormguard_server.telemetry.records import GoneStage, Outcome, RequestRecord
 
 # Status for a request whose client has gone: never delivered, only logged and counted.
 _CLIENT_CLOSED = 499
@@ -418,3 +420,35 @@ class _GuardedStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+
+
+# The refusals of the reference app, which reads admission from its ServerState; the
+# status, body and headers of each are http/refusals.py's, shared with the vLLM middleware.
+
+
+def too_long_response(state: ServerState, message: str, *, param: str = "messages") -> Response:
+    """``too_long_refusal`` of the reference app (its load headers only when admission
+    is on)."""
+    return too_long_refusal(message, param=param, admission=state.admission is not None)
+
+
+def shed_response(state: ServerState, shed: Shed) -> Response:
+    """A refusal from admission, with its reason, Retry-After and x-should-retry."""
+    return shed_error_response(shed)
+
+
+def engine_error_response(state: ServerState, error: EngineError) -> Response:
+    """An engine failure (``engine_error_status``). A 503 says when the engine is back;
+    a 504 says that retrying cannot help: the caller's own deadline has passed."""
+    status = engine_error_status(error)
+    headers: dict[str, str] = {}
+    if status == 503:
+        if state.admission is not None:
+            shed = state.admission.unready_shed(state.engine.load())
+            headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
+        return error_response(503, str(error), code=engine_error_code(error), headers=headers)
+    if status == 504:
+        if state.admission is not None:
+            headers = {HEADER_SHOULD_RETRY: "false"}
+        return error_response(504, str(error), code=engine_error_code(error), headers=headers)
+    return error_response(500, str(error), code=engine_error_code(error))

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from stormguard_server import sse
-from stormguard_server.answer import Output
-from stormguard_server.engine import TokenDelta
-from stormguard_server.errors import error_body
-from stormguard_server.structured import CallCursor, Plan, ToolCall
+from stormguard_server.api.answer import Output
+from stormguard_server.api.structured import CallCursor, Plan, ToolCall
+from stormguard_server.engine.base import TokenDelta
+from stormguard_server.http import sse
+from stormguard_server.http.errors import error_body
 
 Kind = Literal["chat", "completion"]
 

@@ -27,14 +27,10 @@ from typing import Any
 from fastapi.responses import Response
 from starlette.types import Receive
 
-from stormguard_server import sse
-from stormguard_server.answer import Output
-from stormguard_server.engine import TokenDelta
-from stormguard_server.errors import error_response
-from stormguard_server.generation import serve_generation, size_call
-from stormguard_server.schemas import ResponsesRequest
-from stormguard_server.state import ServerState
-from stormguard_server.structured import (
+from stormguard_server.api.answer import Output
+from stormguard_server.api.generation import serve_generation, size_call
+from stormguard_server.api.schemas import ResponsesRequest
+from stormguard_server.api.structured import (
     CallCursor,
     Plan,
     Refused,
@@ -42,8 +38,12 @@ from stormguard_server.structured import (
     off_the_loop,
     seed_of,
 )
-from stormguard_server.structured import plan as decide
-from stormguard_server.tool_requests import responses_spec, responses_turns
+from stormguard_server.api.structured import plan as decide
+from stormguard_server.api.tool_requests import responses_spec, responses_turns
+from stormguard_server.engine.base import TokenDelta
+from stormguard_server.http import sse
+from stormguard_server.http.errors import error_response
+from stormguard_server.state import ServerState
 
 
 async def serve_responses(

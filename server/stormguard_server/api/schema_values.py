@@ -28,9 +28,9 @@ import uuid
 from fractions import Fraction
 from typing import Any, TypeGuard
 
-from stormguard_server.regex_values import PatternRefused, string_for
-from stormguard_server.schema_check import CheckedSchema, Context, SchemaRefused, resolve_ref
-from stormguard_server.tokenizer import OUTPUT_WORDS
+from stormguard_server.api.regex_values import PatternRefused, string_for
+from stormguard_server.api.schema_check import CheckedSchema, Context, SchemaRefused, resolve_ref
+from stormguard_server.engine.tokenizer import OUTPUT_WORDS
 
 ATTEMPTS = 4
 MAX_DEPTH = 10

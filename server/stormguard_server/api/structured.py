@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from stormguard_server.schema_check import CheckedSchema, SchemaRefused, check_schema
-from stormguard_server.schema_values import document
-from stormguard_server.tokenizer import split_tokens
+from stormguard_server.api.schema_check import CheckedSchema, SchemaRefused, check_schema
+from stormguard_server.api.schema_values import document
+from stormguard_server.engine.tokenizer import split_tokens
 
 MAX_TOOLS = 128
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

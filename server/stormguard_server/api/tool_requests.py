@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stormguard_server.schema_check import SchemaRefused, check_schema
-from stormguard_server.schemas import (
+from stormguard_server.api.schema_check import SchemaRefused, check_schema
+from stormguard_server.api.schemas import (
     ChatCompletionRequest,
     ChatMessage,
     ChatNamedToolChoice,
@@ -21,7 +21,7 @@ from stormguard_server.schemas import (
     ResponsesRequest,
     TextFormat,
 )
-from stormguard_server.structured import (
+from stormguard_server.api.structured import (
     MAX_TOOLS,
     NAME,
     NO_PARAMETERS,

@@ -15,17 +15,17 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 
-from stormguard_server.cli_config import (
+from stormguard_server.cli.config import (
     admin_token_from_env,
     check_http_limits,
     config_from_args,
     priority_token_from_env,
     shared_engine_flags,
 )
-from stormguard_server.cli_flags import build_parser
-from stormguard_server.cli_quota import check_quota_flags
-from stormguard_server.logs import configure_logging
+from stormguard_server.cli.flags import build_parser
+from stormguard_server.cli.quota import check_quota_flags
 from stormguard_server.serving import serve
+from stormguard_server.telemetry.logs import configure_logging
 
 __all__ = ["build_parser", "config_from_args", "main", "serve"]
 

@@ -9,8 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
-from stormguard_server.cli_quota import quota_config
+from stormguard_server.cli.quota import quota_config
 from stormguard_server.config import (
     AdmissionConfig,
     FaultConfig,
@@ -18,7 +17,8 @@ from stormguard_server.config import (
     ServerConfig,
     SimEngineConfig,
 )
-from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV
+from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV, check_token
+from stormguard_server.guards.priority_trust import PRIORITY_TOKEN_ENV
 
 #: The HTTP flags' defaults (cli_flags.py reads the same dataclass): a limit left
 #: at its default was not given.

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from stormguard import __version__
-from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, check_token
-from stormguard_server.cli_quota import add_quota_flags
+from stormguard_server.cli.quota import add_quota_flags
 from stormguard_server.config import AdmissionConfig, ServerConfig, SimEngineConfig
-from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, split_networks
+from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV, check_token
+from stormguard_server.guards.priority_trust import PRIORITY_TOKEN_ENV, split_networks
 
 _ENGINE = SimEngineConfig()
 _ADMISSION = AdmissionConfig()

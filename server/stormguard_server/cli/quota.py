@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 from stormguard_server.config import RETRY_AFTER_MODES, QuotaConfig
-from stormguard_server.quota import MAX_DEFAULT_MAX_TOKENS, MAX_LIMIT, check_limit
+from stormguard_server.quota.buckets import MAX_DEFAULT_MAX_TOKENS, MAX_LIMIT, check_limit
 
 _QUOTA = QuotaConfig()
 # Each flag's dest, and the QuotaConfig field it sets: given if not at its default.

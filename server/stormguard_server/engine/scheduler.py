@@ -22,8 +22,8 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from stormguard_server.engine import GenerationRequest
-from stormguard_server.kv_cache import BlockAllocator
+from stormguard_server.engine.base import GenerationRequest
+from stormguard_server.engine.kv_cache import BlockAllocator
 
 
 class KVExhausted(Exception):

@@ -22,10 +22,10 @@ import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from stormguard_server import tokenizer
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import SimEngineConfig
-from stormguard_server.engine import (
+from stormguard_server.engine import tokenizer
+from stormguard_server.engine.base import (
     DeadlineExceeded,
     EngineCrashed,
     EngineLoad,
@@ -37,9 +37,9 @@ from stormguard_server.engine import (
     InjectedError,
     TokenDelta,
 )
-from stormguard_server.faults import FaultState
-from stormguard_server.kv_cache import BlockAllocator
-from stormguard_server.scheduler import (
+from stormguard_server.engine.faults import FaultState
+from stormguard_server.engine.kv_cache import BlockAllocator
+from stormguard_server.engine.scheduler import (
     KVExhausted,
     Scheduler,
     SequenceState,

@@ -33,7 +33,7 @@ from urllib.parse import SplitResult, urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from stormguard_server.errors import error_response
+from stormguard_server.http.errors import error_response
 
 # Where scripts put the token (argv is visible to every local user in ps).
 ADMIN_TOKEN_ENV = "STORMGUARD_ADMIN_TOKEN"

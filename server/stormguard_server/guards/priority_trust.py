@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterable, Mapping
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormguard.protocol import HEADER_PRIORITY, Priority
-from stormguard_server.admin_guard import check_token
 from stormguard_server.config import LOOPBACK_NETWORKS, PriorityTrustConfig
+from stormguard_server.guards.admin_guard import check_token
 
 __all__ = [
     "HEADER_PRIORITY_TOKEN",

@@ -75,7 +75,7 @@ from prometheus_client import CollectorRegistry, Counter
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from stormguard_server.config import ServerConfig
-from stormguard_server.errors import error_body
+from stormguard_server.http.errors import error_body
 
 __all__ = [
     "LINGER_S",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from stormguard_server.json_response import JSONResponse
+from stormguard_server.http.json_response import JSONResponse
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormguard.protocol import parse_non_negative_int
-from stormguard_server.errors import error_response
-from stormguard_server.refusals import body_too_large_response
+from stormguard_server.http.errors import error_response
+from stormguard_server.http.refusals import body_too_large_response
 
 
 class LoadHeadersMiddleware:

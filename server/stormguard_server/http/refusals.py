@@ -15,21 +15,14 @@ from stormguard.protocol import (
     ShedReason,
     format_retry_after,
 )
-from stormguard_server.admission import Shed
-from stormguard_server.engine import (
+from stormguard_server.admission.tickets import Shed
+from stormguard_server.engine.base import (
     DeadlineExceeded,
     EngineCrashed,
     EngineError,
     EngineUnavailable,
 )
-from stormguard_server.errors import error_response
-from stormguard_server.state import ServerState
-
-
-def too_long_response(state: ServerState, message: str, *, param: str = "messages") -> Response:
-    """``too_long_refusal`` of the reference app (its load headers only when admission
-    is on)."""
-    return too_long_refusal(message, param=param, admission=state.admission is not None)
+from stormguard_server.http.errors import error_response
 
 
 def too_long_refusal(message: str, *, param: str = "messages", admission: bool = True) -> Response:
@@ -48,13 +41,8 @@ def body_too_large_response(max_bytes: int) -> Response:
     )
 
 
-def shed_response(state: ServerState, shed: Shed) -> Response:
-    """A refusal from admission, with its reason, Retry-After and x-should-retry."""
-    return shed_error_response(shed)
-
-
 def shed_error_response(shed: Shed) -> Response:
-    """``shed_response`` for a front end without a ``ServerState`` (the vLLM middleware)."""
+    """A refusal from admission, with its reason, Retry-After and x-should-retry."""
     headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
     code = "context_length_exceeded" if shed.reason is ShedReason.TOO_LONG else shed.reason.value
     return error_response(shed.status_code, shed.message, code=code, headers=headers)
@@ -76,23 +64,6 @@ def engine_error_code(error: EngineError) -> str:
     return {503: "engine_unavailable", 504: "deadline_exceeded"}.get(
         engine_error_status(error), "engine_error"
     )
-
-
-def engine_error_response(state: ServerState, error: EngineError) -> Response:
-    """An engine failure (``engine_error_status``). A 503 says when the engine is back;
-    a 504 says that retrying cannot help: the caller's own deadline has passed."""
-    status = engine_error_status(error)
-    headers: dict[str, str] = {}
-    if status == 503:
-        if state.admission is not None:
-            shed = state.admission.unready_shed(state.engine.load())
-            headers = refusal_headers(shed.reason, shed.retry_after_s, shed.should_retry)
-        return error_response(503, str(error), code=engine_error_code(error), headers=headers)
-    if status == 504:
-        if state.admission is not None:
-            headers = {HEADER_SHOULD_RETRY: "false"}
-        return error_response(504, str(error), code=engine_error_code(error), headers=headers)
-    return error_response(500, str(error), code=engine_error_code(error))
 
 
 def refusal_headers(

@@ -14,7 +14,7 @@ import uuid
 from starlette.types import ASGIApp
 
 from stormguard.protocol import HEADER_REQUEST_ID
-from stormguard_server.middleware import LoadHeadersMiddleware
+from stormguard_server.http.middleware import LoadHeadersMiddleware
 
 __all__ = ["RequestIdMiddleware"]
 

@@ -27,12 +27,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stormguard.protocol import ShedReason, format_retry_after
+from stormguard_server.admission.drain_meter import DrainMeter
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import ServerConfig
-from stormguard_server.drain_meter import DrainMeter
-from stormguard_server.errors import error_response
-from stormguard_server.middleware import declared_content_length
-from stormguard_server.refusals import refusal_headers
+from stormguard_server.http.errors import error_response
+from stormguard_server.http.middleware import declared_content_length
+from stormguard_server.http.refusals import refusal_headers
 
 __all__ = ["RequestLimits", "RequestLimitsConfig"]
 

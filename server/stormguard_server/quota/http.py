@@ -25,9 +25,15 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stormguard_server.config import RetryAfterMode
-from stormguard_server.json_response import JSONResponse
-from stormguard_server.metrics import PREFIX
-from stormguard_server.quota import REFUSAL_REASONS, Quota, QuotaRefusal, go_duration, key_label
+from stormguard_server.http.json_response import JSONResponse
+from stormguard_server.quota.buckets import (
+    REFUSAL_REASONS,
+    Quota,
+    QuotaRefusal,
+    go_duration,
+    key_label,
+)
+from stormguard_server.telemetry.metrics import PREFIX
 
 __all__ = ["KEYED_ROUTES", "QuotaCollector", "QuotaHeadersMiddleware", "quota_refusal_response"]
 
@@ -45,7 +51,7 @@ _PER_MIN = {"requests": "requests per min (RPM)", "tokens": "tokens per min (TPM
 def quota_message(refusal: QuotaRefusal, *, model: str, key: str) -> str:
     """OpenAI's message for ``refusal`` of a request for ``model`` by ``key`` (a label).
 
-    >>> from stormguard_server.quota import QuotaRefusal
+    >>> from stormguard_server.quota.buckets import QuotaRefusal
     >>> quota_message(QuotaRefusal("tokens", 30000, 29937, 385, 0.644), model="m", key="k")
     ... # doctest: +NORMALIZE_WHITESPACE
     'Rate limit reached for m in organization org-k on tokens per min (TPM): Limit 30000,

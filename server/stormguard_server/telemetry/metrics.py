@@ -15,8 +15,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from stormguard.protocol import ServerLoad
-from stormguard_server.engine import EngineLoad, EngineStats
-from stormguard_server.records import RequestRecord
+from stormguard_server.engine.base import EngineLoad, EngineStats
+from stormguard_server.telemetry.records import RequestRecord
 
 PREFIX = "stormguard"
 

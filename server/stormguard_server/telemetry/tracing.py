@@ -26,7 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stormguard import __version__
 from stormguard.protocol import HEADER_ATTEMPT, HEADER_PRIORITY
 from stormguard_server.clock import ClockLike, as_clock
-from stormguard_server.records import RequestRecord
+from stormguard_server.telemetry.records import RequestRecord
 
 __all__ = ["RequestSpans", "ServerTracing", "TraceMiddleware"]
 

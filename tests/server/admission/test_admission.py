@@ -8,9 +8,15 @@ from dataclasses import replace
 import pytest
 
 from stormguard.protocol import Priority, ShedReason
-from stormguard_server.admission import AdmissionController, Grant, Shed, ShedError, Ticket
+from stormguard_server.admission.controller import (
+    AdmissionController,
+    Grant,
+    Shed,
+    ShedError,
+    Ticket,
+)
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.engine import EngineLoad
+from stormguard_server.engine.base import EngineLoad
 from tests.server.fake_clock import FakeClock as ServerFakeClock
 
 

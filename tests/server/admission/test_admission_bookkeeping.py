@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard.protocol import Priority
-from stormguard_server.admission import AdmissionController, Grant, Ticket
+from stormguard_server.admission.controller import AdmissionController, Grant, Ticket
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.engine import EngineLoad
+from stormguard_server.engine.base import EngineLoad
 
 COSTS = [0, 10, 100, 200, 200, 400, 400]  # against a budget of 400: many queue
 DEADLINES_MS = [None, None, 100.0, 1000.0]

@@ -13,11 +13,11 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server.admission import AdmissionController, Grant, Ticket
+from stormguard_server.admission.controller import AdmissionController, Grant, Ticket
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.engine import EngineLoad, GenerationRequest
-from stormguard_server.kv_cache import BlockAllocator
-from stormguard_server.scheduler import KVExhausted, Scheduler, SequenceState
+from stormguard_server.engine.base import EngineLoad, GenerationRequest
+from stormguard_server.engine.kv_cache import BlockAllocator
+from stormguard_server.engine.scheduler import KVExhausted, Scheduler, SequenceState
 
 BLOCKS, BLOCK_SIZE = 32, 16  # 512 slots
 MAX_LEN = 400

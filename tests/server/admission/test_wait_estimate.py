@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from stormguard_server.wait_estimate import HoldMeter, HoldModel, ReleaseSchedule, wait_until_fits
+from stormguard_server.admission.wait_estimate import (
+    HoldMeter,
+    HoldModel,
+    ReleaseSchedule,
+    wait_until_fits,
+)
 
 
 class FakeClock:

@@ -16,8 +16,8 @@ import pytest
 from stormguard.protocol import LOAD_HEADERS
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, ServerConfig
-from stormguard_server.records import RequestRecord
 from stormguard_server.state import ServerState
+from stormguard_server.telemetry.records import RequestRecord
 from tests.server.conftest import FAST_ENGINE
 from tests.server.fake_clock import FakeClock
 from tests.server.test_app import assert_openai_error

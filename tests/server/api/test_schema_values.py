@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server.regex_values import PatternRefused, string_for
-from stormguard_server.schema_check import SchemaRefused, check_schema
-from stormguard_server.schema_values import MAX_CHARS, document
+from stormguard_server.api.regex_values import PatternRefused, string_for
+from stormguard_server.api.schema_check import SchemaRefused, check_schema
+from stormguard_server.api.schema_values import MAX_CHARS, document
 
 PATTERNS = [
     r"^\d{3}-\d{4}$",

@@ -20,10 +20,10 @@ import pydantic
 import pytest
 from openai import AsyncOpenAI
 
-from stormguard_server.tokenizer import split_tokens
+from stormguard_server.engine.tokenizer import split_tokens
+from tests.server.api.test_responses import events_of
 from tests.server.conftest import app_client
 from tests.server.test_app import assert_openai_error
-from tests.server.test_responses import events_of
 
 CHAT = "/v1/chat/completions"
 RESPONSES = "/v1/responses"
@@ -609,7 +609,7 @@ async def test_tools_are_checked_and_drawn_off_the_event_loop(
     """A large schema takes tens of milliseconds to check and draw from: a request with
     tools or a format does it in a worker thread, a plain one inline."""
     from stormguard_server import app as app_module
-    from stormguard_server import responses as responses_module
+    from stormguard_server.api import responses as responses_module
 
     threads: list[str] = []
 

@@ -204,7 +204,7 @@ def test_a_bad_trust_flag_is_a_clear_startup_error(
 
 
 def test_the_priority_token_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stormguard_server.cli_config import priority_token_from_env
+    from stormguard_server.cli.config import priority_token_from_env
 
     parser = build_parser()
     monkeypatch.setenv("STORMGUARD_PRIORITY_TOKEN", "from-the-environment")

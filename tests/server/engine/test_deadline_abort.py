@@ -14,7 +14,7 @@ import pytest
 
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, ServerConfig
-from stormguard_server.sim_engine import SimEngine
+from stormguard_server.engine.sim_engine import SimEngine
 from stormguard_server.state import ServerState
 from tests.server.conftest import FAST_ENGINE
 from tests.server.fake_clock import FakeClock

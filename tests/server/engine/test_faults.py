@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stormguard_server.config import FaultConfig
-from stormguard_server.faults import FaultState
+from stormguard_server.engine.faults import FaultState
 
 
 class Clock:

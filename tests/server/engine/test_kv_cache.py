@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stormguard_server.kv_cache import BlockAllocator
+from stormguard_server.engine.kv_cache import BlockAllocator
 
 
 def test_allocation_rounds_up_to_blocks_and_reuses_the_last_one() -> None:

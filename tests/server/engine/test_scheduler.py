@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from stormguard_server.engine import GenerationRequest
-from stormguard_server.kv_cache import BlockAllocator
-from stormguard_server.scheduler import (
+from stormguard_server.engine.base import GenerationRequest
+from stormguard_server.engine.kv_cache import BlockAllocator
+from stormguard_server.engine.scheduler import (
     KVExhausted,
     Scheduler,
     SequenceState,

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from stormguard_server.config import SimEngineConfig
-from stormguard_server.engine import (
+from stormguard_server.engine.base import (
     DeadlineExceeded,
     EngineCrashed,
     EngineUnavailable,
@@ -19,8 +19,8 @@ from stormguard_server.engine import (
     InjectedError,
     TokenDelta,
 )
-from stormguard_server.faults import FaultState
-from stormguard_server.sim_engine import HANG_LIMIT_S, SimEngine
+from stormguard_server.engine.faults import FaultState
+from stormguard_server.engine.sim_engine import HANG_LIMIT_S, SimEngine
 from tests.server.fake_clock import FakeClock
 
 FAST = SimEngineConfig(

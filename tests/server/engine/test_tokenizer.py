@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stormguard_server import tokenizer
+from stormguard_server.engine import tokenizer
 
 
 def test_counts_are_near_bpe_sizes() -> None:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from stormguard.protocol import Priority
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, PriorityTrustConfig, ServerConfig
-from stormguard_server.priority_trust import PriorityTrust, parse_networks
+from stormguard_server.guards.priority_trust import PriorityTrust, parse_networks
 from stormguard_server.state import ServerState
 from tests.server.conftest import FAST_ENGINE
 from tests.server.fake_clock import FakeClock, settle
@@ -150,7 +150,7 @@ async def test_the_token_never_reaches_the_app() -> None:
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    from stormguard_server.priority_trust import PriorityGate
+    from stormguard_server.guards.priority_trust import PriorityGate
 
     gate = PriorityGate(app, PriorityTrust(token=TOKEN))
     for client in ("203.0.113.7", "127.0.0.1"):

@@ -18,7 +18,7 @@ from typing import Any
 
 from uvicorn.server import ServerState
 
-from stormguard_server.connections import ConnectionLimits, HardenedH11Protocol, uvicorn_config
+from stormguard_server.http.connections import ConnectionLimits, HardenedH11Protocol, uvicorn_config
 
 Headers = list[tuple[bytes, bytes]]
 

@@ -11,7 +11,7 @@ import resource
 
 import pytest
 
-from stormguard_server.connections import (
+from stormguard_server.http.connections import (
     ConnectionLimits,
     HardenedH11Protocol,
     fit_to_fd_limit,

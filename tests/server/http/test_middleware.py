@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from starlette.types import Message, Receive, Scope, Send
 
-from stormguard_server.middleware import LoadHeadersMiddleware, ResponseCountMiddleware
+from stormguard_server.http.middleware import LoadHeadersMiddleware, ResponseCountMiddleware
 
 ROUTES = frozenset({"/v1/completions"})
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server import connections
-from stormguard_server.connections import MAX_BYTES_AHEAD, ConnectionLimits
-from tests.server.http_wire import Headers, Wire, many_headers, request_head
+from stormguard_server.http import connections
+from stormguard_server.http.connections import MAX_BYTES_AHEAD, ConnectionLimits
+from tests.server.http.http_wire import Headers, Wire, many_headers, request_head
 
 DEFAULTS = ConnectionLimits()
 

@@ -10,8 +10,8 @@ import pytest
 from starlette.types import Message, Receive, Scope, Send
 
 from stormguard.testing import FakeClock
-from stormguard_server.middleware import declared_content_length
-from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
+from stormguard_server.http.middleware import declared_content_length
+from stormguard_server.http.request_limits import RequestLimits, RequestLimitsConfig
 
 Headers = list[tuple[bytes, bytes]]
 

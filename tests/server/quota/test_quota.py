@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from stormguard._rate_limit_headers import RateLimit
 from stormguard_server.config import QuotaConfig
-from stormguard_server.quota import (
+from stormguard_server.quota.buckets import (
     ANONYMOUS,
     MAX_LIMIT,
     Bucket,
@@ -24,7 +24,7 @@ from stormguard_server.quota import (
     go_duration,
     key_label,
 )
-from stormguard_server.quota_http import quota_message
+from stormguard_server.quota.http import quota_message
 
 SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from stormguard_server.admin import create_admin_app
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import AdmissionConfig, QuotaConfig, ServerConfig
-from stormguard_server.quota import key_label
-from stormguard_server.quota_http import retry_after_headers
+from stormguard_server.quota.buckets import key_label
+from stormguard_server.quota.http import retry_after_headers
 from stormguard_server.state import ServerState
 from tests.server.conftest import FAST_ENGINE
 from tests.server.fake_clock import FakeClock
-from tests.server.test_quota import parse_go_duration
+from tests.server.quota.test_quota import parse_go_duration
 
 ENGINE = dataclasses.replace(FAST_ENGINE, natural_output_tokens=4, warmup_probe_tokens=1)
 KEY = "sk-test-key-0123456789abcdef"

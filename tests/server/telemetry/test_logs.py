@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 
-from stormguard_server.logs import JsonFormatter
+from stormguard_server.telemetry.logs import JsonFormatter
 
 
 def test_json_formatter_keeps_extras_and_drops_terminal_colours() -> None:

@@ -17,7 +17,7 @@ _PROBE = textwrap.dedent(
     from prometheus_client import REGISTRY, Counter, generate_latest
     requests = Counter("host_requests", "Requests of the host application.")
     requests.inc()
-    import stormguard_server.metrics
+    import stormguard_server.telemetry.metrics
     import stormguard_server.vllm.middleware
     import stormguard_server.app
     stormguard_server.app.create_app

@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from stormguard.protocol import Priority, ShedReason
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import ServerConfig
-from stormguard_server.records import RequestRecord
-from stormguard_server.tracing import RequestSpans
+from stormguard_server.telemetry.records import RequestRecord
+from stormguard_server.telemetry.tracing import RequestSpans
 from tests.server.conftest import FAST_ENGINE
 
 TRACE_ID = 0x0AF7651916CD43DD8448EB211C80319C

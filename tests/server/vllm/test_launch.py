@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from stormguard_server.config import AdmissionConfig, PriorityTrustConfig
-from stormguard_server.priority_trust import PriorityTrust
+from stormguard_server.guards.priority_trust import PriorityTrust
 from stormguard_server.vllm.launch import vllm_command, vllm_environment
 from stormguard_server.vllm.middleware import ENV_ADMISSION, admission_config_from_env
 

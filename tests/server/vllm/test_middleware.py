@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from stormguard.protocol import LOAD_HEADERS
 from stormguard_server.vllm import middleware
 from stormguard_server.vllm.engine_load import VllmLoadReader
-from tests.server.test_vllm_costs import WordTokenizer
+from tests.server.vllm.test_costs import WordTokenizer
 
 BLOCK = 16
 # 64 blocks of 16: 1,024 tokens of KV cache, a budget of 921 at the 0.9 watermark.
