@@ -38,7 +38,7 @@ class ServerState:
     # The clock every part of this server reads (clock.py): its engine, admission,
     # request limits, flights and spans were built with this one.
     clock: Clock = field(default_factory=Clock)
-    # Each API key's quota (quota.py): None unless a limit is set.
+    # Each API key's quota (quota/buckets.py): None unless a limit is set.
     quota: Quota | None = None
 
     def __post_init__(self) -> None:

@@ -4,7 +4,7 @@ A request's cost is its prompt tokens plus its ``max_tokens`` (the seed's
 token_admission_load). It is admitted while the admitted cost fits the budget
 (the engine's KV capacity x a watermark, scaled down during slow start);
 otherwise it waits in a queue ordered by priority, then arrival, that is
-bounded in requests, tokens and wait (``admission_queue.py``). When something
+bounded in requests, tokens and wait (``queue.py``). When something
 must go, the victim is the request that matters least: sheddable before
 standard before critical, retries before first attempts, newest first. Every
 refusal says why and when trying again makes sense, from how long admitted
@@ -15,7 +15,7 @@ The controller knows no HTTP and no engine internals: it reads the engine's
 ``EngineLoad`` through a callable, and its clock (``clock.py``) is injectable,
 so every decision, and the queue's timeouts, are unit-tested without sleeping.
 The values it trades in (``Ticket``, ``Grant``, ``Shed``, ``ShedError``) live in
-``admission_tickets.py``, and ``DrainMeter`` in ``drain_meter.py``; both still
+``tickets.py``, and ``DrainMeter`` in ``drain_meter.py``; both still
 import from here.
 """
 

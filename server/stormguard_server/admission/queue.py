@@ -2,7 +2,7 @@
 arrival, and bounded in requests, tokens and wait.
 
 It answers, each in O(log n) of its length, what the controller
-(``admission.py``) asks before deciding: how many tokens wait ahead of a
+(``controller.py``) asks before deciding: how many tokens wait ahead of a
 ticket, whether a retry would wait too far back, which queued tickets matter
 less than a newcomer and make room for it when shed, and which waited too
 long. It decides nothing and refuses no one; it knows no clock (the controller

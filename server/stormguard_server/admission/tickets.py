@@ -1,6 +1,6 @@
 """What passes between the admission controller and the front ends: a request
 asking for admission (``Ticket``), the yes (``Grant``), the no (``Shed``, raised
-as ``ShedError``). Values only: the controller (``admission.py``) decides."""
+as ``ShedError``). Values only: the controller (``controller.py``) decides."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One request to the engine, from parsed body to HTTP response, for every API.
 
 The flow reads top to bottom: size the request and refuse what can never fit
--> charge it to its API key's quota, when one is set (quota.py: a 429 there costs
+-> charge it to its API key's quota, when one is set (quota/buckets.py: a 429 there costs
 nothing and is no request record) -> announce it to the observers -> wait for
 admission (shed, expired or disconnected requests stop here and never reach the
 engine) -> run it in the engine, racing the client's disconnect, with what is left
@@ -76,7 +76,7 @@ class GenerationCall:
     prompt tokens alone, and the engine runs only the prefill (``_engine_request``).
     ``stream`` is the writer of its SSE events when the answer is streamed.
     ``quota_key`` is the label of the API key it is charged to, ``quota_tokens`` what
-    it is charged (quota.py)."""
+    it is charged (quota/buckets.py)."""
 
     kind: RequestKind
     model: str

@@ -1,9 +1,9 @@
 """``stormguard-server``: run the reference server from the command line.
 
-Every flag maps to one field of the config dataclasses (config.py); ``--help``
-explains each. The flags are declared in ``cli_flags.py``, turned into a
-``ServerConfig`` (and checked across each other) in ``cli_config.py``, and
-the servers run in ``serving.py``; ``main`` ties them together. The admin
+Every flag maps to one field of the config dataclasses (``stormguard_server.config``);
+``--help`` explains each. The flags are declared in ``cli.flags``, turned into a
+``ServerConfig`` (and checked across each other) in ``cli.config``, and the servers
+run in ``serving.py``; ``main`` ties them together. The admin
 endpoint, when asked for, is a second uvicorn server bound to 127.0.0.1 only,
 behind a bearer token (``--admin-token``, else ``$STORMGUARD_ADMIN_TOKEN``,
 else a random one logged once at start).

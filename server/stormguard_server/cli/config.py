@@ -20,7 +20,7 @@ from stormguard_server.config import (
 from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV, check_token
 from stormguard_server.guards.priority_trust import PRIORITY_TOKEN_ENV
 
-#: The HTTP flags' defaults (cli_flags.py reads the same dataclass): a limit left
+#: The HTTP flags' defaults (cli.flags reads the same dataclass): a limit left
 #: at its default was not given.
 _SERVER = ServerConfig()
 

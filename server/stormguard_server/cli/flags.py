@@ -1,8 +1,8 @@
 """The flags of ``stormguard-server``: each one's type, default and help.
 
-A flag's default is read from the config dataclasses (config.py) wherever
-it sets one of their fields, so the two cannot drift; ``--help`` explains
-each. ``cli_config.py`` turns the parsed flags into a ``ServerConfig``.
+A flag's default is read from the config dataclasses (``stormguard_server.config``)
+wherever it sets one of their fields, so the two cannot drift; ``--help`` explains
+each. ``cli.config`` turns the parsed flags into a ``ServerConfig``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The quota's flags (quota.py): each one's type, default and help, the
+"""The quota's flags (quota/buckets.py): each one's type, default and help, the
 ``QuotaConfig`` they describe, and the checks across flags argparse cannot make.
-``cli_flags.py`` adds them to the parser, ``cli_config.py`` reads them."""
+``cli.flags`` adds them to the parser, ``cli.config`` reads them."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ The server passes the class explicitly (``http=`` in :func:`uvicorn_config`),
 so uvicorn's "auto" choice (httptools when installed) never swaps in a protocol
 without these bounds. It relies on uvicorn's h11 protocol internals
 (``cycle``, ``conn``, ``on_response_complete``, ``send_400_response``), which
-``tests/server/test_request_heads.py`` (in process) and the end-to-end tests in
+``tests/server/http/test_request_heads.py`` (in process) and the end-to-end tests in
 ``tests/e2e/test_hostile_client.py`` exercise.
 """
 

@@ -1,4 +1,4 @@
-"""The quota (quota.py) on the wire: OpenAI's 429s, its ``x-ratelimit-*`` headers on
+"""The quota (buckets.py) on the wire: OpenAI's 429s, its ``x-ratelimit-*`` headers on
 every response of a keyed route, and the per-key counts in ``/metrics``.
 
 The 429's body is the one OpenAI sends, word for word but for the organization
