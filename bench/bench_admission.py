@@ -41,9 +41,9 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from stormguard_server.admission import AdmissionController
+from stormguard_server.admission.controller import AdmissionController
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.engine import EngineLoad
+from stormguard_server.engine.base import EngineLoad
 
 COST = 128  # a short chat request: prompt + max_tokens, whole 16-token blocks
 

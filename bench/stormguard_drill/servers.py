@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from stormguard_server.admin_guard import ADMIN_TOKEN_ENV
+from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from stormguard_server.admin_guard import AdminGuardMiddleware, check_token
-from stormguard_server.errors import error_response
-from stormguard_server.faults import FaultState
+from stormguard_server.engine.faults import FaultState
+from stormguard_server.guards.admin_guard import AdminGuardMiddleware, check_token
+from stormguard_server.http.errors import error_response
 from stormguard_server.state import ServerState
 
 

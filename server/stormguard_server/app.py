@@ -21,43 +21,43 @@ from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from stormguard import __version__
-from stormguard_server.admission import AdmissionController
-from stormguard_server.clock import ClockLike, as_clock
-from stormguard_server.config import ServerConfig
-from stormguard_server.embeddings import serve_embeddings
-from stormguard_server.engine import Engine
-from stormguard_server.errors import error_response
-from stormguard_server.faults import FaultState
-from stormguard_server.generation import serve_generation, size_call
-from stormguard_server.json_response import JSONResponse
-from stormguard_server.metrics import ServerMetrics
-from stormguard_server.middleware import (
-    BodyLimitMiddleware,
-    ErrorBoundaryMiddleware,
-    LoadHeadersMiddleware,
-    ResponseCountMiddleware,
-)
-from stormguard_server.openai_format import ChoicesAnswer
-from stormguard_server.priority_trust import PriorityGate, PriorityTrust
-from stormguard_server.quota import Quota
-from stormguard_server.quota_http import QuotaCollector, QuotaHeadersMiddleware
-from stormguard_server.refusals import refusal_headers
-from stormguard_server.request_id import RequestIdMiddleware
-from stormguard_server.request_limits import RequestLimits, RequestLimitsConfig
-from stormguard_server.responses import serve_responses
-from stormguard_server.schemas import (
+from stormguard_server.admission.controller import AdmissionController
+from stormguard_server.api.embeddings import serve_embeddings
+from stormguard_server.api.generation import serve_generation, size_call
+from stormguard_server.api.openai_format import ChoicesAnswer
+from stormguard_server.api.responses import serve_responses
+from stormguard_server.api.schemas import (
     ChatCompletionRequest,
     CompletionRequest,
     EmbeddingRequest,
     ResponsesRequest,
     TokenizeRequest,
 )
-from stormguard_server.sim_engine import SimEngine
+from stormguard_server.api.structured import Plan, Refused, off_the_loop, seed_of
+from stormguard_server.api.structured import plan as decide
+from stormguard_server.api.tool_requests import chat_spec, chat_turns
+from stormguard_server.clock import ClockLike, as_clock
+from stormguard_server.config import ServerConfig
+from stormguard_server.engine.base import Engine
+from stormguard_server.engine.faults import FaultState
+from stormguard_server.engine.sim_engine import SimEngine
+from stormguard_server.guards.priority_trust import PriorityGate, PriorityTrust
+from stormguard_server.http.errors import error_response
+from stormguard_server.http.json_response import JSONResponse
+from stormguard_server.http.middleware import (
+    BodyLimitMiddleware,
+    ErrorBoundaryMiddleware,
+    LoadHeadersMiddleware,
+    ResponseCountMiddleware,
+)
+from stormguard_server.http.refusals import refusal_headers
+from stormguard_server.http.request_id import RequestIdMiddleware
+from stormguard_server.http.request_limits import RequestLimits, RequestLimitsConfig
+from stormguard_server.quota.buckets import Quota
+from stormguard_server.quota.http import QuotaCollector, QuotaHeadersMiddleware
 from stormguard_server.state import ServerState, get_state
-from stormguard_server.structured import Plan, Refused, off_the_loop, seed_of
-from stormguard_server.structured import plan as decide
-from stormguard_server.tool_requests import chat_spec, chat_turns
-from stormguard_server.tracing import ServerTracing, TraceMiddleware
+from stormguard_server.telemetry.metrics import ServerMetrics
+from stormguard_server.telemetry.tracing import ServerTracing, TraceMiddleware
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

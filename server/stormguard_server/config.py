@@ -1,6 +1,6 @@
 """Every knob of the reference server in one place, as plain frozen dataclasses.
 
-The CLI builds these from flags (cli.py); tests build them directly with small
+The CLI builds these from flags (cli/); tests build them directly with small
 sizes and fast speeds. Defaults are chosen so that the seed's failure shows
 within seconds on a 2-core laptop: a KV cache of 8192 tokens fills with a
 handful of 2k-token prompts, a step takes milliseconds, a cold restart takes
@@ -90,7 +90,7 @@ class AdmissionConfig:
     drain_period_s: float = 5.0
 
 
-#: Where a quota 429 says when to come back (quota.py): nowhere, ``retry-after`` in
+#: Where a quota 429 says when to come back (quota/buckets.py): nowhere, ``retry-after`` in
 #: whole seconds rounded up, ``retry-after-ms``, or Azure's ``x-ms-retry-after-ms``.
 RetryAfterMode = Literal["none", "seconds", "ms", "azure"]
 RETRY_AFTER_MODES: tuple[RetryAfterMode, ...] = ("none", "seconds", "ms", "azure")
@@ -98,7 +98,7 @@ RETRY_AFTER_MODES: tuple[RetryAfterMode, ...] = ("none", "seconds", "ms", "azure
 
 @dataclass(frozen=True, slots=True)
 class QuotaConfig:
-    """A hosted API's quota per API key (quota.py): off unless a limit is set."""
+    """A hosted API's quota per API key (quota/buckets.py): off unless a limit is set."""
 
     tokens_per_minute: int | None = None
     requests_per_minute: int | None = None

@@ -19,13 +19,13 @@ import uvicorn
 from stormguard_server.admin import create_admin_app
 from stormguard_server.app import build_state, create_app
 from stormguard_server.config import ServerConfig
-from stormguard_server.connections import (
+from stormguard_server.http.connections import (
     ConnectionLimits,
     fit_to_fd_limit,
     summarize_accept_failures,
     uvicorn_config,
 )
-from stormguard_server.memory import return_freed_buffers_to_os
+from stormguard_server.http.memory import return_freed_buffers_to_os
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

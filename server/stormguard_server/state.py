@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
-from stormguard_server.admission import AdmissionController
+from stormguard_server.admission.controller import AdmissionController
 from stormguard_server.clock import Clock
 from stormguard_server.config import ServerConfig
-from stormguard_server.engine import Engine
-from stormguard_server.faults import FaultState
-from stormguard_server.metrics import ServerMetrics
-from stormguard_server.quota import Quota
-from stormguard_server.records import RequestObserver
-from stormguard_server.tracing import ServerTracing
+from stormguard_server.engine.base import Engine
+from stormguard_server.engine.faults import FaultState
+from stormguard_server.quota.buckets import Quota
+from stormguard_server.telemetry.metrics import ServerMetrics
+from stormguard_server.telemetry.records import RequestObserver
+from stormguard_server.telemetry.tracing import ServerTracing
 
 
 @dataclass
@@ -38,7 +38,7 @@ class ServerState:
     # The clock every part of this server reads (clock.py): its engine, admission,
     # request limits, flights and spans were built with this one.
     clock: Clock = field(default_factory=Clock)
-    # Each API key's quota (quota.py): None unless a limit is set.
+    # Each API key's quota (quota/buckets.py): None unless a limit is set.
     quota: Quota | None = None
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import stormguard
-from stormguard_server.quota import key_label
+from stormguard_server.quota.buckets import key_label
 from tests.e2e.server_process import RunningServer, run_server
 
 MODEL = "stormguard-sim"

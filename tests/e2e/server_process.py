@@ -35,7 +35,7 @@ from typing import Protocol
 
 import httpx
 
-from stormguard_server.admin_guard import ADMIN_TOKEN_ENV
+from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV
 
 # Small, fast engine for tests: 2048-token KV cache, quick steps, 1 s cold restart.
 FAST_ENGINE_ARGS = (

@@ -12,9 +12,9 @@ from fastapi.routing import APIRoute
 
 from stormguard_server import cli
 from stormguard_server.admin import create_admin_app
-from stormguard_server.admin_guard import ADMIN_TOKEN_ENV, is_loopback, refusal
 from stormguard_server.app import build_state
 from stormguard_server.config import ServerConfig
+from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV, is_loopback, refusal
 from stormguard_server.state import ServerState
 
 TOKEN = "tok-3f9a1c0e5b7d2e4f6a8c"

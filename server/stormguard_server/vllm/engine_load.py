@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stormguard_server.clock import ClockLike, as_clock
-from stormguard_server.engine import EngineLoad
+from stormguard_server.engine.base import EngineLoad
 
 __all__ = ["VllmLoadReader"]
 

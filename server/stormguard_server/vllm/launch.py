@@ -31,7 +31,7 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from stormguard_server.config import AdmissionConfig, PriorityTrustConfig
-from stormguard_server.priority_trust import PRIORITY_TOKEN_ENV, TRUST_PRIORITY_ENV
+from stormguard_server.guards.priority_trust import PRIORITY_TOKEN_ENV, TRUST_PRIORITY_ENV
 from stormguard_server.vllm.middleware import ENV_ADMISSION
 
 __all__ = ["OFFLINE_ENV", "check_environment", "vllm_command", "vllm_environment"]

@@ -41,13 +41,13 @@ from stormguard.protocol import (
     parse_deadline_ms,
     parse_priority,
 )
-from stormguard_server.admission import AdmissionController, ShedError
+from stormguard_server.admission.controller import AdmissionController, ShedError
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
-from stormguard_server.disconnect import ClientGone, unless_disconnected
-from stormguard_server.middleware import LoadHeadersMiddleware
-from stormguard_server.priority_trust import PriorityTrust
-from stormguard_server.refusals import (
+from stormguard_server.guards.priority_trust import PriorityTrust
+from stormguard_server.http.disconnect import ClientGone, unless_disconnected
+from stormguard_server.http.middleware import LoadHeadersMiddleware
+from stormguard_server.http.refusals import (
     body_too_large_response,
     shed_error_response,
     too_long_refusal,
