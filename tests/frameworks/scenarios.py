@@ -27,9 +27,9 @@ from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel
-from stormguard._transport.transport import pipeline_of
 
 import stormguard
+from stormguard._transport.transport import pipeline_of
 from tests.e2e.hostile_server import HEAD_SSE, Behaviour, HostileServer, RawRequest, answer
 from tests.e2e.server_process import RunningServer, free_port, run_server
 
