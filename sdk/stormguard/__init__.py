@@ -351,7 +351,7 @@ _MODULES: dict[str, str] = {
 #: openai-python's client names, so that ``from openai import OpenAI`` and
 #: ``openai.OpenAI(...)`` port by changing only the import (``from stormguard import
 #: OpenAI``, ``import stormguard as openai``). Where openai-python is installed they are
-#: openai's own clients over stormguard's pipeline (``_openai_client.py``: what frameworks
+#: openai's own clients over stormguard's pipeline (``_transport/openai_client.py``: what frameworks
 #: check with ``isinstance``), and ``OpenAIError`` openai's base of every error they
 #: raise; without it, ``Client``, ``AsyncClient`` and ``StormguardError``.
 _OPENAI_NAMES = {"OpenAI": "Client", "AsyncOpenAI": "AsyncClient", "OpenAIError": "StormguardError"}

@@ -142,7 +142,7 @@ class CallBase:
         #: Endpoints this call has sent an attempt to (a failover goes only to others).
         self._tried: set[str] = set()
         #: The models this call has been on (a fallback goes only to others), and its
-        #: moves from one to the next (``_fallback.py``).
+        #: moves from one to the next (``_policies/fallback.py``).
         self.models_tried: list[str] = [] if spec.model is None else [spec.model]
         self.fallback_steps: list[FallbackStep] = []
         core.budget.record_call()

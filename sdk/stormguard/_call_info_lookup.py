@@ -17,7 +17,8 @@ from ._models import CALL_INFO_EXTENSION, CallInfo
 
 __all__ = ["CALL_INFO_ATTRIBUTE", "call_info", "error_info"]
 
-#: Where ``stormguard.OpenAI`` keeps a parsed result's ``CallInfo`` (``_openai_client.py``).
+#: Where ``stormguard.OpenAI`` keeps a parsed result's ``CallInfo``
+#: (``_transport/openai_client.py``).
 CALL_INFO_ATTRIBUTE = "_stormguard_call_info"
 
 

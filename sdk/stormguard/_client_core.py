@@ -226,7 +226,8 @@ class ClientCore(SpecBuilder):
         endpoint_changed = getattr(telemetry, "endpoint_changed", None)
         if callable(endpoint_changed):  # an observer written before ejection has none
             on_ejection += (endpoint_changed,)
-        #: Which endpoints are in rotation (``_ejection.py``); None when turned off.
+        #: Which endpoints are in rotation (``_policies/routing/ejection.py``); None when
+        #: turned off.
         self.ejection = (
             None
             if ejection is None
@@ -269,7 +270,8 @@ class ClientCore(SpecBuilder):
         endpoints_discovered = getattr(telemetry, "endpoints_discovered", None)
         if callable(endpoints_discovered):  # an observer written before discovery has none
             on_discovery += (endpoints_discovered,)
-        #: The DNS names this client follows (``_discovery.py``); None: no DNS name.
+        #: The DNS names this client follows (``_policies/routing/discovery.py``); None: no
+        #: DNS name.
         self.discovery: Discovery | None = None
         if discovered:
             from ._policies.routing.discovery import Discovery

@@ -82,7 +82,7 @@ class ClientSettings:
         self.token_policy = settings.token_policy
         if self.token_policy is not None:  # one clock: a policy without its own takes ours
             self.token_policy.adopt_clock(self.clock)
-        #: Where a call goes when its model refuses it, by why (``_fallback.py``).
+        #: Where a call goes when its model refuses it, by why (``_policies/fallback.py``).
         self.fallbacks = Fallbacks.of(settings.fallback_models)
         self.fallback_models = self.fallbacks.models
         #: First-chunk, idle and overall bounds of every stream (None: the timeout only).
@@ -100,7 +100,7 @@ class ClientSettings:
             check_served(self.endpoints, served, self.priority)
         headers = {
             "accept": "application/json",
-            # Only what is decoded in bounded steps (``_body.py``): a gzip bomb stops at the cap.
+            # Only what is decoded in bounded steps (``_io/body.py``): a gzip bomb stops at the cap.
             "accept-encoding": ACCEPT_ENCODING,
             "content-type": "application/json",
             "user-agent": f"stormguard/{__version__}",

@@ -1,7 +1,7 @@
 """The total time budget of one logical call: every attempt and every sleep.
 
 A driver makes the call's deadline the *current* one around the I/O it does
-(``with deadline.bound():``); the sync transport (``_deadline_transport.py``)
+(``with deadline.bound():``); the sync transport (``_io/deadline_transport.py``)
 reads it there and clips every socket operation to it, so the deadline reaches
 code the call does not run itself (httpx, httpcore) without being passed down.
 

@@ -17,7 +17,7 @@ attempt. ``_call_state.CallMachine`` orders the steps; ``_verdict.classify``
 judges each outcome once for every policy.
 
 Before each attempt the call takes a slot of its endpoint's concurrency limit
-(``_limiter.py``), waiting in the local queue when the endpoint is at its limit;
+(``_policies/limiter/limiter.py``), waiting in the local queue when the endpoint is at its limit;
 the driver does the waiting.
 
 Order of the checks after a failed attempt (tenacity's own order):
@@ -172,7 +172,7 @@ class LogicalCall(CallResults):
         return wait
 
     def fall_back(self, error: BaseException) -> bool:
-        """Move the call to another model if ``error`` has a route (``_fallback.py``:
+        """Move the call to another model if ``error`` has a route (``_policies/fallback.py``:
         its servers could not serve, the request is too long for it, its content
         filter refused it) and time is left; the driver then runs a fresh retry loop
         (attempt numbers restart at 1, on the new model: it is not a retry of the old

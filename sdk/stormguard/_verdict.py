@@ -385,7 +385,7 @@ def _fallback_rule(error: BaseException, *, too_long: bool, quota: bool) -> bool
     Errors that are the caller's own fault (400, 401, 403, 404, 409, 422) fail as
     they are: another model would refuse the same request, and hiding a bug behind
     a degraded answer helps nobody. Nor does a too-long request, nor a content
-    filter's refusal: those go only where their own routes say (``_fallback.py``).
+    filter's refusal: those go only where their own routes say (``_policies/fallback.py``).
     A 429 out of quota does not fall back either: the fallback models go out with
     the same client, key and endpoints, so the next model would be refused for the
     same empty account, one more request to learn it; a limit per model is a rate
@@ -413,7 +413,7 @@ def _breaker_rule(error: BaseException) -> bool:
     chunk, and a 2xx body that breaks the API. A 503 or a 429 is a server that
     answers: "alive, but full" (a shed, vLLM's queue-full answer, the caller's
     rate), or "not serving until Retry-After" (``engine_restart``, ``warming``,
-    ``draining``). Those pace the calls instead (``_limiter.py``: the limit falls,
+    ``draining``). Those pace the calls instead (``_policies/limiter/limiter.py``: the limit falls,
     a restart pauses the endpoint for its Retry-After), and the calls wait within
     their deadlines rather than fail. Not failures either: the caller's own
     errors (other 4xx, ``too_long``), refusals made in this process,

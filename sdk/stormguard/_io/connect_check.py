@@ -2,7 +2,7 @@
 request, in a thread of its own so that no call waits for it.
 
 The decision of when to check and what the answer means is the tracker's
-(``_ejection.py``); this module only opens the connection.
+(``_policies/routing/ejection.py``); this module only opens the connection.
 """
 
 from __future__ import annotations

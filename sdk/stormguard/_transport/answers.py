@@ -1,7 +1,7 @@
 """What the transport's caller gets for a call: a response of its own HTTP library
 (the server's, a synthesized refusal, or a replayed stream) or one of its
 exceptions, each response with the call's ``CallInfo`` on
-``response.extensions["stormguard"]`` (``_transport.py`` says which is which)."""
+``response.extensions["stormguard"]`` (``_transport/transport.py`` says which is which)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ __all__ = [
 
 
 #: The key of the error a failed call raised, on the response the transport answers
-#: it with: ``stormguard.OpenAI`` raises that very error (``_openai_client.py``), as
+#: it with: ``stormguard.OpenAI`` raises that very error (``_transport/openai_client.py``), as
 #: ``stormguard.Client(openai_errors=True)`` would have.
 ERROR_EXTENSION = "stormguard.error"
 
@@ -128,7 +128,7 @@ def _invalid_answer(request: httpx.Request, error: APIResponseValidationError) -
 def response_for_error(
     error: StormguardError, request: httpx.Request, model: str | None = None
 ) -> httpx.Response:
-    """What the transport's caller gets for a call that failed (``_transport.py``'s
+    """What the transport's caller gets for a call that failed (``_transport/transport.py``'s
     module doc), with the call's ``CallInfo`` (of ``model``) and the error in its
     extensions; an error that is not answered by a response is raised
     (:func:`raised_for`)."""

@@ -4,8 +4,8 @@
 ``httpx2.Client`` from openai 3.x on (its own, typed and taken natively), an
 ``httpx.Client`` before; ``library="httpx"`` or ``"httpx2"`` asks by name.
 
-They sit above the transports of both libraries (``_transport.py`` and
-``_httpx2_transport.py``, which subclasses them); the httpx2 ones are imported only
+They sit above the transports of both libraries (``_transport/transport.py`` and
+``_transport/httpx2.py``, which subclasses them); the httpx2 ones are imported only
 when an httpx2 client is asked for: httpx2 is not a dependency of stormguard.
 """
 

@@ -1,7 +1,7 @@
 """The pipeline as an httpx2 transport: openai-python 3.x runs on httpx2 and types
 its ``http_client`` as an ``httpx2.Client``, so ``stormguard.httpx_client()`` hands
 it one of those, natively, with no legacy path. These are the httpx transports of
-``_transport.py`` and byte streams of ``_transport_replay.py`` with httpx2's base
+``_transport/transport.py`` and byte streams of ``_transport/replay.py`` with httpx2's base
 classes added (what the caller gets is built by its request's library there).
 Imported only when an httpx2 client is asked for: httpx2 is not a dependency of
 stormguard."""

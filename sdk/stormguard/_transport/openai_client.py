@@ -6,7 +6,7 @@ take an openai client and check it with ``isinstance``, read openai's result typ
 (pydantic models: ``model_dump()``, every field openai declares, ``isinstance(r,
 ChatCompletion)``) and map openai's error classes. So these are subclasses of
 ``openai.OpenAI`` and ``openai.AsyncOpenAI`` whose HTTP client is stormguard's
-transport (``_transport.py``): each request is one logical stormguard call (budget,
+transport (``_transport/transport.py``): each request is one logical stormguard call (budget,
 pacing, deadline, breakers, ejection, fallback models, spans) and what comes back is
 openai's own (results, streams, events). The errors are those
 ``stormguard.Client(openai_errors=True)`` raises: stormguard's own, as classes that are

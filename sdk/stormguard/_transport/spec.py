@@ -1,6 +1,6 @@
 """From a request another client built (openai-python's) to one stormguard call.
 
-The transport (``_transport.py``) knows each API by its path: chat,
+The transport (``_transport/transport.py``) knows each API by its path: chat,
 completions, embeddings and the Responses API get their spans, pre-check and
 stream ends; any other request becomes a plain call all the same.
 """

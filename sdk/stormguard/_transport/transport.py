@@ -6,7 +6,7 @@
     )  # openai's max_retries needs no change: its retries never stack on stormguard's
 
 ``httpx_client()`` returns a client of the library the installed openai-python runs
-on (``_transport_clients.py``). What the caller gets back (responses, streams,
+on (``_transport/clients.py``). What the caller gets back (responses, streams,
 errors) is of its client's library, whichever one carries the pipeline's own
 requests (``_http.py``).
 
@@ -38,7 +38,7 @@ Retry-After, fallback models. What comes back is plain httpx (or httpx2):
   openai-python 2.x and 3.x hand an ``OpenAIError`` raised under them on as it
   is, with no retry of their own. 1.x retries it; its retry, the same request
   with the next ``x-stainless-retry-count``, is answered with the same failure
-  and sends nothing (``_transport_retries.py``). To any other caller it is the
+  and sends nothing (``_transport/retries.py``). To any other caller it is the
   httpx exception it was (as the caller's library's class of that name, when
   the other library carried it), or a ``ReadTimeout``/``ReadError``.
 
@@ -54,11 +54,11 @@ server's load, the request id, the pre-check and, for a failure, the stop
 reason (openai-python: ``client.chat.completions.with_raw_response.create(...)
 .http_response.extensions``, or the response of the error it raises).
 
-The pieces: ``_transport_spec.py`` (a request as one call),
-``_transport_answers.py`` (the call's outcome as the caller's response or
-exception), ``_transport_replay.py`` (a started stream's bytes),
-``_httpx2_transport.py`` (the transports on httpx2's base classes),
-``_transport_clients.py`` (the clients built on the transports, of either
+The pieces: ``_transport/spec.py`` (a request as one call),
+``_transport/answers.py`` (the call's outcome as the caller's response or
+exception), ``_transport/replay.py`` (a started stream's bytes),
+``_transport/httpx2.py`` (the transports on httpx2's base classes),
+``_transport/clients.py`` (the clients built on the transports, of either
 library); this module holds the transports.
 """
 
@@ -129,7 +129,7 @@ def _failed(
     failed: FailedCalls, error: StormguardError, request: httpx.Request, model: str | None
 ) -> httpx.Response:
     """The answer to a call that failed (``response_for_error``); a failure raised to
-    openai-python is remembered for its own retries (``_transport_retries.py``)."""
+    openai-python is remembered for its own retries (``_transport/retries.py``)."""
     try:
         return response_for_error(error, request, model)
     except StormguardError:

@@ -11,7 +11,7 @@ says nothing about the server, so the flow falls back without marking it down.
 Every lookup is held to a deadline, the call's own when a client runs the
 pre-check: a request's ``timeout`` extension (``lookup_timeout``) bounds the
 whole exchange, not each socket operation, and is cut to what is left of the
-call. The body is read streamed and decoded in bounded steps (``_body.py``)
+call. The body is read streamed and decoded in bounded steps (``_io/body.py``)
 within the same size cap as a call's response, so a server that never answers,
 drips its headers or sends a gzip bomb costs the call at most its deadline and
 the cap, and the pre-check falls back as when the server cannot tell.
@@ -154,7 +154,7 @@ def _lookup_sync(
     client: httpx.Client, request: httpx.Request, bound: Deadline, max_bytes: int
 ) -> httpx.Response | None:
     chunks: list[bytes] = []
-    with bound.bound():  # every socket operation ends by it (``_deadline_transport.py``)
+    with bound.bound():  # every socket operation ends by it (``_io/deadline_transport.py``)
         try:
             response = client.send(_with_client_headers(request, client.headers), stream=True)
         except http_errors():

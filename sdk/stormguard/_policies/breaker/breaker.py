@@ -11,17 +11,17 @@ This module holds the rule of what counts against a breaker
 (``is_breaker_failure``). The pieces live beside it, each imported from its own
 module:
 
-* ``_breaker_config.py``: ``BreakerConfig``, when a breaker trips and how it
+* ``_policies/breaker/config.py``: ``BreakerConfig``, when a breaker trips and how it
   recovers, with the reasons for each default;
-* ``_circuit_breaker.py``: ``CircuitBreaker``, the states and their changes,
+* ``_policies/breaker/circuit.py``: ``CircuitBreaker``, the states and their changes,
   and ``Permit``, one call's leave to go through;
-* ``_breaker_registry.py``: ``BreakerRegistry``, one breaker per (endpoint,
+* ``_policies/breaker/registry.py``: ``BreakerRegistry``, one breaker per (endpoint,
   model), bounded in number;
-* ``_breaker_states.py``: ``CircuitState``, and what a breaker hands out:
+* ``_policies/breaker/states.py``: ``CircuitState``, and what a breaker hands out:
   ``BreakerTransition`` to listeners, ``BreakerSnapshot`` on request.
 
 A listener that raises is logged by the logger ``stormguard._policies.breaker.breaker`` (the name
-documented in docs/breakers.md, kept by ``_circuit_breaker.py``).
+documented in docs/breakers.md, kept by ``_policies/breaker/circuit.py``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 permits that let single calls through.
 
 The states and their names are resilience4j's (closed, open, half_open); when
-it trips and for how long is ``BreakerConfig`` (``_breaker_config.py``).
+it trips and for how long is ``BreakerConfig`` (``_policies/breaker/config.py``).
 
 The caller decides what an outcome is: the client reads it from the outcome's
 ``Verdict`` (``_verdict.classify``: connection errors, timeouts, 5xx but 503,

@@ -3,7 +3,7 @@
 ``CircuitState`` is where a breaker is; a ``BreakerTransition`` goes to the
 listeners at each change (telemetry, the user's hooks); a ``BreakerSnapshot`` is
 a frozen copy taken on request (``client.stats()``, tests). No behaviour here:
-the breaker that makes them is ``_circuit_breaker.py``.
+the breaker that makes them is ``_policies/breaker/circuit.py``.
 """
 
 from __future__ import annotations

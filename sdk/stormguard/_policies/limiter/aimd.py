@@ -51,9 +51,9 @@ limiter such as Vegas or Gradient2 reads a long generation as queueing).
 
 
 Only the arithmetic of the limit and its pauses: no lock (the endpoint's, in
-``_endpoint_limit.py``, is held around every call here), no queue, and no
+``_policies/limiter/endpoint_limit.py``, is held around every call here), no queue, and no
 reading of the clock (the caller passes ``now``). The limiter's options are read
-through ``LimitSettings``, which ``ConcurrencyLimiter`` (``_limiter.py``) meets.
+through ``LimitSettings``, which ``ConcurrencyLimiter`` (``_policies/limiter/limiter.py``) meets.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A call takes a slot (``acquire``) or waits in the queue for one (a
 ``SlotWaiter``); an attempt gives it back (``release``) with its outcome, which
-moves the limit (``_aimd_limit.py``) and wakes whoever may go now.
+moves the limit (``_policies/limiter/aimd.py``) and wakes whoever may go now.
 
 The queue: ordered by priority (critical, standard, sheddable), then arrival;
 bounded (``max_waiting``); exactly one waiter woken per freed slot, more when
@@ -11,7 +11,7 @@ which slots free up is failed at once, and told so; nobody waits to the
 deadline to fail (the pitfalls of Netflix's ``BlockingLimiter``, which waits
 up to an hour, wakes every waiter at once and keeps no order).
 
-The limiter that holds one limit per endpoint (``_limiter.py``) builds on this
+The limiter that holds one limit per endpoint (``_policies/limiter/limiter.py``) builds on this
 module; an ``EndpointLimit`` knows it only as a ``LimitTable``.
 """
 
@@ -68,7 +68,7 @@ class LimitSnapshot:
 
 class LimitTable(LimitSettings, Protocol):
     """The limiter that holds an endpoint's limit (``ConcurrencyLimiter``, in
-    ``_limiter.py``, which builds on this module): its options and clock, and its
+    ``_policies/limiter/limiter.py``, which builds on this module): its options and clock, and its
     table of limits, asked for the current entry by a call that holds a dropped one
     and told when a forgotten entry's last call is done."""
 
@@ -92,7 +92,7 @@ class EndpointLimit:
         self.clock = owner.clock
         self._owner = owner
         self._lock = fork_safe_lock()
-        #: The limit itself and how outcomes move it (``_aimd_limit.py``).
+        #: The limit itself and how outcomes move it (``_policies/limiter/aimd.py``).
         self._aimd = AimdLimit(owner)
         self._in_flight = 0
         self._queue: list[tuple[tuple[int, int], SlotWaiter]] = []

@@ -1,7 +1,7 @@
 """A slot of an endpoint's concurrency limit, held by one attempt: a ``Lease``.
 
 The attempt marks how it went (``mark``) and gives the slot back once
-(``release``); the endpoint's limit (``_endpoint_limit.py``) adapts to the
+(``release``); the endpoint's limit (``_policies/limiter/endpoint_limit.py``) adapts to the
 outcome then. A lease knows that limit only as a ``SlotOwner``: the endpoint's
 module builds on this one, not the other way round.
 """

@@ -7,9 +7,9 @@ endpoint does neither: calls over it wait in a local queue, within their
 deadline, and go out as slots free up.
 
 The limit is learned with AIMD on explicit drops: a shed before processing is
-the only signal that lowers it (``_aimd_limit.py`` says how and why). Calls over
+the only signal that lowers it (``_policies/limiter/aimd.py`` says how and why). Calls over
 it wait in a queue ordered by priority, then arrival, and bounded by each
-caller's deadline (``_endpoint_limit.py``).
+caller's deadline (``_policies/limiter/endpoint_limit.py``).
 
 One limit per endpoint, in a bounded table: past ``max_endpoints`` (1024) the
 least recently used idle entries go (never one with attempts in flight, calls
@@ -22,13 +22,13 @@ endpoint) and what an outcome tells a limit (``is_shed``, ``limit_outcome``,
 ``stream_cut_outcome``). The pieces live below it, and none imports this module
 (each sees the limiter through a protocol of its own):
 
-* ``_endpoint_limit.py``: ``EndpointLimit``, one endpoint's limit, lock and
+* ``_policies/limiter/endpoint_limit.py``: ``EndpointLimit``, one endpoint's limit, lock and
   queue, and ``LimitSnapshot``, a frozen copy of it (the limiter is its
   ``LimitTable``);
-* ``_aimd_limit.py``: ``AimdLimit``, how the limit moves with each outcome (the
+* ``_policies/limiter/aimd.py``: ``AimdLimit``, how the limit moves with each outcome (the
   limiter's options are its ``LimitSettings``);
-* ``_lease.py``: ``Lease``, a slot held by one attempt;
-* ``_slot_waiter.py``: ``SlotWaiter``, a call waiting for a slot from a thread
+* ``_policies/limiter/lease.py``: ``Lease``, a slot held by one attempt;
+* ``_policies/limiter/slot_waiter.py``: ``SlotWaiter``, a call waiting for a slot from a thread
   or a task;
 * ``_verdict.py``: ``LimitOutcome``, what an attempt tells the limit.
 

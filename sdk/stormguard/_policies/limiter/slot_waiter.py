@@ -3,7 +3,7 @@
 ``SlotWaiter.wait`` blocks a thread and ``wait_async`` suspends a task; both end
 granted (a ``Lease``), refused (``QueueTimeoutError``) or at the call's deadline,
 and both sleep through a pause of the endpoint on its clock. The queue that
-grants and refuses is ``_endpoint_limit.py``; a waiter knows it only as a
+grants and refuses is ``_policies/limiter/endpoint_limit.py``; a waiter knows it only as a
 ``WaitQueue``, so that module builds on this one, not the other way round.
 """
 

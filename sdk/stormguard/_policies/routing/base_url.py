@@ -1,5 +1,5 @@
 """A base URL as the client keeps it: no trailing slash, named ``host:port``, and
-the ``dns+`` prefix that asks for DNS discovery (``_discovery.py``)."""
+the ``dns+`` prefix that asks for DNS discovery (``_policies/routing/discovery.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from ..._redact import display_url
 
 __all__ = ["DNS_SCHEME_PREFIX", "normalize_base_url", "split_dns_scheme"]
 
-#: A base URL to follow in DNS (``dns+http://name:port/v1``): ``_discovery.py``.
+#: A base URL to follow in DNS (``dns+http://name:port/v1``): ``_policies/routing/discovery.py``.
 DNS_SCHEME_PREFIX = "dns+"
 
 

@@ -16,7 +16,7 @@ uses, and ``litellm_params`` (``model``, ``api_key``, ``api_base``,
 Checked when made, with a clear ``ValueError``: a tier below 1, a model mapped to
 nothing, a key both given and named by an environment variable, a key header
 given twice. Two deployments with one name are refused when the client is made
-(``_endpoints.py``), a key named by an unset environment variable too
+(``_policies/routing/picker.py``), a key named by an unset environment variable too
 (``resolved``).
 """
 

@@ -39,10 +39,10 @@ one that disappears is no longer chosen, while its attempts in flight finish;
 a new one starts fresh.
 
 This module holds ``Discovery``: when to look, the wait before a call, and
-each look's answer applied. Its settings (and the default resolver) are
-``_discovery_config.py``, a name's live state and its frozen copies
-``_dns_name.py``, the calls' wait for a look ``_discovery_wait.py``, and the
-addresses kept and the endpoints they become ``_discovery_endpoints.py``.
+each look's answer applied. Beside it: its settings (and the default resolver)
+``discovery_config.py``, a name's live state and its frozen copies ``dns_name.py``,
+the calls' wait for a look ``discovery_wait.py``, and the addresses kept and the
+endpoints they become ``discovery_endpoints.py``.
 
 Hand-written: resolving is ``socket.getaddrinfo`` (or your function); what no
 library offers is the policy around it, which is gRPC's and fits in a page.

@@ -1,6 +1,6 @@
 """DNS discovery's settings, and the resolver and executor it uses by default.
 
-``_discovery.py``'s docstring says why each default is what it is.
+``_policies/routing/discovery.py``'s docstring says why each default is what it is.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _positive(name: str, value: float) -> float:
 
 @dataclass(frozen=True)
 class DiscoveryConfig:
-    """How DNS discovery looks names up (``_discovery.py``'s docstring says why each default).
+    """How DNS discovery looks names up (``discovery.py``'s docstring says why each
+    default).
 
     >>> DiscoveryConfig(refresh_interval=10.0).min_refresh_interval
     5.0

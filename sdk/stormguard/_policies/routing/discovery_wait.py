@@ -1,6 +1,6 @@
 """Calls waiting for a look: one round wakes threads and event loops alike.
 
-A look runs in a thread of its own (``_discovery.py``); the first calls of a
+A look runs in a thread of its own (``_policies/routing/discovery.py``); the first calls of a
 client wait for it within their deadline, a ``Client``'s on a
 ``threading.Event``, an ``AsyncClient``'s on a future of its own loop, so no
 event loop is held while ``getaddrinfo`` runs.

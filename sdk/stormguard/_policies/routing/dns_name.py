@@ -2,7 +2,7 @@
 endpoints as listeners see it, and a frozen copy for ``client.stats()``.
 
 ``NameState`` is live state, changed only under the ``Discovery``'s lock
-(``_discovery.py``); ``DiscoveryChange`` and ``DiscoverySnapshot`` are frozen,
+(``_policies/routing/discovery.py``); ``DiscoveryChange`` and ``DiscoverySnapshot`` are frozen,
 safe to hand to any thread.
 """
 

@@ -1,6 +1,6 @@
 """Ejection: an endpoint goes out of rotation at the speed of the evidence.
 
-A client with several servers (``_endpoints.py``) must stop sending to the one
+A client with several servers (``_policies/routing/picker.py``) must stop sending to the one
 that cannot serve, and a retry budget is the wrong tool for it: the budget
 protects a sick server from extra load, it does not say where the next call
 should go. Two kinds of evidence, two speeds (docs/breakers.md has the table):
@@ -32,17 +32,17 @@ should go. Two kinds of evidence, two speeds (docs/breakers.md has the table):
 
 Three rules keep ejection from making things worse (Envoy's and gRPC's): never
 the last endpoint of a model, and at most ``max_ejected_share`` of the
-endpoints ejected on failures at once (both in ``_ejection_rules.py``, with the
+endpoints ejected on failures at once (both in ``_policies/routing/ejection_rules.py``, with the
 success-rate rule and why it differs from Envoy's), and **probation** on
 return: the first ``probation_successes`` (2) calls are a test, and a failure
 among them ejects the endpoint again at once, for longer. The concurrency limit
 restarts from its floor on every ejection, so those calls go one at a time at
-first (``_limiter.py``, ``went_down``).
+first (``_policies/limiter/limiter.py``, ``went_down``).
 
 This module holds the tracker: the records, the lock and the status changes.
-The rules it asks are ``_ejection_rules.py``, its settings
-``_ejection_config.py``, the status and its frozen copies
-``_ejection_status.py``, the connect check ``_connect_check.py``.
+The rules it asks are ``_policies/routing/ejection_rules.py``, its settings
+``_policies/routing/ejection_config.py``, the status and its frozen copies
+``_policies/routing/ejection_status.py``, the connect check ``_io/connect_check.py``.
 
 Hand-written: no library does outlier detection for a client-side balancer in
 Python. One lock for every endpoint's record, never held across I/O or a

@@ -1,7 +1,7 @@
 """Ejection's settings: when an endpoint leaves rotation and how it comes back.
 
-Each default carries its reason beside it; ``_ejection.py`` says how the
-tracker uses them, ``_ejection_rules.py`` the rules they tune, and
+Each default carries its reason beside it; ``_policies/routing/ejection.py`` says how the
+tracker uses them, ``_policies/routing/ejection_rules.py`` the rules they tune, and
 docs/breakers.md has the table.
 """
 

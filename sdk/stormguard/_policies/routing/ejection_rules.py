@@ -1,7 +1,7 @@
 """Ejection's rules, without state: what an attempt says about its endpoint, when
 an endpoint is ejected, whether it may be, and for how long.
 
-The ``EjectionTracker`` (``_ejection.py``) holds the records and the lock and
+The ``EjectionTracker`` (``_policies/routing/ejection.py``) holds the records and the lock and
 asks these functions; each reads the records it is given and changes none.
 
 A shed (429/503 for capacity, a restarting engine) is neither success nor

@@ -65,7 +65,7 @@ class EndpointState:
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
-        #: Its ejection record (``_ejection.py``), made on first use.
+        #: Its ejection record (``_policies/routing/ejection.py``), made on first use.
         self.ejection: _Record | None = None
 
     def serves(self, model: str | None) -> bool:

@@ -21,13 +21,13 @@ endpoint's fresh load report shows headroom (no shed, no queue, token and KV
 use under a share). No fresh report is no headroom: an endpoint this client
 has not heard from lately may be full.
 
-The set of endpoints may change (DNS discovery, ``_discovery.py``): ``replace``
+The set of endpoints may change (DNS discovery, ``_policies/routing/discovery.py``): ``replace``
 swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
 
 This module holds ``EndpointPicker``: the choice itself and the set it chooses
-from. ``Endpoint``, ``SpillOver`` and their checks are ``_endpoint_config.py``,
-one endpoint's live state ``_endpoint_state.py``, and the base URL helpers
-(``dns+``, ``host:port``) ``_base_url.py``.
+from. ``Endpoint``, ``SpillOver`` and their checks are ``_policies/routing/endpoint_config.py``,
+one endpoint's live state ``_policies/routing/endpoint_state.py``, and the base URL helpers
+(``dns+``, ``host:port``) ``_policies/routing/base_url.py``.
 """
 
 from __future__ import annotations
