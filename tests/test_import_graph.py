@@ -288,3 +288,39 @@ def test_an_import_through_a_reexport_is_found(tmp_path: Path) -> None:
     (package / "mid.py").write_text("from .low import Thing\n")
     (package / "top.py").write_text("from .mid import Thing\nfrom .low import Thing as T\n")
     assert [line.split(": ", 1)[1] for line in through_reexports(package)] == ["Thing from pkg.mid"]
+
+
+#: The SDK's packages from the bottom up: a module imports from its own package, from
+#: a package below it, or from the modules at the top of ``stormguard`` (the facade,
+#: the call and the values everything shares, not cut into packages yet).
+WINGS = [
+    "stormguard._io",
+    "stormguard._policies.retry",
+    "stormguard._policies.breaker",
+    "stormguard._policies.limiter",
+    "stormguard.tokens",
+    "stormguard._policies.routing",
+    "stormguard._policies.quota",
+    "stormguard._policies",
+    "stormguard.telemetry",
+    "stormguard._transport",
+]
+
+
+def _wing(module: str) -> int | None:
+    """The rank of ``module``'s package in WINGS (the innermost that holds it)."""
+    ranks = [i for i, w in enumerate(WINGS) if module == w or module.startswith(w + ".")]
+    return max(ranks, key=lambda i: len(WINGS[i])) if ranks else None
+
+
+def test_each_sdk_package_imports_only_the_ones_below_it() -> None:
+    package = PACKAGES[0]
+    modules = _modules(package)
+    upward = []
+    for name, imported in import_lines(package, every=True).items():
+        mine = _wing(name)
+        for other, line in imported.items():
+            theirs = _wing(other)
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{_shown(modules[name])}:{line}: {name} -> {other}")
+    assert upward == []
