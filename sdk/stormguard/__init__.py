@@ -59,7 +59,7 @@ if TYPE_CHECKING:
         UnprocessableEntityError,
     )
     from ._handed_over_body import StreamAlreadyConsumed
-    from ._history import AttemptRecord
+    from ._history import AttemptRecord, FallbackKind, FallbackStep
     from ._io.deadline_transport import DeadlineTransport
     from ._models import (
         CALL_INFO_EXTENSION,
@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from ._policies.breaker.config import BreakerConfig
     from ._policies.breaker.registry import BreakerRegistry
     from ._policies.breaker.states import BreakerSnapshot, BreakerTransition, CircuitState
-    from ._policies.fallback import FallbackKind, Fallbacks, FallbackStep
+    from ._policies.fallback import Fallbacks
     from ._policies.limiter.endpoint_limit import LimitSnapshot
     from ._policies.limiter.limiter import ConcurrencyLimiter
     from ._policies.quota import QuotaPolicy, QuotaSnapshot
@@ -267,8 +267,8 @@ _MODULES: dict[str, str] = {
     "EndpointStatus": "._policies.routing.ejection_status",
     "Endpoint": "._policies.routing.endpoint_config",
     "SpillOver": "._policies.routing.endpoint_config",
-    "FallbackKind": "._policies.fallback",
-    "FallbackStep": "._policies.fallback",
+    "FallbackKind": "._history",
+    "FallbackStep": "._history",
     "Fallbacks": "._policies.fallback",
     "APIConnectionError": "._exceptions",
     "APIError": "._exceptions",

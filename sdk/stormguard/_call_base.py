@@ -29,11 +29,12 @@ if TYPE_CHECKING:
     from ._call_spec import CallSpec
     from ._client_core import ClientCore
     from ._events import CallObserver
+    from ._history import FallbackStep
     from ._policies.breaker.circuit import Permit
-    from ._policies.fallback import FallbackStep
     from ._policies.quota import CallQuota, QuotaKey
     from ._policies.routing.endpoint_state import EndpointState
-    from .tokens import Precheck, Reservation
+    from ._precheck import Precheck
+    from .tokens import Reservation
 
 
 __all__ = ["FAILOVER", "OK", "PACED", "REQUEUED", "RETRY", "CallBase"]

@@ -72,7 +72,7 @@ from .protocol import ServerLoad
 if TYPE_CHECKING:
     from ._history import AttemptRecord
     from ._http import httpx
-    from .tokens._precheck import Precheck
+    from ._precheck import Precheck
 
 __all__ = [
     "APIConnectionError",

@@ -1,10 +1,12 @@
-"""What happened to each attempt of a logical call, kept on results and errors."""
+"""What happened to each attempt of a logical call, and each move of it to another
+model, kept on results and errors."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
-__all__ = ["AttemptRecord"]
+__all__ = ["AttemptRecord", "FallbackKind", "FallbackStep"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,3 +42,28 @@ class AttemptRecord:
     quota_wait: float = 0.0
     deployment: str | None = None
     tier: int | None = None
+
+
+class FallbackKind(str, enum.Enum):
+    """Why a call moved to another model."""
+
+    #: The model's servers could not serve it (overload, outage, open breaker).
+    UNAVAILABLE = "unavailable"
+    #: The request was too long for the model's context window.
+    CONTEXT_WINDOW = "context_window"
+    #: A content filter refused it.
+    CONTENT_POLICY = "content_policy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackStep:
+    """One move of a call to another model (``CallInfo.fallbacks``)."""
+
+    from_model: str | None
+    to_model: str
+    kind: FallbackKind
+    #: The exception class of the refusal that caused it.
+    error_type: str

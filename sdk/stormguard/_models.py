@@ -16,12 +16,11 @@ from collections.abc import Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from ._history import AttemptRecord
-    from ._policies.fallback import FallbackStep
+    from ._history import AttemptRecord, FallbackStep
+    from ._precheck import Precheck
     from ._rate_limit_headers import RateLimit
     from ._stop_reason import StopReason
     from .protocol import ServerLoad
-    from .tokens import Precheck
 
 __all__ = [
     "CALL_INFO_EXTENSION",

@@ -46,10 +46,11 @@ from ._call_spec import CallSpec
 from ._call_state import ATTEMPT_OPEN
 from ._events import AttemptStarted, FellBack, PrecheckPassed
 from ._exceptions import APITimeoutError, CircuitOpenError, ThrottledError
+from ._history import FallbackKind, FallbackStep
 from ._http import httpx
 from ._io.own_pool import attempt_request
 from ._logs import fell_back
-from ._policies.fallback import FallbackKind, FallbackStep, next_fallback
+from ._policies.fallback import next_fallback
 from ._policies.limiter.lease import Lease
 from ._policies.limiter.slot_waiter import SlotWaiter
 from ._policies.routing.base_url import normalize_base_url
@@ -61,7 +62,7 @@ from .protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 if TYPE_CHECKING:
     from ._client_core import ClientCore
     from ._policies.routing.endpoint_state import EndpointState
-    from .tokens import Precheck
+    from ._precheck import Precheck
 
 
 PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]

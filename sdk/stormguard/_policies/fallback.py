@@ -24,11 +24,11 @@ A call tries each model at most once, so a chain of routes always ends.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._history import FallbackKind
 from .._verdict import TRANSIENT_STATUSES, classify
 
 if TYPE_CHECKING:
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FALLBACK_STATUSES",
-    "FallbackKind",
-    "FallbackStep",
     "Fallbacks",
     "is_fallback_worthy",
     "next_fallback",
@@ -45,31 +43,6 @@ __all__ = [
 
 #: Statuses that say "this model's servers cannot serve you now": the transient ones.
 FALLBACK_STATUSES = TRANSIENT_STATUSES
-
-
-class FallbackKind(str, enum.Enum):
-    """Why a call moved to another model."""
-
-    #: The model's servers could not serve it (overload, outage, open breaker).
-    UNAVAILABLE = "unavailable"
-    #: The request was too long for the model's context window.
-    CONTEXT_WINDOW = "context_window"
-    #: A content filter refused it.
-    CONTENT_POLICY = "content_policy"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackStep:
-    """One move of a call to another model (``CallInfo.fallbacks``)."""
-
-    from_model: str | None
-    to_model: str
-    kind: FallbackKind
-    #: The exception class of the refusal that caused it.
-    error_type: str
 
 
 def _model_name(value: object, what: str) -> str:

@@ -12,11 +12,11 @@ from .._clock import ClockLike
 from .._exceptions import ContextWindowExceededError
 from .._fork import fork_safe_lock
 from .._http import httpx
+from .._precheck import Precheck
 from ._counter import TokenCounter
 from ._estimate import EstimatingCounter
 from ._flow import Flow
 from ._match import ModelMap
-from ._precheck import Precheck
 from ._rate_limit import Reservation, TokenRateLimiter
 from ._request import Kind, PromptRequest, count_prompt, read_request
 from ._server_context_windows import ServerContextWindows

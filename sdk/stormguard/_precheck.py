@@ -1,8 +1,9 @@
 """``Precheck``: what a token pre-check found, a frozen record and nothing else.
 
-``TokenPolicy`` (``_policy.py``) makes one; the call's result and its errors
-(``StormguardError.precheck``) carry it. It lives apart from the policy so that
-the exception tree can name it without reaching the counters and the limiter.
+``TokenPolicy`` (``tokens/_policy.py``) makes one; the call's result and its errors
+(``StormguardError.precheck``) carry it. It lives apart from the policy, with the
+other records, so that the exception tree and the results can name it without
+reaching the counters and the limiter.
 """
 
 from __future__ import annotations
