@@ -51,7 +51,7 @@ test-slow: $(STAMP)
 
 test: lint unit
 
-# _client.py and _resources.py are generated from their async twins
+# _client/client.py and _client/resources.py are generated from their async twins
 # (scripts/unasync.py; tests/sdk/test_unasync.py checks them): edit the async files.
 unasync: $(STAMP)
 	$(PY) scripts/unasync.py

@@ -1,11 +1,11 @@
 """Generate the sync client from the async one, as httpcore generates its sync code.
 
-``sdk/stormguard/_client.py`` is ``_async_client.py`` with its async words
+``sdk/stormguard/_client/client.py`` is ``async_client.py`` with its async words
 replaced by their sync twins (the table below), then sorted and formatted by
-ruff; so is ``_resources.py``. Edit the async files
+ruff; so is ``resources.py``. Edit the async files
 and run ``make unasync``; ``--check`` (run by tests/sdk/test_unasync.py) fails
 when a sync file is not what its async twin generates. The I/O that truly
-differs lives outside both (``_drivers.py``).
+differs lives outside both (``_call/drivers.py``).
 
     python scripts/unasync.py [--check]
 """
@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 #: (async file, sync file) pairs, relative to the repository root.
 FILES = [
-    ("sdk/stormguard/_async_client.py", "sdk/stormguard/_client.py"),
-    ("sdk/stormguard/_async_resources.py", "sdk/stormguard/_resources.py"),
+    ("sdk/stormguard/_client/async_client.py", "sdk/stormguard/_client/client.py"),
+    ("sdk/stormguard/_client/async_resources.py", "sdk/stormguard/_client/resources.py"),
 ]
 
 #: Whole-word replacements, applied in order.

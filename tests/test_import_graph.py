@@ -30,15 +30,15 @@ PACKAGES = [
 DECISION_MODULES = [
     "stormguard._policies.retry.budget",
     "stormguard._policies.breaker.breaker",
-    "stormguard._clock",
-    "stormguard._deadline",
+    "stormguard._core.clock",
+    "stormguard._core.deadline",
     "stormguard._policies.fallback",
     "stormguard._policies.limiter.limiter",
     "stormguard._policies.retry.retry",
-    "stormguard._stop_reason",
+    "stormguard._core.stop_reason",
     "stormguard._policies.retry.throttle",
-    "stormguard._verdict",
-    "stormguard._sliding_window",
+    "stormguard._core.verdict",
+    "stormguard._core.sliding_window",
     "stormguard._policies.limiter.aimd",
     "stormguard._policies.breaker.config",
     "stormguard._policies.breaker.registry",
@@ -228,7 +228,7 @@ def test_decisions_import_no_http_library(module: str) -> None:
 
 #: Modules whose job is to pick an implementation and hand it on: ``_http`` (httpx or
 #: httpx2), ``_compat`` (``typing`` or ``typing_extensions``).
-PICKERS = {"stormguard._http", "stormguard._compat"}
+PICKERS = {"stormguard._core.http", "stormguard._core.compat"}
 
 
 def _defined(path: Path) -> set[str]:

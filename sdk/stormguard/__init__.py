@@ -19,18 +19,24 @@ import importlib.util
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._logs import setup_logging
+from ._core.logs import setup_logging
 from ._version import __version__
 
 if TYPE_CHECKING:
-    from ._api_response import APIResponse, AsyncAPIResponse
-    from ._async_client import AsyncClient
-    from ._base_client import DEFAULT_CONNECTION_LIMITS
-    from ._call_info_lookup import call_info
-    from ._client import Client
-    from ._client_core import DEFAULT_TIMEOUT
-    from ._clock import Clock
-    from ._exceptions import (
+    from ._call.client_core import DEFAULT_TIMEOUT
+    from ._call.options import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
+    from ._call.stats import CallStats
+    from ._call.stream_timeouts import StreamTimeouts
+    from ._call.streaming import AsyncStream, Stream
+    from ._client.api_response import APIResponse, AsyncAPIResponse
+    from ._client.async_client import AsyncClient
+    from ._client.base_client import DEFAULT_CONNECTION_LIMITS
+    from ._client.call_info_lookup import call_info
+    from ._client.client import Client
+    from ._client.handed_over_body import StreamAlreadyConsumed
+    from ._client.raw_response import LegacyAPIResponse
+    from ._core.clock import Clock
+    from ._core.exceptions import (
         APIConnectionError,
         APIError,
         APIResponseValidationError,
@@ -58,10 +64,8 @@ if TYPE_CHECKING:
         TokenRateLimitedError,
         UnprocessableEntityError,
     )
-    from ._handed_over_body import StreamAlreadyConsumed
-    from ._history import AttemptRecord, FallbackKind, FallbackStep
-    from ._io.deadline_transport import DeadlineTransport
-    from ._models import (
+    from ._core.history import AttemptRecord, FallbackKind, FallbackStep
+    from ._core.models import (
         CALL_INFO_EXTENSION,
         CallInfo,
         ChatCompletion,
@@ -83,7 +87,9 @@ if TYPE_CHECKING:
         ResponseStreamEvent,
         ResponseUsage,
     )
-    from ._options import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
+    from ._core.rate_limit_headers import RateLimit
+    from ._core.stop_reason import StopReason
+    from ._io.deadline_transport import DeadlineTransport
     from ._policies.breaker.circuit import CircuitBreaker
     from ._policies.breaker.config import BreakerConfig
     from ._policies.breaker.registry import BreakerRegistry
@@ -107,12 +113,6 @@ if TYPE_CHECKING:
     )
     from ._policies.routing.endpoint_config import Endpoint, SpillOver
     from ._policies.routing.tiers import DeploymentSnapshot
-    from ._rate_limit_headers import RateLimit
-    from ._raw_response import LegacyAPIResponse
-    from ._stats import CallStats
-    from ._stop_reason import StopReason
-    from ._stream_timeouts import StreamTimeouts
-    from ._streaming import AsyncStream, Stream
     from ._transport.clients import async_httpx_client, httpx_client, openai_http_library
     from ._transport.transport import AsyncStormguardTransport, StormguardTransport
     from .protocol import Priority, ServerLoad, ShedReason
@@ -238,11 +238,11 @@ __all__ = [
 #: ejection's, discovery's, endpoints', base client's, streamed response's), the one
 #: that re-exports it.
 _MODULES: dict[str, str] = {
-    "AsyncClient": "._async_client",
-    "DEFAULT_CONNECTION_LIMITS": "._base_client",
-    "DEFAULT_TIMEOUT": "._client_core",
-    "NOT_GIVEN": "._options",
-    "NotGiven": "._options",
+    "AsyncClient": "._client.async_client",
+    "DEFAULT_CONNECTION_LIMITS": "._client.base_client",
+    "DEFAULT_TIMEOUT": "._call.client_core",
+    "NOT_GIVEN": "._call.options",
+    "NotGiven": "._call.options",
     "BreakerConfig": "._policies.breaker.config",
     "BreakerRegistry": "._policies.breaker.registry",
     "BreakerSnapshot": "._policies.breaker.states",
@@ -251,8 +251,8 @@ _MODULES: dict[str, str] = {
     "CircuitState": "._policies.breaker.states",
     "BudgetSnapshot": "._policies.retry.budget",
     "RetryBudget": "._policies.retry.budget",
-    "Client": "._client",
-    "Clock": "._clock",
+    "Client": "._client.client",
+    "Clock": "._core.clock",
     "DeadlineTransport": "._io.deadline_transport",
     "Deployment": "._policies.routing.deployment",
     "Pin": "._policies.routing.deployment",
@@ -267,73 +267,73 @@ _MODULES: dict[str, str] = {
     "EndpointStatus": "._policies.routing.ejection_status",
     "Endpoint": "._policies.routing.endpoint_config",
     "SpillOver": "._policies.routing.endpoint_config",
-    "FallbackKind": "._history",
-    "FallbackStep": "._history",
+    "FallbackKind": "._core.history",
+    "FallbackStep": "._core.history",
     "Fallbacks": "._policies.fallback",
-    "APIConnectionError": "._exceptions",
-    "APIError": "._exceptions",
-    "APIResponseValidationError": "._exceptions",
-    "APIStatusError": "._exceptions",
-    "APITimeoutError": "._exceptions",
-    "AuthenticationError": "._exceptions",
-    "BadRequestError": "._exceptions",
-    "CircuitOpenError": "._exceptions",
-    "ClientClosedError": "._exceptions",
-    "ConflictError": "._exceptions",
-    "ContextWindowExceededError": "._exceptions",
-    "EventLoopMismatchError": "._exceptions",
-    "InternalServerError": "._exceptions",
-    "LocalQueueFullError": "._exceptions",
-    "NotFoundError": "._exceptions",
-    "PermissionDeniedError": "._exceptions",
-    "QueueTimeoutError": "._exceptions",
-    "QuotaWaitError": "._exceptions",
-    "RateLimitError": "._exceptions",
-    "RefusedBeforeSendError": "._exceptions",
-    "ServiceUnavailableError": "._exceptions",
-    "StormguardError": "._exceptions",
-    "StreamInterruptedError": "._exceptions",
-    "ThrottledError": "._exceptions",
-    "TokenRateLimitedError": "._exceptions",
-    "UnprocessableEntityError": "._exceptions",
-    "AttemptRecord": "._history",
+    "APIConnectionError": "._core.exceptions",
+    "APIError": "._core.exceptions",
+    "APIResponseValidationError": "._core.exceptions",
+    "APIStatusError": "._core.exceptions",
+    "APITimeoutError": "._core.exceptions",
+    "AuthenticationError": "._core.exceptions",
+    "BadRequestError": "._core.exceptions",
+    "CircuitOpenError": "._core.exceptions",
+    "ClientClosedError": "._core.exceptions",
+    "ConflictError": "._core.exceptions",
+    "ContextWindowExceededError": "._core.exceptions",
+    "EventLoopMismatchError": "._core.exceptions",
+    "InternalServerError": "._core.exceptions",
+    "LocalQueueFullError": "._core.exceptions",
+    "NotFoundError": "._core.exceptions",
+    "PermissionDeniedError": "._core.exceptions",
+    "QueueTimeoutError": "._core.exceptions",
+    "QuotaWaitError": "._core.exceptions",
+    "RateLimitError": "._core.exceptions",
+    "RefusedBeforeSendError": "._core.exceptions",
+    "ServiceUnavailableError": "._core.exceptions",
+    "StormguardError": "._core.exceptions",
+    "StreamInterruptedError": "._core.exceptions",
+    "ThrottledError": "._core.exceptions",
+    "TokenRateLimitedError": "._core.exceptions",
+    "UnprocessableEntityError": "._core.exceptions",
+    "AttemptRecord": "._core.history",
     "ConcurrencyLimiter": "._policies.limiter.limiter",
     "LimitSnapshot": "._policies.limiter.endpoint_limit",
-    "CALL_INFO_EXTENSION": "._models",
-    "CallInfo": "._models",
-    "ChatCompletion": "._models",
-    "ChatCompletionChunk": "._models",
-    "ChatCompletionMessage": "._models",
-    "Choice": "._models",
-    "ChoiceDelta": "._models",
-    "ChunkChoice": "._models",
-    "Completion": "._models",
-    "CompletionChoice": "._models",
-    "CompletionUsage": "._models",
-    "CreateEmbeddingResponse": "._models",
-    "Embedding": "._models",
-    "EmbeddingUsage": "._models",
-    "Model": "._models",
-    "ModelList": "._models",
-    "Record": "._models",
-    "Response": "._models",
-    "ResponseStreamEvent": "._models",
-    "ResponseUsage": "._models",
-    "Omit": "._options",
-    "TimeoutLike": "._options",
-    "omit": "._options",
+    "CALL_INFO_EXTENSION": "._core.models",
+    "CallInfo": "._core.models",
+    "ChatCompletion": "._core.models",
+    "ChatCompletionChunk": "._core.models",
+    "ChatCompletionMessage": "._core.models",
+    "Choice": "._core.models",
+    "ChoiceDelta": "._core.models",
+    "ChunkChoice": "._core.models",
+    "Completion": "._core.models",
+    "CompletionChoice": "._core.models",
+    "CompletionUsage": "._core.models",
+    "CreateEmbeddingResponse": "._core.models",
+    "Embedding": "._core.models",
+    "EmbeddingUsage": "._core.models",
+    "Model": "._core.models",
+    "ModelList": "._core.models",
+    "Record": "._core.models",
+    "Response": "._core.models",
+    "ResponseStreamEvent": "._core.models",
+    "ResponseUsage": "._core.models",
+    "Omit": "._call.options",
+    "TimeoutLike": "._call.options",
+    "omit": "._call.options",
     "QuotaPolicy": "._policies.quota",
     "QuotaSnapshot": "._policies.quota",
-    "RateLimit": "._rate_limit_headers",
-    "LegacyAPIResponse": "._raw_response",
+    "RateLimit": "._core.rate_limit_headers",
+    "LegacyAPIResponse": "._client.raw_response",
     "RetryPolicy": "._policies.retry.retry",
-    "CallStats": "._stats",
-    "StreamTimeouts": "._stream_timeouts",
-    "APIResponse": "._api_response",
-    "AsyncAPIResponse": "._api_response",
-    "StreamAlreadyConsumed": "._handed_over_body",
-    "AsyncStream": "._streaming",
-    "Stream": "._streaming",
+    "CallStats": "._call.stats",
+    "StreamTimeouts": "._call.stream_timeouts",
+    "APIResponse": "._client.api_response",
+    "AsyncAPIResponse": "._client.api_response",
+    "StreamAlreadyConsumed": "._client.handed_over_body",
+    "AsyncStream": "._call.streaming",
+    "Stream": "._call.streaming",
     "AdaptiveThrottle": "._policies.retry.throttle",
     "AsyncStormguardTransport": "._transport.transport",
     "StormguardTransport": "._transport.transport",
@@ -343,9 +343,9 @@ _MODULES: dict[str, str] = {
     "Priority": ".protocol",
     "ServerLoad": ".protocol",
     "ShedReason": ".protocol",
-    "StopReason": "._stop_reason",
+    "StopReason": "._core.stop_reason",
     "Telemetry": ".telemetry",
-    "call_info": "._call_info_lookup",
+    "call_info": "._client.call_info_lookup",
 }
 
 #: openai-python's client names, so that ``from openai import OpenAI`` and

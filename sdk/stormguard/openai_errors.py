@@ -36,7 +36,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from . import _exceptions as sg
+from ._core import exceptions as sg
 
 if TYPE_CHECKING:
     from types import ModuleType

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ._clock import Clock
+from ._core.clock import Clock
 
 __all__ = ["FakeClock"]
 

@@ -31,7 +31,7 @@ class _NoHttpx(importlib.abc.MetaPathFinder):
 
 def main(form_name: str, examples: list[str]) -> dict[str, object]:
     sys.meta_path.insert(0, _NoHttpx())
-    from stormguard._http import httpx as library
+    from stormguard._core.http import httpx as library
     from tests.compat.forms import EXAMPLES, FORMS
 
     form = next(f for f in FORMS if f.name == form_name)

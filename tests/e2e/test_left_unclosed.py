@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
-from stormguard._events import CallEnded
-from stormguard._unclosed import reaped, settled
+from stormguard._call.unclosed import reaped, settled
+from stormguard.telemetry._events import CallEnded
 from tests.e2e.flaky_server import FlakyServer, running, wait_for
 from tests.e2e.server_process import RunningServer, run_server
 from tests.sdk.helpers import own_pools

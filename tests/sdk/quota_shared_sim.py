@@ -19,10 +19,10 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from stormguard._exceptions import QuotaWaitError
+from stormguard._core.exceptions import QuotaWaitError
+from stormguard._core.rate_limit_headers import NO_RATE_LIMIT
 from stormguard._policies.quota import QuotaGate, SharedAsk
 from stormguard._policies.quota._redis import Reply
-from stormguard._rate_limit_headers import NO_RATE_LIMIT
 from stormguard.testing import FakeClock
 
 __all__ = ["Provider", "SharedRun", "run_shared"]

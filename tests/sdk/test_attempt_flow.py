@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 import stormguard
-from stormguard._attempt_flow import (
+from stormguard._call.attempt_flow import (
     Action,
     CloseResponse,
     OpenStream,
@@ -19,10 +19,10 @@ from stormguard._attempt_flow import (
     attempt_flow,
     run_sync,
 )
-from stormguard._call_spec import CallSpec
-from stormguard._call_state import CallProtocolError, CallState
-from stormguard._models import ChatCompletion
-from stormguard._pipeline import LogicalCall
+from stormguard._call.call_spec import CallSpec
+from stormguard._call.call_state import CallProtocolError, CallState
+from stormguard._call.pipeline import LogicalCall
+from stormguard._core.models import ChatCompletion
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 Perform = Callable[[Action], Any]

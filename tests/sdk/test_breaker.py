@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import stormguard._policies.breaker.breaker
-from stormguard._exceptions import (
+from stormguard._core.exceptions import (
     APIConnectionError,
     APIResponseValidationError,
     APIStatusError,

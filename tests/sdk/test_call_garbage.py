@@ -21,7 +21,7 @@ import pytest
 import respx
 
 import stormguard
-from stormguard._pipeline import LogicalCall
+from stormguard._call.pipeline import LogicalCall
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 OUTCOMES = {

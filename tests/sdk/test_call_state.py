@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stormguard import StormguardError
-from stormguard._call_state import TRANSITIONS, CallMachine, CallProtocolError, CallState
+from stormguard._call.call_state import TRANSITIONS, CallMachine, CallProtocolError, CallState
 
 S = CallState
 

@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 import stormguard
-from stormguard._deadline import Deadline, current_deadline
-from stormguard._drivers import http_pool_async, http_pool_sync
+from stormguard._call.drivers import http_pool_async, http_pool_sync
+from stormguard._core.deadline import Deadline, current_deadline
 from stormguard._io.deadline_backend import DeadlineBackend, DeadlineStream
 from stormguard._io.deadline_transport import DeadlineTransport
 from stormguard._io.own_pool import OwnAsyncClient

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 import stormguard._policies.routing.ejection
-from stormguard._exceptions import (
+from stormguard._core.exceptions import (
     APIConnectionError,
     APIResponseValidationError,
     APITimeoutError,

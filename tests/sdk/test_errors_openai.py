@@ -10,12 +10,12 @@ import pytest
 import respx
 
 import stormguard
+from stormguard._core.redact import REDACTED
+from stormguard._core.verdict import LimitOutcome
 from stormguard._policies.breaker.breaker import is_breaker_failure
 from stormguard._policies.fallback import is_fallback_worthy
 from stormguard._policies.limiter.limiter import is_shed, limit_outcome
 from stormguard._policies.retry.throttle import AdaptiveThrottle, is_accept
-from stormguard._redact import REDACTED
-from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import MESSAGES, Api, chunk, event_stream, sse
@@ -180,7 +180,7 @@ async def test_a_key_echoed_in_code_param_type_and_body_is_scrubbed(
 
 
 def test_scrub_error_scrubs_a_json_body_built_by_hand() -> None:
-    from stormguard._redact import Redactor
+    from stormguard._core.redact import Redactor
 
     err = stormguard.RateLimitError("x", status_code=429, body={"code": KEY, "nested": [KEY]})
     Redactor([KEY]).scrub_error(err)

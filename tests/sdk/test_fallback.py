@@ -135,7 +135,7 @@ def test_fallback_models_must_be_a_list() -> None:
 
 
 def overload(status: int, shed_reason: str | None = None) -> stormguard.APIStatusError:
-    cls = stormguard._exceptions.status_error_class(status)
+    cls = stormguard._core.exceptions.status_error_class(status)
     return cls("x", status_code=status, server_load=ServerLoad(load_shed=shed_reason))
 
 

@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import stormguard
+from stormguard._call.unclosed import aclose_later, reaped, settled
 from stormguard._policies.breaker.config import BreakerConfig
 from stormguard._policies.breaker.states import CircuitState
-from stormguard._unclosed import aclose_later, reaped, settled
 from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 

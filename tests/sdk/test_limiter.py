@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import ConcurrencyLimiter, LocalQueueFullError, QueueTimeoutError, ServerLoad
-from stormguard._exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
+from stormguard._core.exceptions import APITimeoutError, RateLimitError, ServiceUnavailableError
+from stormguard._core.verdict import LimitOutcome
 from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard._policies.limiter.endpoint_limit import EndpointLimit
 from stormguard._policies.limiter.lease import Lease
 from stormguard._policies.limiter.limiter import limit_outcome
 from stormguard._policies.limiter.slot_waiter import SlotWaiter
-from stormguard._verdict import LimitOutcome
 from stormguard.testing import FakeClock
 
 E = "gpu-1:8000"

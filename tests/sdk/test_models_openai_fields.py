@@ -18,7 +18,7 @@ from openai.types.responses import ResponseStreamEvent as OpenAIResponseStreamEv
 from openai.types.responses import response_usage
 from pydantic import BaseModel
 
-from stormguard import _models as sg
+from stormguard._core import models as sg
 from tests.sdk.helpers import chat_json
 
 #: Each stormguard record and the openai model(s) whose fields it must declare.
@@ -136,7 +136,7 @@ def test_a_chunk_dumps_as_openais_does() -> None:
 def test_the_new_fields_are_checked_like_the_others(
     record: type[sg.Record], body: dict[str, Any], problem: str
 ) -> None:
-    from stormguard._record_shapes import shape_problem
+    from stormguard._core.record_shapes import shape_problem
 
     assert (shape_problem(record, body) or "").startswith(problem)
 
@@ -151,6 +151,6 @@ def test_the_new_fields_are_checked_like_the_others(
     ],
 )
 def test_fields_of_several_shapes_take_each(record: type[sg.Record], body: dict[str, Any]) -> None:
-    from stormguard._record_shapes import shape_problem
+    from stormguard._core.record_shapes import shape_problem
 
     assert shape_problem(record, body) is None

@@ -10,7 +10,7 @@ import pytest
 import respx
 
 import stormguard
-from stormguard import _logs
+from stormguard._core import logs as _logs
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 KEY = "sk-test-secret-key"

@@ -15,7 +15,8 @@ import pytest
 import respx
 
 import stormguard
-from stormguard import _exceptions, openai_errors
+from stormguard import openai_errors
+from stormguard._core import exceptions as _exceptions
 from stormguard._policies.breaker.config import BreakerConfig
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse

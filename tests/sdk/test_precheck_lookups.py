@@ -10,7 +10,7 @@ import httpx
 import pytest
 import respx
 
-from stormguard._deadline import Deadline
+from stormguard._core.deadline import Deadline
 from stormguard.testing import FakeClock
 from stormguard.tokens import (
     Flow,

@@ -7,8 +7,8 @@ import pytest
 import respx
 
 import stormguard
+from stormguard._core.verdict import LimitOutcome, is_out_of_quota
 from stormguard._policies.limiter.limiter import is_shed, limit_outcome
-from stormguard._verdict import LimitOutcome, is_out_of_quota
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 # OpenAI's answer to an account without credit.

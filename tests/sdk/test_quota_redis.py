@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
+from stormguard._core.rate_limit_headers import NO_RATE_LIMIT
 from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard._policies.quota import REDIS_ENV, CallQuota, Pace, QuotaGate, QuotaKey, SharedAsk
 from stormguard._policies.quota._redis import (
@@ -36,7 +37,6 @@ from stormguard._policies.quota._redis import (
     redis_key,
     where,
 )
-from stormguard._rate_limit_headers import NO_RATE_LIMIT
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 from tests.sdk.quota_shared_sim import run_shared

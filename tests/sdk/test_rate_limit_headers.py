@@ -11,8 +11,8 @@ import pytest
 import respx
 
 import stormguard
-from stormguard import _rate_limit_headers
-from stormguard._rate_limit_headers import RateLimit, parse_reset
+from stormguard._core import rate_limit_headers as _rate_limit_headers
+from stormguard._core.rate_limit_headers import RateLimit, parse_reset
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy, TokenRateLimiter
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse

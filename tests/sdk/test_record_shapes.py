@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
-from stormguard import _models
-from stormguard._record_shapes import shape_problem
+from stormguard._core import models as _models
+from stormguard._core.record_shapes import shape_problem
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 SECRET = "sk-test-secret-key"

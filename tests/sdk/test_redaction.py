@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import stormguard
 from stormguard import ServerLoad
-from stormguard._redact import MIN_SECRET_LENGTH, REDACTED, Redactor, display_url
+from stormguard._core.redact import MIN_SECRET_LENGTH, REDACTED, Redactor, display_url
 from stormguard.telemetry import Telemetry
 from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, sse
 

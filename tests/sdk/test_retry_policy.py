@@ -18,7 +18,7 @@ from tests.sdk.helpers import BASE, MESSAGES, chat_json
 
 
 def status_error(status: int, **headers: str) -> stormguard.APIStatusError:
-    cls = stormguard._exceptions.status_error_class(status)
+    cls = stormguard._core.exceptions.status_error_class(status)
     return cls("x", status_code=status, server_load=ServerLoad.from_headers(headers))
 
 

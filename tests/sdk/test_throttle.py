@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import stormguard._policies.retry.throttle
-from stormguard._exceptions import (
+from stormguard._core.exceptions import (
     APIConnectionError,
     APIStatusError,
     APITimeoutError,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import respx
 
-from stormguard._exceptions import ContextWindowExceededError
+from stormguard._core.exceptions import ContextWindowExceededError
 from stormguard.tokens import (
     EstimatingCounter,
     ModelMap,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stormguard._exceptions import TokenRateLimitedError
+from stormguard._core.exceptions import TokenRateLimitedError
 from stormguard.tokens import TokenRateLimiter
 from stormguard.tokens._rate_limit import MAX_RESET_WAIT_S, MAX_SETTLE_FACTOR
 from tests.sdk.test_tokens_support import FakeClock

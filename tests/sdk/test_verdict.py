@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 
 import stormguard
-from stormguard._exceptions import status_error_class
+from stormguard._core.exceptions import status_error_class
+from stormguard._core.stop_reason import StopReason
+from stormguard._core.verdict import LimitOutcome, Verdict, classify
 from stormguard._policies.breaker.breaker import is_breaker_failure
 from stormguard._policies.fallback import is_fallback_worthy
 from stormguard._policies.limiter.limiter import is_shed, limit_outcome, stream_cut_outcome
 from stormguard._policies.retry.throttle import is_accept
-from stormguard._stop_reason import StopReason
-from stormguard._verdict import LimitOutcome, Verdict, classify
 from stormguard.protocol import ServerLoad
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"

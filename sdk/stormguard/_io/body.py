@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import AsyncIterator, Iterator
 
-from .._http import httpx, library_of
+from .._core.http import httpx, library_of
 from ..protocol import parse_non_negative_int
 
 __all__ = [

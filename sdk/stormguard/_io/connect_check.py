@@ -11,7 +11,7 @@ import socket
 import threading
 from collections.abc import Callable
 
-from .._http import httpx
+from .._core.http import httpx
 
 __all__ = ["connect_check", "probe_address", "run_in_thread"]
 

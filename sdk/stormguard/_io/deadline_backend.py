@@ -23,8 +23,8 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from .._deadline import Deadline, current_deadline
-from .._http import httpcore
+from .._core.deadline import Deadline, current_deadline
+from .._core.http import httpcore
 
 __all__ = [
     "DeadlineBackend",

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._http import httpx, library_of
+from .._core.http import httpx, library_of
 
 __all__ = ["DeadlineTransport", "hold_to_deadlines"]
 

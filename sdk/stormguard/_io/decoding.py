@@ -10,7 +10,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from .._exceptions import (
+from .._core.exceptions import (
     APIConnectionError,
     APIError,
     APIResponseValidationError,
@@ -21,10 +21,10 @@ from .._exceptions import (
     error_object,
     status_error_class,
 )
-from .._http import httpx, request_errors, timeout_errors
-from .._models import APIResult, CallInfo
-from .._record_shapes import shape_problem
-from .._redact import Redactor
+from .._core.http import httpx, request_errors, timeout_errors
+from .._core.models import APIResult, CallInfo
+from .._core.record_shapes import shape_problem
+from .._core.redact import Redactor
 from ..protocol import HEADER_REQUEST_ID, ServerLoad
 
 __all__ = [

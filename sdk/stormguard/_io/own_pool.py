@@ -30,8 +30,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from .. import _fork
-from .._http import httpx
+from .._core import fork as _fork
+from .._core.http import httpx
 from .pool_life import LoopTransport, ProcessTransport
 from .pool_shards import pool_transport
 

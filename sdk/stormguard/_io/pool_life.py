@@ -47,9 +47,9 @@ import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .. import _fork
-from .._fork import fork_safe_lock
-from .._http import httpx
+from .._core import fork as _fork
+from .._core.fork import fork_safe_lock
+from .._core.http import httpx
 
 __all__ = ["LoopTransport", "ProcessTransport", "given_pool", "used_given_pool"]
 

@@ -25,7 +25,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, overload
 
-from .._http import httpx
+from .._core.http import httpx
 
 __all__ = [
     "SHARD_CONNECTIONS",

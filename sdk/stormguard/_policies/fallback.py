@@ -28,8 +28,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._history import FallbackKind
-from .._verdict import TRANSIENT_STATUSES, classify
+from .._core.history import FallbackKind
+from .._core.verdict import TRANSIENT_STATUSES, classify
 
 if TYPE_CHECKING:
     from ..tokens._match import ModelMap

@@ -9,8 +9,9 @@ import json
 import sys
 from typing import Any, cast
 
-from .._call_info_lookup import error_info
-from .._exceptions import (
+from .._call.streaming import AsyncStream, Stream
+from .._client.call_info_lookup import error_info
+from .._core.exceptions import (
     APIConnectionError,
     APIResponseValidationError,
     APIStatusError,
@@ -22,10 +23,9 @@ from .._exceptions import (
     ThrottledError,
     TokenRateLimitedError,
 )
-from .._http import httpx, library_of, request_errors
+from .._core.http import httpx, library_of, request_errors
+from .._core.models import CALL_INFO_EXTENSION
 from .._io.body import decoded_headers, read_response
-from .._models import CALL_INFO_EXTENSION
-from .._streaming import AsyncStream, Stream
 from ..protocol import (
     HEADER_LOAD_SHED,
     HEADER_REQUEST_ID,

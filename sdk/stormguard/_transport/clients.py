@@ -16,11 +16,11 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, overload
 
-from .._async_client import AsyncClient
-from .._client import Client
-from .._client_options import ClientOptions
-from .._compat import Unpack
-from .._http import httpx
+from .._call.client_options import ClientOptions
+from .._client.async_client import AsyncClient
+from .._client.client import Client
+from .._core.compat import Unpack
+from .._core.http import httpx
 from .transport import AsyncStormguardTransport, StormguardTransport
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import httpx2
 
-from .._async_client import AsyncClient
-from .._client import Client
+from .._client.async_client import AsyncClient
+from .._client.client import Client
 from .replay import _AsyncReplayStream, _ReplayStream
 from .transport import AsyncStormguardTransport, StormguardTransport
 

@@ -44,24 +44,24 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import openai
 import pydantic
 
-from .._async_client import AsyncClient
-from .._call_info_lookup import CALL_INFO_ATTRIBUTE
-from .._client import Client
-from .._client_core import DEFAULT_TIMEOUT
-from .._client_options import BaseURL, StormguardOptions
-from .._compat import Unpack
-from .._exceptions import StormguardError
-from .._http import httpx
-from .._models import CALL_INFO_EXTENSION
-from .._options import NOT_GIVEN, is_omitted
+from .._call.client_core import DEFAULT_TIMEOUT
+from .._call.client_options import BaseURL, StormguardOptions
+from .._call.options import NOT_GIVEN, is_omitted
+from .._client.async_client import AsyncClient
+from .._client.call_info_lookup import CALL_INFO_ATTRIBUTE
+from .._client.client import Client
+from .._core.compat import Unpack
+from .._core.exceptions import StormguardError
+from .._core.http import httpx
+from .._core.models import CALL_INFO_EXTENSION
 from .._policies.routing.deployment import Deployment
 from .answers import ERROR_EXTENSION, for_openai
 from .clients import async_http_client_over, http_client_over
 from .transport import pipeline_of
 
 if TYPE_CHECKING:
-    from .._http import LimitsLike
-    from .._options import TimeoutLike, Unset
+    from .._call.options import TimeoutLike, Unset
+    from .._core.http import LimitsLike
 
 __all__ = ["AsyncOpenAI", "OpenAI", "OpenAIError", "OpenAIOptions"]
 

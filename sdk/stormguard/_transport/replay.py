@@ -9,10 +9,10 @@ import math
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from .._exceptions import StormguardError
-from .._http import httpx, library_of, transport_errors
+from .._call.streaming import AsyncStream, Stream
+from .._core.exceptions import StormguardError
+from .._core.http import httpx, library_of, transport_errors
 from .._io.read_within import anext_within
-from .._streaming import AsyncStream, Stream
 from .answers import from_openai, in_library_of, raised_for
 
 __all__ = ["areplay", "replay"]

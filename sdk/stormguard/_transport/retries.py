@@ -26,8 +26,8 @@ import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
-from .._clock import Clock
-from .._http import httpx, library_of
+from .._core.clock import Clock
+from .._core.http import httpx, library_of
 from ..protocol import HEADER_STAINLESS_RETRY_COUNT, parse_non_negative_int
 
 __all__ = ["MAX_REMEMBERED", "REMEMBER_S", "FailedCalls"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._api_specs import EMBEDDINGS, RESPONSES
-from .._call_spec import CallSpec
-from .._client_core import ClientCore
-from .._http import httpx
-from .._models import ModelList
+from .._call.call_spec import CallSpec
+from .._call.client_core import ClientCore
+from .._call.spec_builder import GenerationEndpoint
+from .._client.api_specs import EMBEDDINGS, RESPONSES
+from .._core.http import httpx
+from .._core.models import ModelList
 from .._policies.routing.deployment import pin_from_headers
-from .._spec_builder import GenerationEndpoint
 
 __all__ = ["spec_from_request"]
 

@@ -69,11 +69,11 @@ from typing import Any
 
 import anyio
 
-from .._async_client import AsyncClient
-from .._client import Client
-from .._exceptions import StormguardError
-from .._http import httpx, response_types
-from .._streaming import AsyncStream, Stream
+from .._call.streaming import AsyncStream, Stream
+from .._client.async_client import AsyncClient
+from .._client.client import Client
+from .._core.exceptions import StormguardError
+from .._core.http import httpx, response_types
 from .answers import httpx_error_for, plain_response, response_for_error, stream_response
 from .replay import _AsyncReplayStream, _ReplayStream
 from .retries import FailedCalls

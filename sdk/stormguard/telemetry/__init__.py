@@ -12,7 +12,7 @@ named.
 
 from typing import TYPE_CHECKING, Any
 
-from .._events import (
+from ._events import (
     AttemptEnded,
     AttemptStarted,
     BudgetRefused,

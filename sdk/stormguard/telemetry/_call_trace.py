@@ -18,7 +18,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from .._events import (
+from .._core.http import httpx
+from .._core.redact import display_url
+from . import _names as n
+from ._captured_content import _input_messages, _output_messages
+from ._current_call import CURRENT
+from ._events import (
     AttemptEnded,
     AttemptStarted,
     BudgetRefused,
@@ -30,11 +35,6 @@ from .._events import (
     PrecheckPassed,
     ResponseSummary,
 )
-from .._http import httpx
-from .._redact import display_url
-from . import _names as n
-from ._captured_content import _input_messages, _output_messages
-from ._current_call import CURRENT
 from ._metrics import ClientMetrics
 from ._span_attributes import (
     _attempt_error_type,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._events import ResponseSummary
+    from ._events import ResponseSummary
 
 
 def _input_messages(body: Mapping[str, Any]) -> str | None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from .._fork import fork_safe_lock
+from .._core.fork import fork_safe_lock
 from . import _names as n
 
 __all__ = ["BREAKER_STATE_VALUES", "ENDPOINT_STATUS_VALUES", "MAX_SERIES", "ClientMetrics"]

@@ -21,7 +21,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._fork import fork_safe_lock
+from .._core.fork import fork_safe_lock
 from .._version import __version__
 from . import _names as n
 from ._current_call import CURRENT
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from .._events import CallStarted
     from .._policies.breaker.states import BreakerTransition
     from .._policies.routing.dns_name import DiscoveryChange
     from .._policies.routing.ejection_status import EjectionTransition
     from ._call_trace import _CallTrace
+    from ._events import CallStarted
     from ._metrics import ClientMetrics
 
 __all__ = ["Telemetry"]

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from . import _names as n
 
 if TYPE_CHECKING:
-    from .._events import AttemptEnded, PrecheckPassed
     from .._policies.retry.budget import BudgetSnapshot
     from ..protocol import ServerLoad
+    from ._events import AttemptEnded, PrecheckPassed
 
 
 def _attempt_error_type(event: AttemptEnded) -> str:
@@ -68,7 +68,7 @@ def _refusal_attributes(error: BaseException | None) -> dict[str, Any]:
     """What a refusal made before any I/O says (the logical span has no attempt then)."""
     # Imported here: the exception classes are plain Python, but keeping this module's
     # import surface small keeps ``import stormguard`` fast.
-    from .._exceptions import (
+    from .._core.exceptions import (
         CircuitOpenError,
         ContextWindowExceededError,
         ThrottledError,

@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .._precheck import Precheck
+    from .._core.precheck import Precheck
     from ._bpe import BPE_DISTRIBUTION, BPEFileError, bpe_directories, offline_encoding
     from ._chat import CONSERVATIVE_OVERHEAD, OPENAI_OVERHEAD, ChatOverhead, count_chat_tokens
     from ._context_windows import KNOWN_CONTEXT_WINDOWS, known_context_window
@@ -83,7 +83,7 @@ _SUBMODULES = {
     "ModelMap": "._match",
     "encoding_name_for_model": "._models",
     "DEFAULT_MAX_TOKENS": "._policy",
-    "Precheck": ".._precheck",
+    "Precheck": ".._core.precheck",
     "TokenPolicy": "._policy",
     "Reservation": "._rate_limit",
     "TokenRateLimiter": "._rate_limit",

@@ -27,7 +27,7 @@ from typing import Any
 import tiktoken
 import tiktoken_ext.openai_public as openai_public
 
-from .._exceptions import StormguardError
+from .._core.exceptions import StormguardError
 
 __all__ = ["BPE_DISTRIBUTION", "BPEFileError", "bpe_directories", "offline_encoding"]
 

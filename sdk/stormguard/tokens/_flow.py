@@ -25,9 +25,9 @@ from typing import TypeVar
 
 import anyio
 
-from .._clock import Clock
-from .._deadline import Deadline
-from .._http import http_errors, httpx
+from .._core.clock import Clock
+from .._core.deadline import Deadline
+from .._core.http import http_errors, httpx
 from .._io.body import (
     ACCEPT_ENCODING,
     DEFAULT_MAX_RESPONSE_BYTES,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
-from .._fork import fork_safe_lock
+from .._core.fork import fork_safe_lock
 
 __all__ = ["LRUCache"]
 

@@ -8,11 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._clock import ClockLike
-from .._exceptions import ContextWindowExceededError
-from .._fork import fork_safe_lock
-from .._http import httpx
-from .._precheck import Precheck
+from .._core.clock import ClockLike
+from .._core.exceptions import ContextWindowExceededError
+from .._core.fork import fork_safe_lock
+from .._core.http import httpx
+from .._core.precheck import Precheck
 from ._counter import TokenCounter
 from ._estimate import EstimatingCounter
 from ._flow import Flow

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from .._clock import ClockLike, ClockRef
-from .._exceptions import TokenRateLimitedError
-from .._fork import fork_safe_lock
+from .._core.clock import ClockLike, ClockRef
+from .._core.exceptions import TokenRateLimitedError
+from .._core.fork import fork_safe_lock
 from .._policies.limiter.aimd import MAX_PAUSE_S
 
 __all__ = ["MAX_RESET_WAIT_S", "MAX_SETTLE_FACTOR", "Reservation", "TokenRateLimiter"]

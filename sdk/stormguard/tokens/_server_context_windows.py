@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._clock import ClockLike, ClockRef
-from .._fork import fork_safe_lock
-from .._http import httpx
+from .._core.clock import ClockLike, ClockRef
+from .._core.fork import fork_safe_lock
+from .._core.http import httpx
 from ._flow import MAX_LOOKUP_ENDPOINTS, Flow, abandoned, models_url
 
 __all__ = ["ServerContextWindows", "parse_models_response"]

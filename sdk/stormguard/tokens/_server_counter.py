@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from .._clock import ClockLike, ClockRef
-from .._fork import fork_safe_lock
-from .._http import httpx
+from .._core.clock import ClockLike, ClockRef
+from .._core.fork import fork_safe_lock
+from .._core.http import httpx
 from ._counter import Message, TokenCounter, Tool
 from ._estimate import EstimatingCounter
 from ._flow import MAX_LOOKUP_ENDPOINTS, Flow, abandoned, tokenize_url

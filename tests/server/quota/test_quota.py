@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stormguard._rate_limit_headers import RateLimit
+from stormguard._core.rate_limit_headers import RateLimit
 from stormguard_server.config import QuotaConfig
 from stormguard_server.quota.buckets import (
     ANONYMOUS,

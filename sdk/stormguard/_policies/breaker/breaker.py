@@ -26,7 +26,7 @@ documented in docs/breakers.md, kept by ``_policies/breaker/circuit.py``).
 
 from __future__ import annotations
 
-from ..._verdict import classify
+from ..._core.verdict import classify
 
 __all__ = ["is_breaker_failure"]
 

@@ -20,11 +20,11 @@ import random
 from collections import deque
 from collections.abc import Sequence
 
-from ..._clock import Clock
-from ..._exceptions import CircuitOpenError
-from ..._fork import fork_safe_lock
-from ..._outbox import Outbox
-from ..._verdict import Verdict, classify
+from ..._core.clock import Clock
+from ..._core.exceptions import CircuitOpenError
+from ..._core.fork import fork_safe_lock
+from ..._core.outbox import Outbox
+from ..._core.verdict import Verdict, classify
 from .config import BreakerConfig
 from .states import BreakerListener, BreakerSnapshot, BreakerTransition, CircuitState
 

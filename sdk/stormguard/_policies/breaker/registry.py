@@ -6,8 +6,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from ..._clock import Clock
-from ..._fork import fork_safe_lock
+from ..._core.clock import Clock
+from ..._core.fork import fork_safe_lock
 from .circuit import CircuitBreaker
 from .config import BreakerConfig
 from .states import BreakerListener, BreakerSnapshot

@@ -24,15 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..._exceptions import LocalQueueFullError, QueueTimeoutError
-from ..._fork import forget_in_child, fork_safe_lock
-from ..._verdict import LimitOutcome
+from ..._core.exceptions import LocalQueueFullError, QueueTimeoutError
+from ..._core.fork import forget_in_child, fork_safe_lock
+from ..._core.verdict import LimitOutcome
 from .aimd import AimdLimit, LimitSettings
 from .lease import Lease
 from .slot_waiter import SlotWaiter
 
 if TYPE_CHECKING:
-    from ..._clock import Clock
+    from ..._core.clock import Clock
 
 __all__ = ["EndpointLimit", "LimitSnapshot", "LimitTable"]
 

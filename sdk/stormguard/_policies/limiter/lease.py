@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..._verdict import LimitOutcome
+from ..._core.verdict import LimitOutcome
 from ...protocol import ServerLoad
 
 __all__ = ["Lease", "SlotOwner"]

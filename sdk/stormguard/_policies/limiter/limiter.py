@@ -42,9 +42,9 @@ import itertools
 import random
 from collections.abc import Iterable
 
-from ..._clock import Clock
-from ..._fork import fork_safe_lock
-from ..._verdict import LimitOutcome, classify
+from ..._core.clock import Clock
+from ..._core.fork import fork_safe_lock
+from ..._core.verdict import LimitOutcome, classify
 from ..retry.budget import RetryBudget
 from .endpoint_limit import EndpointLimit, LimitSnapshot
 

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from ..._exceptions import QueueTimeoutError
+from ..._core.exceptions import QueueTimeoutError
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ..._clock import Clock
+    from ..._core.clock import Clock
     from .lease import Lease
 
 __all__ = ["SlotWaiter", "WaitQueue"]

@@ -31,8 +31,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ... import _logs
-from ..._rate_limit_headers import RateLimit
+from ..._core import logs as _logs
+from ..._core.rate_limit_headers import RateLimit
 from ._config import QuotaPolicy, check_redis_url
 from ._key import Grant, Pace, QuotaKey, QuotaSnapshot
 from ._key_state import KeyState
@@ -41,7 +41,7 @@ from ._shared import SharedAsk
 from ._signals import readings, refusal_of
 
 if TYPE_CHECKING:
-    from ..._clock import Clock
+    from ..._core.clock import Clock
     from ._redis import Reply
 
 __all__ = [

@@ -33,8 +33,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from ..._exceptions import QuotaWaitError
-from ..._fork import forget_in_child, fork_safe_lock
+from ..._core.exceptions import QuotaWaitError
+from ..._core.fork import forget_in_child, fork_safe_lock
 from ..limiter.aimd import MAX_PAUSE_S
 from ._config import QuotaPolicy
 from ._cubic import CubicRate

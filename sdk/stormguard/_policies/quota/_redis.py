@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ... import _logs
-from ..._fork import forget_in_child, fork_safe_lock
+from ..._core import logs as _logs
+from ..._core.fork import forget_in_child, fork_safe_lock
 from ..limiter.aimd import MAX_PAUSE_S
 
 if TYPE_CHECKING:

@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..._fork import fork_safe_lock
+from ..._core.fork import fork_safe_lock
 from ._config import QuotaPolicy
 from ._key import KeyQuota, QuotaKey
 from ._key_state import KeyState

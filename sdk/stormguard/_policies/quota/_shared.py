@@ -64,8 +64,8 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._exceptions import QuotaWaitError
-from ..._fork import fork_safe_lock
+from ..._core.exceptions import QuotaWaitError
+from ..._core.fork import fork_safe_lock
 from ..limiter.aimd import MAX_PAUSE_S
 from ._config import QuotaPolicy
 from ._key import Grant, KeyQuota, Pace, QuotaKey, QuotaSnapshot

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from ..._rate_limit_headers import RateLimit, parse_reset
+from ..._core.rate_limit_headers import RateLimit, parse_reset
 
 __all__ = ["Dimension", "Reading", "Refusal", "readings", "refusal_of"]
 

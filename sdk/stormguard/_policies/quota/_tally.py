@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ..._fork import fork_safe_lock
+from ..._core.fork import fork_safe_lock
 
 __all__ = ["SendTally", "TallyReading"]
 

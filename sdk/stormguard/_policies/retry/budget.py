@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..._clock import Clock
-from ..._fork import fork_safe_lock
-from ..._sliding_window import SlidingWindowCounts
+from ..._core.clock import Clock
+from ..._core.fork import fork_safe_lock
+from ..._core.sliding_window import SlidingWindowCounts
 
 __all__ = ["BudgetSnapshot", "RetryBudget"]
 

@@ -32,9 +32,9 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from ..._exceptions import RateLimitError
-from ..._stop_reason import StopReason
-from ..._verdict import TRANSIENT_STATUSES, classify
+from ..._core.exceptions import RateLimitError
+from ..._core.stop_reason import StopReason
+from ..._core.verdict import TRANSIENT_STATUSES, classify
 
 __all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy"]
 

@@ -45,10 +45,10 @@ import math
 import random
 from dataclasses import dataclass
 
-from ..._clock import Clock
-from ..._fork import fork_safe_lock
-from ..._sliding_window import SlidingWindowCounts
-from ..._verdict import Verdict, classify
+from ..._core.clock import Clock
+from ..._core.fork import fork_safe_lock
+from ..._core.sliding_window import SlidingWindowCounts
+from ..._core.verdict import Verdict, classify
 
 __all__ = ["AdaptiveThrottle", "ThrottleSnapshot", "is_accept"]
 

@@ -3,8 +3,8 @@ the ``dns+`` prefix that asks for DNS discovery (``_policies/routing/discovery.p
 
 from __future__ import annotations
 
-from ..._http import httpx
-from ..._redact import display_url
+from ..._core.http import httpx
+from ..._core.redact import display_url
 
 __all__ = ["DNS_SCHEME_PREFIX", "normalize_base_url", "split_dns_scheme"]
 

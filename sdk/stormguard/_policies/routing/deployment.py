@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from ..._redact import display_url, is_credential_name
+from ..._core.redact import display_url, is_credential_name
 from .endpoint_config import Endpoint
 
 __all__ = [

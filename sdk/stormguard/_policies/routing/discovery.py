@@ -55,17 +55,17 @@ import math
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..._exceptions import APIConnectionError, APITimeoutError
-from ..._fork import fork_safe_lock
-from ..._redact import display_url
+from ..._core.exceptions import APIConnectionError, APITimeoutError
+from ..._core.fork import fork_safe_lock
+from ..._core.redact import display_url
 from .discovery_config import DiscoveryConfig, getaddrinfo_resolver, run_in_thread
 from .discovery_endpoints import compose_endpoints, valid_addresses
 from .discovery_wait import LookRound
 from .dns_name import DiscoveryChange, DiscoveryListener, DiscoverySnapshot, NameState
 
 if TYPE_CHECKING:
-    from ..._clock import Clock
-    from ..._deadline import Deadline
+    from ..._core.clock import Clock
+    from ..._core.deadline import Deadline
     from .endpoint_config import Endpoint
     from .picker import EndpointPicker
 

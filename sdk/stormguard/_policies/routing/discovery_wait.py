@@ -12,7 +12,7 @@ import asyncio
 import threading
 from collections.abc import Callable
 
-from ..._fork import fork_safe_lock
+from ..._core.fork import fork_safe_lock
 
 __all__ = ["LookRound"]
 

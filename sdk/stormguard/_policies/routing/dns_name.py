@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..._http import httpx
+from ..._core.http import httpx
 
 if TYPE_CHECKING:
     from .discovery_wait import LookRound

@@ -56,11 +56,11 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..._clock import Clock
-from ..._fork import fork_safe_lock
+from ..._core.clock import Clock
+from ..._core.fork import fork_safe_lock
+from ..._core.outbox import Outbox
+from ..._core.sliding_window import SlidingWindowCounts
 from ..._io.connect_check import connect_check, probe_address, run_in_thread
-from ..._outbox import Outbox
-from ..._sliding_window import SlidingWindowCounts
 from .ejection_config import ConnectProbe, EjectionConfig
 from .ejection_rules import (
     UNREACHABLE,

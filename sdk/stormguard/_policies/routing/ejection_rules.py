@@ -41,8 +41,8 @@ import random
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from ..._exceptions import APIConnectionError, APITimeoutError
-from ..._verdict import Verdict, classify
+from ..._core.exceptions import APIConnectionError, APITimeoutError
+from ..._core.verdict import Verdict, classify
 from ...protocol import Priority
 from .ejection_status import EndpointStatus
 

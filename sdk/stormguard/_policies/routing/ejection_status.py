@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..._sliding_window import SlidingWindowCounts
+    from ..._core.sliding_window import SlidingWindowCounts
 
 __all__ = ["EjectionListener", "EjectionTransition", "EndpointHealth", "EndpointStatus"]
 

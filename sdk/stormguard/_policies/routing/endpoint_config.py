@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from ..._redact import display_url
+from ..._core.redact import display_url
 from ...protocol import Priority, ServerLoad
 
 __all__ = ["Endpoint", "SpillOver", "check_served", "priority_classes"]

@@ -35,8 +35,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Collection, Sequence
 
-from ..._clock import Clock
-from ..._fork import forget_in_child, fork_safe_lock
+from ..._core.clock import Clock
+from ..._core.fork import forget_in_child, fork_safe_lock
 from ...protocol import Priority, ServerLoad
 from .endpoint_config import Endpoint as Endpoint
 from .endpoint_config import SpillOver as SpillOver

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ... import _logs
-from ..._fork import fork_safe_lock
+from ..._core import logs as _logs
+from ..._core.fork import fork_safe_lock
 
 __all__ = ["DeploymentSnapshot", "TierWatch"]
 

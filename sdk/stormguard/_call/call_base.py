@@ -1,0 +1,176 @@
+"""The state of one logical call (``CallBase``): what each layer of the call reads
+and moves. The layers above it, one job each, bottom to top: ``_call_events``
+(telemetry), ``_endpoint_choice``, ``_attempt_record`` (an attempt's response,
+failure, record and settling), ``_retry_loop`` (tenacity's strategies),
+``_call_result`` (results, hand-over, the error that leaves the call), and
+``_pipeline.LogicalCall`` (pre-check, fallback, starting an attempt).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from .._core.deadline import Deadline
+from .._core.history import AttemptRecord
+from .._core.http import httpx
+from .._core.models import CallInfo
+from .._core.rate_limit_headers import RateLimit
+from .._core.stop_reason import StopReason
+from .._core.verdict import LimitOutcome
+from .._policies.limiter.lease import Lease
+from ..protocol import HEADER_PRIORITY, Priority, ServerLoad, parse_priority
+from .call_state import CallMachine
+from .stream_timeouts import StreamBounds
+
+if TYPE_CHECKING:
+    from .._core.history import FallbackStep
+    from .._core.precheck import Precheck
+    from .._policies.breaker.circuit import Permit
+    from .._policies.quota import CallQuota, QuotaKey
+    from .._policies.routing.endpoint_state import EndpointState
+    from ..telemetry._events import CallObserver
+    from ..tokens import Reservation
+    from .call_spec import CallSpec
+    from .client_core import ClientCore
+
+
+__all__ = ["FAILOVER", "OK", "PACED", "REQUEUED", "RETRY", "CallBase"]
+
+#: The outcomes of an attempt besides the stop reasons (``AttemptRecord.outcome``).
+OK = "ok"
+RETRY = "retry"
+FAILOVER = "failover"
+REQUEUED = "requeued"
+#: A quota 429: the call went back to its key's pacer (``_call_quota.py``).
+PACED = "paced"
+
+
+class CallBase:
+    """The state of one logical call; created per call, used by one driver.
+
+    What most calls never change is a class attribute (immutable values only),
+    set on the instance when it changes: a call starts with a dozen stores
+    instead of forty."""
+
+    #: The ``x-ratelimit-*`` headers of the last response.
+    rate_limit: RateLimit = RateLimit()
+    server_load: ServerLoad = ServerLoad()
+    retry_stopped_by: StopReason | None = None
+    attempt_number = 0
+    total_attempts = 0
+    #: The model first asked for, once the call has moved to a fallback model
+    #: because its own could not serve (not for a longer context or a content filter).
+    degraded_from: str | None = None
+    precheck: Precheck | None = None
+    #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
+    #: (``_stream_timeouts.py``); None: the deadline alone bounds the call.
+    stream_bounds: StreamBounds | None = None
+    #: Seconds the call spent in the local queue, over every attempt.
+    queued_s = 0.0
+    _endpoint: EndpointState | None = None
+    _endpoint_choice: EndpointState | None = None
+    _last_endpoint: str | None = None
+    #: The endpoint the next retry goes to, chosen when it was decided.
+    _next_target: EndpointState | None = None
+    #: The next retry is a failover: to an endpoint not tried yet, outside the budget.
+    _failover = False
+    _permit: Permit | None = None
+    #: The request of the current (or last) attempt: the ``request`` of its errors.
+    _request: httpx.Request | None = None
+    #: The pool the current (or last) attempt went through: a stream read when it is
+    #: closed ends with ``ClientClosedError``.
+    http: httpx.Client | httpx.AsyncClient | None = None
+    _attempt_error: BaseException | None = None
+    _delay_before = 0.0
+    _next_delay = 0.0
+    _started = 0.0
+    _pending: tuple[int | None, str | None, float] | None = None
+    _reservation: Reservation | None = None
+    #: "response" mode: the final response rebuilt with its body, and its elapsed.
+    _read: tuple[httpx.Response, timedelta] | None = None
+    #: "unread" mode: what the result will say of the call, once its body is read.
+    _unread_info: CallInfo | None = None
+    #: The concurrency slot of the current attempt (None: no limiter, or none held).
+    _lease: Lease | None = None
+    _limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
+    #: Requeues on the current model (sheds sent back to the local queue).
+    _requeues = 0
+    _requeue_next = False
+    #: Paced retries on the current model (quota 429s sent back to the key's pacer).
+    _paced = 0
+    _paced_next = False
+    #: The call's key (None: not asked yet, or the call has none: no quota policy,
+    #: no model, not a POST), and its place in the key's quota once the key is paced.
+    _quota_key: QuotaKey | None = None
+    _quota: CallQuota | None = None
+    _quota_cost: float | None = None
+    #: The current attempt failed with a quota refusal the pacer paces.
+    _quota_refusal = False
+    #: The next attempt resends a requeued call (not a retry).
+    _resending = False
+    #: The last failed attempt is worth a retry (its ``Verdict``), and whether a
+    #: shed can be requeued after it (the limiter's ``LimitOutcome`` of it).
+    _retryable = False
+    _failure_limit = LimitOutcome.IGNORED
+    _forced_stop: StopReason | None = None
+    _queued_before = 0.0
+    #: The call's observer (telemetry); None when nothing is recorded: no events then.
+    _trace: CallObserver | None = None
+    #: Endpoints this call will not use again: a deployment whose key is out of
+    #: quota, or whose quota cannot fit the call's deadline (another tier may).
+    _skipped: frozenset[str] = frozenset()
+
+    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+        self.core = core
+        self.spec = spec
+        self.deadline = Deadline(core.clock, spec.timeout)
+        if spec.stream:
+            self.stream_bounds = StreamBounds.of(
+                core.stream_timeouts if spec.stream_timeouts is None else spec.stream_timeouts,
+                self.deadline,
+                core.clock,
+            )
+        #: Where the call is (``_call_state.py``): each step below moves it, and a
+        #: step out of order raises ``CallProtocolError``.
+        self.machine = CallMachine()
+        self.history: list[AttemptRecord] = []
+        self._content = spec.content
+        if self._content is None and spec.body is not None:
+            self._content = json.dumps(spec.body, separators=(",", ":")).encode()
+        #: Endpoints this call has sent an attempt to (a failover goes only to others).
+        self._tried: set[str] = set()
+        #: The models this call has been on (a fallback goes only to others), and its
+        #: moves from one to the next (``_policies/fallback.py``).
+        self.models_tried: list[str] = [] if spec.model is None else [spec.model]
+        self.fallback_steps: list[FallbackStep] = []
+        core.budget.record_call()
+        core.stats.call()
+        #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.
+        self.priority = self._priority()
+        limiter = core.limiter
+        if limiter is not None:
+            limiter.requeue_budget.record_call()
+            self._limit_key = (self.priority.rank, limiter.next_seq())
+        #: Scrubs the client's credentials, and this call's own, from what it shows.
+        self.redactor = core.redactor.including(headers=spec.headers, url=spec.absolute_url)
+
+    def _priority(self) -> Priority:
+        """The call's ``x-priority``: its own header, else the client's."""
+        for name, value in self.spec.headers.items():
+            if name.lower() == HEADER_PRIORITY:
+                return parse_priority({HEADER_PRIORITY: value})
+        return self.core.priority
+
+    def release_slot(self) -> None:
+        """Give the attempt's concurrency slot back (with the outcome it was marked with)."""
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+    def remaining_or_none(self) -> float | None:
+        """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""
+        remaining = self.deadline.remaining()
+        return remaining if math.isfinite(remaining) else None

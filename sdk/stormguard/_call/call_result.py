@@ -1,0 +1,269 @@
+"""How a call ends: the result of a read response (or the status error to retry),
+the hand-over modes and what they give back (``Delivery``), the history attached
+to a result, and the error that leaves the call with its attempts, history and
+stop reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from .._core.exceptions import APIError, StormguardError
+from .._core.http import httpx, response_types
+from .._core.models import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
+from .._core.stop_reason import StopReason
+from .._io.body import read_response
+from .._io.decoding import (
+    error_from_response,
+    parse_json_object,
+    request_id_of,
+    result_from_response,
+)
+from ..openai_errors import as_openai_error
+from ..telemetry._events import ResponseSummary
+from .call_base import OK
+from .call_state import ATTEMPT_OPEN
+from .retry_loop import RetryLoop
+from .streaming import _StreamBase
+
+__all__ = ["CallResults", "Delivery", "summarize"]
+
+R = TypeVar("R", bound=APIResult)
+
+
+@dataclass(slots=True)
+class Delivery:
+    """What a call in a hand-over mode returns to the facade: the final attempt's
+    response and what it carries (``_raw_response.py`` wraps it for the caller)."""
+
+    call: CallResults
+    #: The final attempt's response: its body read ("response" mode, a non-stream),
+    #: or open (a stream, or a body not read yet).
+    response: httpx.Response
+    #: The result, the ``Stream``/``AsyncStream``, or None: a body not read yet.
+    result: Any
+    info: CallInfo
+    #: The final attempt's time from sending to the end of its body (None: not over).
+    elapsed: timedelta | None = None
+
+
+class CallResults(RetryLoop):
+    """Results, hand-over, and the error that leaves the call."""
+
+    def settle(self, usage: object) -> None:
+        """An answer's ``usage``: refund the unused part of the rate-limit reservation,
+        and let the provider's count of the prompt correct the key's quota estimate."""
+        if not isinstance(usage, Mapping):
+            return
+        total_tokens = usage.get("total_tokens")
+        if self._reservation is not None and isinstance(total_tokens, int):
+            self._reservation.settle(total_tokens)
+            self._reservation = None
+        self.quota_counted(usage)
+
+    def complete(self, response: httpx.Response, body: bytes) -> APIResult | httpx.Response:
+        """The result of a read response, or the status error to raise (and retry).
+        In transport mode the result is the response itself, body read."""
+        if response.status_code >= 300:
+            raise self.failed(
+                error_from_response(
+                    response, body, server_load=self.server_load, redactor=self.redactor
+                )
+            )
+        if self.spec.raw:
+            return read_response(response, body)
+        try:
+            result = result_from_response(
+                response,
+                body,
+                self.spec.result_type,
+                info=self.info(response),
+                redactor=self.redactor,
+            )
+        except APIError as exc:
+            raise self.failed(exc) from None
+        if self.spec.hand_over == "response":
+            self._read = (read_response(response, body), response.elapsed)
+        return result
+
+    def handed_over(self, response: httpx.Response) -> httpx.Response:
+        """A success handed to the caller before its body is read
+        (``with_streaming_response``): the attempt succeeded at its headers, so no
+        retry follows; the call ends when the caller has read the body or closed it."""
+        self._unread_info = info = self.info(response)
+        self.succeeded_info(info)
+        return response
+
+    def result_of_body(self, response: httpx.Response, body: bytes) -> APIResult:
+        """The result of a body the caller read after the hand-over; the call ends here."""
+        assert self._unread_info is not None
+        try:
+            result = result_from_response(
+                response,
+                body,
+                self.spec.result_type,
+                info=self._unread_info,
+                redactor=self.redactor,
+            )
+        except APIError as exc:
+            raise self.failed_after_hand_over(exc) from None
+        self.succeeded(result)
+        self.ended(response=summarize(result))
+        return result
+
+    def failed_after_hand_over(self, error: APIError) -> APIError:
+        """An error reading a body after the hand-over: not retried (the caller has
+        the response), annotated with the call's history; the call ends with it."""
+        if error.request is None:
+            error.request = self._request
+        self.annotate(error)
+        self.ended(error)
+        return error
+
+    def closed_after_hand_over(self, body: bytes | None) -> None:
+        """The caller closed a handed-over response: the call ends, with the summary of
+        the body read, or as cancelled if the body was not read to its end."""
+        if body is None:
+            self.ended(cancelled=True)
+            return
+        payload = parse_json_object(body)
+        if payload is not None:
+            self.settle(payload.get("usage"))
+        self.ended(response=None if payload is None else summarize(payload))
+
+    def info(self, response: httpx.Response) -> CallInfo:
+        """What the result will say about this call (history completed on success)."""
+        info = CallInfo(
+            server_load=self.server_load,
+            attempt_history=(),
+            request_id=request_id_of(response, redactor=self.redactor),
+            model=self.spec.model,
+            rate_limit=self.rate_limit,
+        )
+        quota = self._quota
+        if quota is not None:
+            info.quota_wait_s, info.paced_429s = quota.wait_s, quota.paced
+        return info
+
+    def finish(self, result: R | httpx.Response | object) -> Any:
+        """The call's answer: a record gets the history attached; a transport-mode
+        response closes its attempt and carries the ``CallInfo`` in its extensions;
+        a stream closed its attempt at its first chunk.
+        In a hand-over mode the answer is a ``Delivery`` of all that and the response."""
+        if self.spec.hand_over:
+            return self._delivery(result)
+        if isinstance(result, APIResult):
+            return self._finished(result)
+        if isinstance(result, response_types()):
+            info = self.info(result)
+            self.succeeded_info(info)
+            result.extensions[CALL_INFO_EXTENSION] = info
+            payload = None
+            if self._trace is not None or self._reservation is not None or self.quota_learns():
+                payload = parse_json_object(result.content)
+                if payload is not None:
+                    self.settle(payload.get("usage"))
+            if self._trace is not None:
+                self.ended(response=None if payload is None else summarize(payload))
+        return result
+
+    def _delivery(self, result: object) -> Delivery:
+        delivery = self._delivered(result)
+        delivery.response.extensions[CALL_INFO_EXTENSION] = delivery.info
+        return delivery
+
+    def _delivered(self, result: object) -> Delivery:
+        if isinstance(result, APIResult):  # "response" mode: the body was read
+            result = self._finished(result)
+            assert result.call_info is not None and self._read is not None
+            response, elapsed = self._read
+            return Delivery(self, response, result, result.call_info, elapsed)
+        if isinstance(result, response_types()):  # "unread" mode, not a stream
+            assert self._unread_info is not None
+            return Delivery(self, result, None, self._unread_info)
+        assert isinstance(result, _StreamBase)  # a stream, in either mode
+        return Delivery(self, result.response, result, result.call_info)
+
+    def _finished(self, result: R) -> R:
+        result = self.succeeded(result)
+        if self._trace is not None:
+            self.ended(response=summarize(result))
+        return result
+
+    def succeeded(self, result: R) -> R:
+        """Close the history with an ``ok`` attempt and attach it to the result."""
+        if result.call_info is not None:
+            self.succeeded_info(result.call_info)
+        self.settle(result.get("usage"))
+        return result
+
+    def succeeded_info(self, info: CallInfo) -> None:
+        """Close the history with an ``ok`` attempt and attach it to ``info``."""
+        self._close_record(OK)
+        self.machine.step("succeeded")
+        info.attempt_history = tuple(self.history)
+        info.precheck = self.precheck
+        info.degraded_from = self.degraded_from
+        info.fallbacks = tuple(self.fallback_steps)
+        info.model = self.spec.model
+
+    def annotate(self, error: StormguardError) -> None:
+        """Give the error the call's attempt count, history and stop reason."""
+        self.redactor.scrub_error(error)
+        if self.machine.state in ATTEMPT_OPEN:
+            self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
+            self.machine.step("stop")
+        # The error leaves the call: its traceback holds frames that hold the call.
+        self._attempt_error = None
+        error.attempts = self.total_attempts
+        error.attempt_history = tuple(self.history)
+        error.retry_stopped_by = self.retry_stopped_by
+        error.precheck = self.precheck
+        if self._reservation is not None and self.total_attempts > 0:
+            # The call failed: its tokens were not used (a server that failed does not
+            # count them either), so they go back to the rate limiter.
+            self._reservation.cancel()
+            self._reservation = None
+        if isinstance(error, APIError) and error.server_load.is_empty:
+            error.server_load = self.server_load
+        if isinstance(error, APIError) and error.rate_limit.is_empty:
+            error.rate_limit = self.rate_limit
+        if self.core.openai_errors:  # the error leaves the call here: openai's class too
+            as_openai_error(error)
+
+
+def summarize(result: APIResult | Mapping[str, Any]) -> ResponseSummary:
+    """The id, model, finish reasons, usage and text of a (non-streamed) result."""
+    usage = result.get("usage")
+    usage = usage if isinstance(usage, Mapping) else {}
+    reasons: list[str] = []
+    texts: list[str] = []
+    choices = result.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        if not isinstance(choice, Mapping):
+            continue
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            reasons.append(reason)
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+        if isinstance(text, str):
+            texts.append(text)
+    status, output = result.get("status"), result.get("output")
+    if isinstance(output, list) and isinstance(status, str):  # a Responses API response
+        reasons.append(status)
+        texts.append(output_text_of(output))
+    response_id, model = result.get("id"), result.get("model")
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens"))
+    completion = usage.get("completion_tokens", usage.get("output_tokens"))
+    return ResponseSummary(
+        response_id=response_id if isinstance(response_id, str) else None,
+        response_model=model if isinstance(model, str) else None,
+        finish_reasons=tuple(reasons),
+        input_tokens=prompt if isinstance(prompt, int) else None,
+        output_tokens=completion if isinstance(completion, int) else None,
+        output_text=tuple(texts),
+    )

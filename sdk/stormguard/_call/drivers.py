@@ -1,0 +1,183 @@
+"""The I/O of a call, sync and async: the only code the two clients do not share.
+
+``call_flow`` (``_call_flow.py``) decides every step of a call and yields the
+I/O it needs; a driver performs it. The two drivers differ in how that I/O is
+bounded by the call's deadline:
+
+- sync: every socket operation of the call ends by the deadline, as the
+  deadline-clipping transport reads it (``call.deadline.bound()``); the
+  connection keeps it for a stream's later reads; timeouts come back as
+  httpx timeouts. A transport of another kind keeps httpx's per-operation
+  timeouts.
+- async: the send and the body read run in ``anyio.fail_after`` cancel scopes
+  (a bare ``TimeoutError`` comes back), and a failed attempt's response is
+  closed shielded from cancellation.
+
+Everything else in ``Client`` and ``AsyncClient`` is one text
+(``_client.py`` is generated from ``_async_client.py``: scripts/unasync.py).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from .._core.exceptions import ClientClosedError
+from .._core.http import httpx
+from .._io.body import aiter_body, iter_body
+from .._io.deadline_transport import DeadlineTransport, hold_to_deadlines
+from .._io.own_pool import OwnAsyncClient, OwnClient, own_pool
+from .._io.pool_life import given_pool, used_given_pool
+from .._io.read_within import await_within
+from .._policies.quota import SharedAsk
+from ..openai_errors import as_openai_error
+from ..tokens._flow import drive_precheck_async, drive_precheck_sync
+from .attempt_flow import (
+    CloseResponse,
+    OpenStream,
+    ReadBody,
+    Send,
+    WaitForSlot,
+    run_async,
+    run_sync,
+)
+from .call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
+from .pipeline import LogicalCall
+from .stream_state import _StreamState
+from .streaming import AsyncStream, Stream
+
+if TYPE_CHECKING:
+    from .._core.http import AsyncHTTPClient, SyncHTTPClient
+    from .call_spec import CallSpec
+    from .client_core import ClientCore
+
+__all__ = [
+    "closed_error",
+    "http_pool_async",
+    "http_pool_sync",
+    "run_call_async",
+    "run_call_sync",
+]
+
+
+def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.Client:
+    """The client's pool: ``given`` (its ``HTTPTransport`` s then held to the calls'
+    deadlines), else an ``httpx.Client`` of its own (``_own_pool.OwnClient``) with its
+    environment proxies, on ``DeadlineTransport`` s holding ``limits`` among them
+    (``own_pool``)."""
+    if given is None:
+        return own_pool(OwnClient, DeadlineTransport, limits)
+    hold_to_deadlines(given)
+    given_pool(given)
+    # httpx2's Client has httpx's API: the pipeline drives either one the same way.
+    return cast("httpx.Client", given)
+
+
+def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
+    """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
+    (``_own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
+    among its transports (``own_pool``)."""
+    if given is not None:
+        given_pool(given)
+        return cast("httpx.AsyncClient", given)
+    return own_pool(OwnAsyncClient, httpx.AsyncHTTPTransport, limits)
+
+
+def closed_error(core: ClientCore) -> ClientClosedError:
+    """The error a call of a closed client fails with at once (openai's class too,
+    with ``openai_errors=True``)."""
+    error = ClientClosedError()
+    return as_openai_error(error) if core.openai_errors else error
+
+
+def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
+    """One logical call, its I/O done with ``http``."""
+    if type(http) is not OwnClient:
+        used_given_pool(http)
+    call = LogicalCall(core, spec)
+    with call.deadline.bound():  # read by the deadline-clipping transport
+        return run_sync(call_flow(call, http), partial(_perform_sync, core, http, call))
+
+
+async def run_call_async(core: ClientCore, http: httpx.AsyncClient, spec: CallSpec) -> Any:
+    """The async twin of :func:`run_call_sync`."""
+    if type(http) is not OwnAsyncClient:
+        used_given_pool(http)
+    call = LogicalCall(core, spec)
+    return await run_async(call_flow(call, http), partial(_perform_async, core, http, call))
+
+
+def _perform_sync(
+    core: ClientCore, http: httpx.Client, call: LogicalCall, action: CallAction
+) -> Any:
+    if isinstance(action, Send):
+        with call.sending():
+            return http.send(action.request, stream=True)
+    if isinstance(action, ReadBody):
+        for piece in iter_body(action.response):
+            action.reader.feed(piece)
+        return None
+    if isinstance(action, CloseResponse):
+        action.response.close()
+        return None
+    if isinstance(action, OpenStream):
+        stream: Stream[Any] = Stream(_StreamState(call, action.response, action.chunk_type))
+        stream._prefetch()
+        return stream
+    if isinstance(action, WaitForSlot):
+        return action.waiter.wait(action.timeout)
+    if isinstance(action, Sleep):
+        core.clock.sleep(action.seconds)
+        return None
+    if isinstance(action, SharedAsk):
+        return action.ask_sync()  # redis-py's socket timeouts bound it
+    if isinstance(action, CheckTokens):
+        return drive_precheck_sync(action.flow, http, call.deadline, core.max_response_bytes)
+    assert isinstance(action, AwaitDiscovery) and core.discovery is not None
+    core.discovery.ready(action.deadline)
+    return None
+
+
+async def _perform_async(
+    core: ClientCore, http: httpx.AsyncClient, call: LogicalCall, action: CallAction
+) -> Any:
+    if isinstance(action, Send):
+        # The deadline bounds the whole send, not only each socket operation.
+        with call.sending():
+            return await await_within(
+                http.send(action.request, stream=True), call.remaining_or_none()
+            )
+    if isinstance(action, ReadBody):
+        return await await_within(_read_body(action), call.remaining_or_none())
+    if isinstance(action, CloseResponse):
+        if action.failed:
+            with anyio.CancelScope(shield=True):
+                await action.response.aclose()
+        else:
+            await action.response.aclose()
+        return None
+    if isinstance(action, OpenStream):
+        stream: AsyncStream[Any] = AsyncStream(
+            _StreamState(call, action.response, action.chunk_type)
+        )
+        await stream._prefetch()
+        return stream
+    if isinstance(action, WaitForSlot):
+        return await action.waiter.wait_async(action.timeout)
+    if isinstance(action, Sleep):
+        await core.clock.asleep(action.seconds)
+        return None
+    if isinstance(action, SharedAsk):
+        return await action.ask_async()  # redis.asyncio, within the store's timeout
+    if isinstance(action, CheckTokens):
+        return await drive_precheck_async(action.flow, http, call.deadline, core.max_response_bytes)
+    assert isinstance(action, AwaitDiscovery) and core.discovery is not None
+    await core.discovery.ready_async(action.deadline)
+    return None
+
+
+async def _read_body(action: ReadBody) -> None:
+    async for piece in aiter_body(action.response):
+        action.reader.feed(piece)

@@ -1,0 +1,401 @@
+"""One logical call, from first attempt to final answer, without any I/O.
+
+``LogicalCall`` makes every decision of a call: the deadline, the headers and
+timeout of each attempt, whether a failure is retried, how long to wait, when
+to stop and why, and the attempt history. tenacity runs the loop: the call
+hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
+``retry``/``wait``/``stop`` strategies, so the drivers in ``_client.py`` and
+``_async_client.py`` contain only I/O: send, read, sleep.
+
+Its decisions sit in layers of one job each, bottom to top (each builds on the
+ones below, none imports one above): ``_call_base`` (the call's state),
+``_call_events`` (telemetry), ``_endpoint_choice``, ``_attempt_record`` (an
+attempt's response, failure, settling and record), ``_retry_loop`` (tenacity's
+strategies), ``_call_result`` (results, hand-over, the error that leaves the
+call), and this module: the pre-check, the fallback and the start of each
+attempt. ``_call_state.CallMachine`` orders the steps; ``_verdict.classify``
+judges each outcome once for every policy.
+
+Before each attempt the call takes a slot of its endpoint's concurrency limit
+(``_policies/limiter/limiter.py``), waiting in the local queue when the endpoint is at its limit;
+the driver does the waiting.
+
+Order of the checks after a failed attempt (tenacity's own order):
+``retry`` (is this failure retryable at all?) → ``wait`` (Retry-After or
+jittered backoff) → ``stop`` (attempts left? time left for the wait and an
+attempt? budget left?). The budget is asked last, so a retry that the attempt
+limit or the deadline already forbids never spends it.
+
+A shed before processing (``is_shed``) is not a retry but a **requeue**: the
+call goes back to the local queue where it stood, paid from the limiter's
+requeue budget instead of the retry budget, not counted against
+``max_attempts``, and sent with the same ``x-stormguard-attempt`` (the server
+never worked on it; gRPC's transparent retry, Finagle's requeue).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Generator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .._core.exceptions import APITimeoutError, CircuitOpenError, ThrottledError
+from .._core.history import FallbackKind, FallbackStep
+from .._core.http import httpx
+from .._core.logs import fell_back
+from .._core.stop_reason import StopReason
+from .._io.own_pool import attempt_request
+from .._policies.fallback import next_fallback
+from .._policies.limiter.lease import Lease
+from .._policies.limiter.slot_waiter import SlotWaiter
+from .._policies.routing.base_url import normalize_base_url
+from .._policies.routing.deployment import Deployment, is_account_header, with_query
+from ..protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
+from ..telemetry._events import AttemptStarted, FellBack, PrecheckPassed
+from .call_result import CallResults
+from .call_spec import CallSpec
+from .call_state import ATTEMPT_OPEN
+from .prompt_view import precheck_view
+
+if TYPE_CHECKING:
+    from .._core.precheck import Precheck
+    from .._policies.routing.endpoint_state import EndpointState
+    from .client_core import ClientCore
+
+
+PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
+
+__all__ = ["LogicalCall"]
+
+
+class LogicalCall(CallResults):
+    """One logical call: the layers below (``_call_base.py``) and the steps a driver
+    takes first: the pre-check, the fallback to the next model, and the start of
+    each attempt (its endpoint, its concurrency slot, its request)."""
+
+    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+        super().__init__(core, spec)
+        if core.observer is not None:
+            self._trace = core.observer.start_call(self._started_event())
+
+    def precheck_flow(self) -> PrecheckFlow | None:
+        """The token pre-check of this call (None when there is nothing to check): a
+        flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
+        raises ``ContextWindowExceededError`` before any attempt is made; where the
+        call goes then is the fallback's decision (``fall_back``), not the policy's."""
+        policy = self.core.token_policy
+        view = precheck_view(self.spec)  # what the check reads of the body (_prompt_view.py)
+        if policy is None or view is None or self.spec.model is None:
+            return None
+        kind, body = view
+        self.machine.step("precheck")
+        target = self._precheck_target(self.spec.model)
+        base_url: str = self.core.base_url
+        model = self.spec.model
+        if target is not None:
+            # Counted and looked up as the deployment the call will most likely go
+            # to knows the model: by its name for it, at its URL.
+            base_url, model = normalize_base_url(target.base_url)[0], target.model_for(model)
+        flow = policy.precheck_flow(model, kind, body, base_url=base_url, follow_fallbacks=False)
+        return self._with_client_headers(flow, target)
+
+    def _precheck_target(self, model: str) -> Deployment | None:
+        """The deployment of the best tier serving ``model`` (the first listed on a tie);
+        None when the first endpoint is a plain one."""
+        endpoints = self.core.endpoints
+        if not endpoints or not isinstance(endpoints[0], Deployment):
+            return None
+        serving = [e for e in endpoints if isinstance(e, Deployment) and e.serves(model)]
+        return min(serving, key=lambda e: e.tier) if serving else endpoints[0]
+
+    def _with_client_headers(self, flow: PrecheckFlow, target: Deployment | None) -> PrecheckFlow:
+        # The lookups (/models, /tokenize) need the credentials of the server they go
+        # to: a deployment's own (and its query), never the client's key; the flow
+        # itself knows nothing of them.
+        base: Mapping[str, str] = self.core.headers
+        names: tuple[str, ...] = ("authorization", "user-agent")
+        if target is not None:
+            base = self.core.provider_headers(target)
+            names = (*(n for n in base if is_account_header(n)), "user-agent")
+        try:
+            request = next(flow)
+            while True:
+                for name in names:
+                    if name in base and name not in request.headers:
+                        request.headers[name] = base[name]
+                if target is not None and target.query:
+                    request.url = httpx.URL(with_query(str(request.url), target.query))
+                request = flow.send((yield request))
+        except StopIteration as stop:
+            result: Precheck = stop.value
+            return result
+
+    def prechecked(self, check: Precheck) -> float:
+        """Apply a passed pre-check: reserve the token cost with the rate limiter.
+        Returns the seconds to wait for the rate limiter (raises
+        ``TokenRateLimitedError`` when that wait would pass the deadline)."""
+        moved = next(
+            (s for s in self.fallback_steps if s.kind is FallbackKind.CONTEXT_WINDOW), None
+        )
+        if check.model != self.spec.model or moved is not None:
+            # The logical model (the check ran under a deployment's name for it), and
+            # the model first asked for when a longer context serves the call.
+            check = replace(
+                check,
+                model=self.spec.model or check.model,
+                fallback_from=None if moved is None else moved.from_model,
+            )
+        self.precheck = check
+        if self._reservation is not None:  # a fallback model's check replaces the last one
+            self._reservation.cancel()
+            self._reservation = None
+        policy = self.core.token_policy
+        if policy is None:
+            return 0.0
+        remaining = self.deadline.remaining()
+        self._reservation = policy.reserve(
+            check, max_wait=remaining if math.isfinite(remaining) else None
+        )
+        wait = self._reservation.wait if self._reservation is not None else 0.0
+        if self._trace is not None:
+            self._trace.on_event(
+                PrecheckPassed(
+                    check.model,
+                    check.prompt_tokens,
+                    check.max_tokens,
+                    check.context_window,
+                    check.counter,
+                    wait,
+                )
+            )
+        return wait
+
+    def fall_back(self, error: BaseException) -> bool:
+        """Move the call to another model if ``error`` has a route (``_policies/fallback.py``:
+        its servers could not serve, the request is too long for it, its content
+        filter refused it) and time is left; the driver then runs a fresh retry loop
+        (attempt numbers restart at 1, on the new model: it is not a retry of the old
+        one). False: raise ``error``."""
+        if self.deadline.expired:
+            return False
+        policy = self.core.token_policy
+        step = next_fallback(
+            self.core.fallbacks,
+            error,
+            model=self.spec.model,
+            asked=self.models_tried[0] if self.models_tried else None,
+            tried=self.models_tried,
+            context_fallbacks=None if policy is None else policy.context_fallbacks,
+        )
+        if step is None:
+            return False
+        model, kind = step
+        if self.machine.state in ATTEMPT_OPEN:
+            self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
+            self.machine.step("stop")
+        self.machine.step("fall_back")
+        from_model = self.spec.model
+        if self._trace is not None:
+            self._trace.on_event(FellBack(from_model, model, type(error).__name__, kind.value))
+        self.fallback_steps.append(FallbackStep(from_model, model, kind, type(error).__name__))
+        self.models_tried.append(model)
+        fell_back(
+            from_model=from_model, to_model=model, kind=kind, error=error, redactor=self.redactor
+        )
+        if kind is FallbackKind.UNAVAILABLE:
+            self.degraded_from = self.degraded_from or from_model
+        self._switch_model(model)
+        self.attempt_number = 0
+        self._requeues = 0
+        self._paced = 0
+        self.left_pacing()  # the next model's key is another quota
+        self._quota_key = self._quota = self._quota_cost = None
+        self._resending = False
+        self._next_target = None
+        self._failover = False
+        # A deployment passed over for this model's quota may have room for the next
+        # model's (a provider's limits are per model); one out of credit is ejected.
+        self._skipped = frozenset()
+        self.retry_stopped_by = None
+        self._delay_before = 0.0
+        self.core.stats.fallback()
+        return True
+
+    def _switch_model(self, model: str) -> None:
+        if self.spec.body is None:
+            return
+        body = dict(self.spec.body)
+        body["model"] = model
+        self.spec = replace(self.spec, model=model, body=body)
+        self._content = json.dumps(body, separators=(",", ":")).encode()
+
+    def reserve(self) -> SlotWaiter | None:
+        """Choose the endpoint of the next attempt and take a slot of its concurrency
+        limit. Returns the waiter to wait on when the endpoint is at its limit (the
+        driver waits, then hands the lease to ``granted``); None: go now."""
+        self.machine.step("reserve")
+        if self.stream_bounds is not None:
+            self.stream_bounds.attempt_over()
+        if self.deadline.expired:
+            raise APITimeoutError("The call's deadline passed before the attempt could start")
+        self._check_throttle()
+        target, self._next_target = self._next_target, None
+        if target is not None and self._usable(target):
+            endpoint = target
+        else:  # none chosen (a first attempt, a requeue), or it left rotation meanwhile
+            endpoint = self._pick_endpoint(
+                retry=self.attempt_number > 0 and not self._resending,
+                untried_only=self._failover,
+            )
+        self._endpoint_choice = endpoint
+        self._queued_before = 0.0
+        limiter = self.core.limiter
+        if limiter is None:
+            return None
+        rank, seq = self._limit_key
+        got = limiter.endpoint(endpoint.name).acquire(rank, seq, self.deadline.at)
+        if isinstance(got, Lease):
+            self._lease = got
+            return None
+        return got
+
+    def granted(self, lease: Lease) -> SlotWaiter | None:
+        """The slot the call waited for is its own now; unless its endpoint was
+        ejected while it waited: then the slot goes back and the attempt goes
+        elsewhere (returns the next waiter as ``reserve`` does; None: go now)."""
+        self.queued_s += lease.queued_s
+        ejection, endpoint = self.core.ejection, self._endpoint_choice
+        if ejection is not None and endpoint is not None and not ejection.usable(endpoint):
+            lease.release()
+            return self.reserve()
+        self._lease = lease
+        self._queued_before = lease.queued_s
+        return None
+
+    def begin_attempt(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request of the next attempt, with its share of the deadline (after
+        ``reserve``, and the wait it asked for)."""
+        remaining = self.deadline.remaining()
+        if self.deadline.expired:
+            self.release_slot()
+            raise APITimeoutError("The call's deadline passed before the attempt could start")
+        endpoint = self._endpoint_choice
+        assert endpoint is not None, "reserve() comes first"
+        try:
+            self._permit = self._breaker_permit(endpoint)
+        except CircuitOpenError:
+            self.release_slot()
+            raise
+        self.core.picker.started(endpoint)
+        self.http = http
+        self._endpoint = endpoint
+        self._tried.add(endpoint.name)
+        self._attempt_error = None
+        self.machine.step("begin_attempt")
+        self.attempt_number += 1
+        self.total_attempts += 1
+        self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
+        self._quota_sent()
+        # Lower-case names, as the client's own: a call's "Authorization" replaces the
+        # client's "authorization" instead of going out beside it.
+        headers = {name.lower(): value for name, value in self.spec.headers.items()}
+        headers[HEADER_ATTEMPT] = str(self.attempt_number - self._requeues - self._paced)
+        if self._requeues:
+            headers[HEADER_REQUEUE] = str(self._requeues)
+        bounds = self.stream_bounds
+        # A stream that may outlive the call's timeout announces its own bound, so
+        # the server does not abort it at the total.
+        announced = remaining if bounds is None else bounds.deadline_header(remaining)
+        if math.isfinite(announced):
+            headers[HEADER_DEADLINE_MS] = str(max(int(announced * 1000), 1))
+        url = self.spec.absolute_url or endpoint.url_for(self.spec.path)
+        base: Mapping[str, str] = self.core.headers
+        content = self._content
+        provider = endpoint.provider
+        if provider is not None and self.spec.absolute_url is None:
+            # A deployment: its credential, its name for the model, its query; none of
+            # the client's or the call's own credentials (another provider's).
+            base = self.core.provider_headers(provider)
+            headers = {k: v for k, v in headers.items() if not is_account_header(k)}
+            url = with_query(url, provider.query)
+            content = self._content_for(provider)
+        extensions: dict[str, Any] = {}
+        if self.spec.absolute_url is None and endpoint.authority is not None:
+            # A discovered address: the service's name in Host, and for TLS.
+            headers["host"] = endpoint.authority
+            if endpoint.server_hostname is not None:
+                extensions["sni_hostname"] = endpoint.server_hostname
+        if self._trace is not None:
+            headers.update(self._trace.attempt_started(self._attempt_event(endpoint, url)))
+        timeout = self.core.attempt_timeout(remaining, self.spec.attempt_timeouts)
+        if bounds is not None:
+            timeout = bounds.attempt_timeout(timeout)
+            bounds.attempt_started()  # the first chunk's bound, from now
+        self._started = self.core.clock.now()
+        self._pending = None
+        # The timeout as a plain dict, which httpx and httpx2 both read: either one's
+        # Timeout object is a number to the other.
+        extensions["timeout"] = timeout
+        self._request = attempt_request(
+            http,
+            self.spec.method,
+            url,
+            content=content,
+            base=base,
+            headers=headers,
+            extensions=extensions,
+        )
+        return self._request
+
+    def _content_for(self, provider: Deployment) -> bytes | None:
+        """The body an attempt to ``provider`` sends: the call's, with the provider's
+        name for the model the call asked for (the answer's ``model`` stays the
+        provider's, as it sent it)."""
+        body, model = self.spec.body, self.spec.model
+        if body is None or model is None or body.get("model") != model:
+            return self._content
+        name = provider.model_for(model)
+        if name == model:
+            return self._content
+        return json.dumps({**body, "model": name}, separators=(",", ":")).encode()
+
+    def _attempt_event(self, endpoint: EndpointState, url: str) -> AttemptStarted:
+        permit, registry = self._permit, self.core.breakers
+        breaker = (
+            None if registry is None else registry.breaker_name(endpoint.name, self.spec.model)
+        )
+        state = None if permit is None else ("half_open" if permit.probe else "closed")
+        lease = self._lease
+        quota = self._quota
+        paced = None if quota is None else quota.state()
+        share, tokens, requests = (None, None, None) if paced is None else paced.view()
+        return AttemptStarted(
+            number=self.attempt_number,
+            model=self.spec.model,
+            method=self.spec.method,
+            url=url,
+            endpoint=endpoint.name,
+            backoff=self._delay_before,
+            breaker=breaker,
+            breaker_state=state,
+            queued=self._queued_before,
+            concurrency_limit=None if lease is None else lease.limit,
+            failover=self._failover,
+            quota_wait=0.0 if quota is None else quota.attempt_wait,
+            quota_share=share,
+            quota_remaining_tokens=tokens,
+            quota_remaining_requests=requests,
+            deployment=None if endpoint.provider is None else endpoint.name,
+            tier=None if endpoint.provider is None else endpoint.tier,
+        )
+
+    def _check_throttle(self) -> None:
+        throttle = self.core.throttle
+        if throttle is not None and throttle.should_reject():
+            raise ThrottledError(
+                "Rejected locally by adaptive throttling: the server has been refusing"
+                " most requests",
+                probability=throttle.probability(),
+            )

@@ -1,0 +1,217 @@
+"""Whether a decoded 2xx body has the shape a record type declares (``shape_problem``).
+
+The records (``_models.py``) convert nothing until a field is read, so a body
+of the wrong shape (``"choices": {"0": 1}``, ``"total_tokens": "3"``) would
+surface as a ``KeyError`` or ``AttributeError`` wherever the caller first
+reads it. The call checks the body once instead, against the fields each
+record declares, and fails with ``APIResponseValidationError`` when one does
+not fit; the caller then reads what it was promised. The rules, per declared
+field, when the body has it:
+
+* an ``int`` field takes a JSON integer (not ``"3"``, ``7.5`` or ``Infinity``,
+  which Python's JSON reader lets through); a ``float`` field any number; a
+  ``str`` field a string;
+* a record field takes an object, checked in turn; a list field takes a list,
+  each item checked (the items of a list of numbers are not: an embedding is
+  thousands of them, and any list reads by index);
+* ``null`` is taken where the type says ``| None``, and in a scalar field, where
+  it reads as ``None``, as an absent field does; a record or list field that is
+  not optional refuses it (``choices[0]`` must work).
+
+An absent field is fine: it reads as ``None``. Fields a record does not declare
+are not looked at (servers add their own). Hand-built records are not checked.
+
+Streamed chunks are checked one by one, so the check is a table lookup per key
+of the body (``_fits``), the message found again only for a body that fails:
+about 1 µs for a chat chunk, a quarter of its ``json.loads`` (docs/benchmarks.md,
+"Streaming").
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from .models import Record
+
+__all__ = ["misfit", "shape_of", "shape_problem"]
+
+
+class _Field(NamedTuple):
+    """What one declared field takes."""
+
+    #: The JSON types taken as they are (``type(value)`` is one of them).
+    plain: frozenset[type]
+    #: The record an object (or each item of a list) is checked against.
+    record: type[Record] | None
+    #: ``record`` is a list's items' type, not the field's.
+    many: bool
+    #: What the field takes, in words (for the message).
+    wanted: str
+
+
+class _Shape:
+    """One record type's fields, as the check reads them: a field's plain JSON types
+    first (nearly every value is one), then the shape of a nested record."""
+
+    __slots__ = ("deep", "fields", "plain")
+
+    def __init__(self, fields: dict[str, _Field]) -> None:
+        self.fields = fields
+        self.plain = {name: field.plain for name, field in fields.items()}
+        self.deep = {
+            name: (_shape(field.record), field.many)
+            for name, field in fields.items()
+            if field.record is not None
+        }
+
+
+_shapes: dict[type[Record], _Shape] = {}
+_lock = threading.Lock()
+_NONE = type(None)
+_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
+
+
+def shape_problem(record_type: type[Record], data: Mapping[str, Any]) -> str | None:
+    """What in ``data`` (decoded JSON) does not fit the fields ``record_type``
+    declares, as a short sentence naming the field's path (no value is quoted), or
+    None when it fits."""
+    return misfit(_shape(record_type), data)
+
+
+def shape_of(record_type: type[Record]) -> _Shape:
+    """``record_type``'s shape, for a reader that checks many bodies (a stream)."""
+    return _shape(record_type)
+
+
+def misfit(shape: _Shape, data: Mapping[str, Any]) -> str | None:
+    """``shape_problem`` of a shape already found."""
+    return None if _fits(shape, data) else _misfit(shape, data, "")
+
+
+def _fits(shape: _Shape, data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` fits: the fast path, run on every body and streamed chunk."""
+    plain = shape.plain
+    for name, value in data.items():
+        ok = plain.get(name)
+        if ok is None or type(value) in ok:
+            continue  # undeclared, or a scalar (or null) of its type: nearly every field
+        deep = shape.deep.get(name)
+        if deep is None:
+            return False
+        inner, many = deep
+        if not many:
+            if type(value) is not dict or not _fits(inner, value):
+                return False
+        elif type(value) is not list:
+            return False
+        else:
+            for item in value:
+                if type(item) is not dict or not _fits(inner, item):
+                    return False
+    return True
+
+
+def _misfit(shape: _Shape, data: Mapping[str, Any], path: str) -> str | None:
+    """What does not fit in ``data``, found again the slow way for the message."""
+    for name, value in data.items():
+        field = shape.fields.get(name)
+        if field is None or type(value) in field.plain:
+            continue
+        where = f"{path}.{name}" if path else name
+        wrong = f"{where} must be {field.wanted}, got {_kind(value)}"
+        if field.record is None:
+            return wrong
+        inner = _shape(field.record)
+        if not field.many:
+            if type(value) is not dict:
+                return wrong
+            problem = _misfit(inner, value, where)
+        elif type(value) is not list:
+            return wrong
+        else:
+            problem = _items_misfit(inner, value, where)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _items_misfit(shape: _Shape, items: list[Any], path: str) -> str | None:
+    for index, item in enumerate(items):
+        where = f"{path}[{index}]"
+        if type(item) is not dict:
+            return f"{where} must be an object, got {_kind(item)}"
+        problem = _misfit(shape, item, where)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _shape(record_type: type[Record]) -> _Shape:
+    """The shape of ``record_type``, made once per type (a fixed set: the record
+    classes; their nesting has no cycle)."""
+    shape = _shapes.get(record_type)
+    if shape is not None:
+        return shape
+    overrides: Mapping[str, object] = getattr(record_type, "_field_shapes", {})
+    shape = _Shape(
+        {
+            name: _field(overrides.get(name, hint))
+            for name, hint in typing.get_type_hints(record_type).items()
+            if not name.startswith("_")
+        }
+    )
+    with _lock:
+        return _shapes.setdefault(record_type, shape)
+
+
+def _field(hint: Any) -> _Field:
+    """What a field of type ``hint`` takes."""
+    options: tuple[Any, ...] = (hint,)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+    plain: set[type] = set()
+    if all(option in _WORDS or option is _NONE for option in options):
+        plain.add(_NONE)  # a null scalar reads as None, as an absent one does
+    record: type[Record] | None = None
+    many = False
+    words = []
+    for option in options:
+        if option is _NONE:
+            plain.add(_NONE)
+            continue
+        if option in _WORDS:
+            plain.update((int, float) if option is float else (option,))
+            words.append(_WORDS[option])
+        elif typing.get_origin(option) is list:
+            (item,) = typing.get_args(option) or (Any,)
+            if isinstance(item, type) and issubclass(item, Record):
+                record, many = item, True
+            else:
+                plain.add(list)  # a list of numbers: its items are not checked
+            words.append("a list")
+        elif isinstance(option, type) and issubclass(option, Record):
+            record = option
+            words.append("an object")
+        else:
+            raise TypeError(f"a record field of an unchecked type: {option!r}")
+    return _Field(frozenset(plain), record, many, " or ".join(words))
+
+
+def _kind(value: object) -> str:
+    """A JSON value's kind, for a message (never the value itself)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number" if math.isfinite(value) else "Infinity or NaN"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
