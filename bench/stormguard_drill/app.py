@@ -16,7 +16,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from stormguard_drill.clients import CallOutcome, DrillClient
+from stormguard_drill.clients.registry import CallOutcome, DrillClient
 from stormguard_drill.config import Patience
 from stormguard_drill.workload import Arrival, Kind
 

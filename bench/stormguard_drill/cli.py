@@ -27,7 +27,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from stormguard_drill.clients import (
+from stormguard_drill.clients.registry import (
     AVALANCHE_CLIENTS,
     CLIENT_NAMES,
     ClientName,
@@ -45,16 +45,15 @@ from stormguard_drill.config import (
     engine_args,
     preset,
 )
-from stormguard_drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
-from stormguard_drill.fleet_clients import FLEET_CLIENTS
-from stormguard_drill.fleet_config import fleet_preset
-from stormguard_drill.fleet_plots import plot_fleet
-from stormguard_drill.outage import outage_drill, outage_preset, targets_line
-from stormguard_drill.outage_clients import OUTAGE_CLIENTS, OutageClientName
+from stormguard_drill.fleet.clients import FLEET_CLIENTS
+from stormguard_drill.fleet.config import fleet_preset
+from stormguard_drill.fleet.drill import fleet_drill, fleet_marks, fleet_targets_line
+from stormguard_drill.fleet.plots import plot_fleet
+from stormguard_drill.outage.clients import OUTAGE_CLIENTS, OutageClientName
+from stormguard_drill.outage.drill import outage_drill, outage_preset, targets_line
 from stormguard_drill.plots import plot_all
-from stormguard_drill.quota import quota_drill
-from stormguard_drill.quota_clients import QUOTA_CLIENTS, QuotaClientName, quota_unavailable
-from stormguard_drill.quota_config import (
+from stormguard_drill.quota.clients import QUOTA_CLIENTS, QuotaClientName, quota_unavailable
+from stormguard_drill.quota.config import (
     BOUNDS,
     RETRY_AFTER_MODES,
     Bound,
@@ -64,7 +63,8 @@ from stormguard_drill.quota_config import (
     default_variants,
     quota_preset,
 )
-from stormguard_drill.quota_summary import quota_targets_line
+from stormguard_drill.quota.drill import quota_drill
+from stormguard_drill.quota.summary import quota_targets_line
 from stormguard_drill.report import (
     load_average,
     machine,

@@ -25,7 +25,7 @@ from typing import Any, Literal
 import httpx
 
 from stormguard_drill.app import LogicalResult, run_logical, unfinished
-from stormguard_drill.clients import ClientName, StormguardClient, make_client
+from stormguard_drill.clients.registry import ClientName, StormguardClient, make_client
 from stormguard_drill.config import BacklogWorkload, DrillConfig
 from stormguard_drill.sampler import MetricsSampler, Parse, parse_sim
 from stormguard_drill.servers import ServerFleet, ServerProcess

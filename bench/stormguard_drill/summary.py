@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stormguard_drill.app import LogicalResult
-from stormguard_drill.clients import CLIENT_LIMIT
+from stormguard_drill.clients.registry import CLIENT_LIMIT
 from stormguard_drill.config import AnyWorkload, BacklogWorkload, Targets, Workload
 from stormguard_drill.runner import PairingRun
 from stormguard_drill.sampler import CLIENT_ATTEMPTS, SIM_ONLY_SERIES

@@ -26,7 +26,7 @@ from stormguard_drill.config import (
     Wave,
     Workload,
 )
-from stormguard_drill.fleet_config import FleetWorkload
+from stormguard_drill.fleet.config import FleetWorkload
 
 __all__ = ["Arrival", "Kind", "build_schedule", "calibration_pool"]
 

@@ -1,0 +1,1 @@
+"""The clients under test: each client kind, and the builders by name."""

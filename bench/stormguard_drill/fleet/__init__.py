@@ -1,0 +1,1 @@
+"""The fleet scenario (``--scenario fleet``): a partial outage of several replicas."""

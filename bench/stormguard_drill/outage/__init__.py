@@ -1,0 +1,1 @@
+"""The outage scenario (``--scenario outage``): a provider in partial outage."""
