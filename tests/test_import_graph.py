@@ -288,3 +288,46 @@ def test_an_import_through_a_reexport_is_found(tmp_path: Path) -> None:
     (package / "mid.py").write_text("from .low import Thing\n")
     (package / "top.py").write_text("from .mid import Thing\nfrom .low import Thing as T\n")
     assert [line.split(": ", 1)[1] for line in through_reexports(package)] == ["Thing from pkg.mid"]
+
+
+def test_the_drill_imports_names_from_the_module_that_defines_them() -> None:
+    assert through_reexports(PACKAGES[2]) == []
+
+
+#: What reads a drill run's results: the figures, and the records they read. None of
+#: them reaches a runner (which starts servers and processes), by any import, so each
+#: can be read, tested and moved without the machinery that filled the records.
+DRILL_FIGURES = [
+    "stormguard_drill.figures",
+    "stormguard_drill.records",
+    "stormguard_drill.summary",
+    "stormguard_drill.fleet.client_records",
+    "stormguard_drill.fleet.fault_figures",
+    "stormguard_drill.fleet.records",
+    "stormguard_drill.fleet.replica_series",
+    "stormguard_drill.fleet.summary",
+    "stormguard_drill.fleet.targets",
+    "stormguard_drill.quota.records",
+    "stormguard_drill.quota.summary",
+    "stormguard_drill.outage.records",
+    "stormguard_drill.outage.summary",
+]
+DRILL_RUNNERS = {
+    "stormguard_drill.cli",
+    "stormguard_drill.runner",
+    "stormguard_drill.fleet.drill",
+    "stormguard_drill.fleet.runner",
+    "stormguard_drill.fleet.worker",
+    "stormguard_drill.quota.drill",
+    "stormguard_drill.quota.runner",
+    "stormguard_drill.quota.worker",
+    "stormguard_drill.outage.drill",
+    "stormguard_drill.outage.runner",
+}
+
+
+@pytest.mark.parametrize("module", DRILL_FIGURES)
+def test_the_drills_figures_reach_no_runner(module: str) -> None:
+    graph = import_graph(PACKAGES[2], every=True)
+    assert module in graph
+    assert reach(graph, module) & DRILL_RUNNERS == set()

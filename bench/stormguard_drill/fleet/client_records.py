@@ -3,7 +3,7 @@ each went, and when) and stormguard's ejections.
 
 The attempts are ``FleetRun.attempts``: by arrival index, (seconds from the pairing's
 start, "host:port") of each attempt the clients sent, refused connections included
-(``attempt_log``). Definitions of the figures: ``fleet_summary``.
+(``attempt_log``). Definitions of the figures: ``fleet/summary.py``.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 
-from stormguard_drill.app import LogicalResult
-from stormguard_drill.fleet.runner import FleetRun
-from stormguard_drill.summary import BIN_S
+from stormguard_drill.figures import BIN_S
+from stormguard_drill.fleet.records import FleetRun
+from stormguard_drill.records import LogicalResult
 
 REJOIN_SHARE = 0.5  # of the fair share: the dead replica has rejoined the fleet
 

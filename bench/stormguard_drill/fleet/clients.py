@@ -9,7 +9,7 @@
 - ``stormguard``: ``stormguard.AsyncClient(base_url=[...every replica...])`` with its
   default options.
 
-Each client process builds its own (``fleet_worker.py``), so per-process state
+Each client process builds its own (``fleet/worker.py``), so per-process state
 (breakers, budget, limiter, ejections, LiteLLM's cooldowns) is kept per process, as in
 a real fleet. Every attempt is filed in ``attempt_log``; stormguard's ejections and
 returns of endpoints go to ``on_ejection``.
@@ -22,15 +22,10 @@ from collections.abc import Callable, Sequence
 
 import stormguard
 from stormguard_drill.clients import attempt_log
-from stormguard_drill.clients.registry import (
-    CallOutcome,
-    ClientName,
-    DrillClient,
-    LiteLLMClient,
-    OpenAIClient,
-    StormguardClient,
-    import_litellm,
-)
+from stormguard_drill.clients.drill_client import CallOutcome, ClientName, DrillClient
+from stormguard_drill.clients.litellm_client import LiteLLMClient, import_litellm
+from stormguard_drill.clients.openai_clients import OpenAIClient
+from stormguard_drill.clients.stormguard_client import StormguardClient
 from stormguard_drill.workload import Arrival
 
 FLEET_CLIENTS: tuple[ClientName, ...] = ("openai", "litellm-router", "stormguard")

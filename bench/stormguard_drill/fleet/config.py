@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from stormguard_drill.config import ENGINE_ARGS, Mode, Patience, PromptShape
+from stormguard_drill.config import ENGINE_ARGS, FleetWorkload, Mode, Patience, PromptShape
 
 FaultKind = Literal["dead", "crash_loop", "slow"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("dead", "crash_loop", "slow")
@@ -52,18 +52,6 @@ class Fault:
     kind: FaultKind
     replica: int
     start_s: float
-
-
-@dataclass(frozen=True, slots=True)
-class FleetWorkload:
-    """Poisson arrivals of one prompt shape over ``duration_s``, shared out between the
-    client processes (arrival ``i`` goes to process ``i % processes``)."""
-
-    duration_s: float
-    rate: float  # arrivals per second, the whole fleet
-    grace_s: float  # after the last arrival, how long unfinished calls may still run
-    shape: PromptShape = FLEET_SHAPE
-    tokens_per_word: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +123,8 @@ def fleet_preset(mode: Mode, *, seed: int = 0) -> FleetConfig:
         seed=seed,
         replicas=4,
         processes=3,
-        workload=FleetWorkload(duration_s=end, rate=rate, grace_s=_GRACE_S + 2.0),
+        workload=FleetWorkload(
+            duration_s=end, rate=rate, grace_s=_GRACE_S + 2.0, shape=FLEET_SHAPE
+        ),
         timeline=_timeline(dead, loop, slow, recover),
     )

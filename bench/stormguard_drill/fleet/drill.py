@@ -12,16 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from stormguard_drill.clients.registry import ClientName
+from stormguard_drill.clients.drill_client import ClientName
 from stormguard_drill.fleet.config import FleetConfig
 from stormguard_drill.fleet.runner import run_fleet_pairing, server_args
-from stormguard_drill.fleet.summary import (
-    compare_with_router,
-    fleet_document_config,
-    summarize_fleet,
-)
+from stormguard_drill.fleet.summary import fleet_document_config, summarize_fleet
+from stormguard_drill.fleet.targets import compare_with_router
+from stormguard_drill.records import Admission
 from stormguard_drill.report import load_average, machine, source
-from stormguard_drill.runner import Admission
 from stormguard_drill.servers import EngineSpec, ServerFleet
 from stormguard_drill.workload import build_schedule
 

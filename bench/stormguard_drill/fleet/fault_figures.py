@@ -1,5 +1,5 @@
 """The figures of each fault of a fleet pairing: the sick shares, the dead replica,
-the replica in the crash loop and the slow one (definitions: ``fleet_summary``).
+the replica in the crash loop and the slow one (definitions: ``fleet/summary.py``).
 
 Each returns its part of the pairing's JSON entry, or None when the timeline has no
 such fault.
@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from stormguard_drill.app import LogicalResult
+from stormguard_drill.figures import counter_at, round_or_none
 from stormguard_drill.fleet.client_records import attempts_within, ejected_after, sick_share
 from stormguard_drill.fleet.config import FleetTimeline
+from stormguard_drill.fleet.records import FleetRun
 from stormguard_drill.fleet.replica_series import ATTEMPTS, down_intervals
-from stormguard_drill.fleet.runner import FleetRun
-from stormguard_drill.summary import counter_at, round_or_none
+from stormguard_drill.records import LogicalResult
 
 
 def sick_shares(

@@ -5,7 +5,7 @@ endpoint), samples each one's /metrics, and can kill one and start it again on t
 same port. A replica's counters restart from zero in its new process: its samples are
 kept as one series, the new process's counters added to the old one's last values.
 
-``run_timeline`` does the faults (``fleet_config.py``) at their times and records when
+``run_timeline`` does the faults (``fleet/config.py``) at their times and records when
 each was done (``FaultLog``):
 
 - ``dead``: a last scrape, then SIGKILL; the port is then held by a socket that is
@@ -30,29 +30,11 @@ from dataclasses import dataclass, field
 import httpx
 
 from stormguard_drill.fleet.config import Fault, FleetTimeline
+from stormguard_drill.fleet.records import FaultLog, Samples
 from stormguard_drill.sampler import MetricsSampler
 from stormguard_drill.servers import ServerFleet, ServerProcess, free_port
 
-Samples = list[tuple[float, dict[str, float]]]
 _READY_POLL_S = 0.05
-
-
-@dataclass
-class FaultLog:
-    """When each fault was done, seconds from the pairing's start."""
-
-    killed_s: float | None = None
-    # The dead replica's port refused a connection right after the kill and right
-    # before the restart (checked by the drill itself).
-    dead_port_refused: list[bool] = field(default_factory=list)
-    restart_begun_s: float | None = None  # the dead replica's new process spawned
-    restarted_s: float | None = None  # ... and ready
-    crashes_sent_s: list[float] = field(default_factory=list)
-    loop_back_s: list[float] = field(default_factory=list)  # the looping engine ready again
-    slow_set_s: float | None = None
-    recovered_s: float | None = None  # the recovery begun (all three at once)
-    slow_cleared_s: float | None = None
-    errors: list[str] = field(default_factory=list)  # faults that could not be done
 
 
 @dataclass

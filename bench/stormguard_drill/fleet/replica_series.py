@@ -2,7 +2,7 @@
 restarting, slow, healthy) as segments, a counter's rate in 1 s bins, a counter's
 last value.
 
-The samples (``fleet_faults.Samples``) span every process a replica had, its counters
+The samples (``fleet/records.py``: ``Samples``) span every process a replica had, its counters
 made continuous across restarts; a dead replica goes unsampled, which shows as a gap.
 """
 
@@ -12,10 +12,9 @@ import itertools
 import math
 from typing import Any
 
+from stormguard_drill.figures import BIN_S, counter_at
 from stormguard_drill.fleet.config import FleetConfig
-from stormguard_drill.fleet.faults import Samples
-from stormguard_drill.fleet.runner import FleetRun
-from stormguard_drill.summary import BIN_S, counter_at
+from stormguard_drill.fleet.records import FleetRun, Samples
 
 ATTEMPTS = "stormguard_attempts_total"
 _READY = "stormguard_engine_ready"

@@ -31,9 +31,9 @@ Definitions (docs/benchmarks.md repeats them):
   (``compare_with_router``, once every pairing is summarized).
 
 This module puts one pairing's entry together. The figures come from
-``fleet_client_records`` (what the client processes recorded), ``fleet_replica_series``
-(each replica over time, from its samples), ``fleet_fault_figures`` (each fault's) and
-``fleet_targets`` (the targets checked); the names they define still import from here.
+``client_records`` (what the client processes recorded), ``replica_series`` (each
+replica over time, from its samples), ``fault_figures`` (each fault's) and ``targets``
+(the targets checked), beside it in ``fleet/``; import each name from its own module.
 """
 
 from __future__ import annotations
@@ -42,15 +42,18 @@ from collections import Counter
 from dataclasses import asdict
 from typing import Any
 
+from stormguard_drill.figures import (
+    BIN_S,
+    percentile,
+    recovered_after,
+    round_or_none,
+    success_bins,
+)
 from stormguard_drill.fleet.client_records import (
-    REJOIN_SHARE,
     attempts_by_replica,
-    attempts_within,
     client_series,
-    ejected_after,
     ejections_of,
     rejoin_s,
-    sick_share,
 )
 from stormguard_drill.fleet.config import FaultKind, FleetConfig
 from stormguard_drill.fleet.fault_figures import (
@@ -59,39 +62,14 @@ from stormguard_drill.fleet.fault_figures import (
     sick_shares,
     slow_replica_figures,
 )
+from stormguard_drill.fleet.records import FleetRun
 from stormguard_drill.fleet.replica_series import (
     ATTEMPTS,
     binned_rates,
     final_value,
     replica_states,
 )
-from stormguard_drill.fleet.runner import FleetRun
-from stormguard_drill.fleet.targets import ROUTER, check_fleet_targets, compare_with_router, missed
-from stormguard_drill.summary import (
-    BIN_S,
-    percentile,
-    recovered_after,
-    round_or_none,
-    success_bins,
-)
-
-__all__ = [
-    "ATTEMPTS",
-    "REJOIN_SHARE",
-    "ROUTER",
-    "attempts_by_replica",
-    "attempts_within",
-    "binned_rates",
-    "check_fleet_targets",
-    "compare_with_router",
-    "ejected_after",
-    "ejections_of",
-    "fleet_document_config",
-    "rejoin_s",
-    "replica_states",
-    "sick_share",
-    "summarize_fleet",
-]
+from stormguard_drill.fleet.targets import check_fleet_targets, missed
 
 
 def summarize_fleet(run: FleetRun, config: FleetConfig) -> dict[str, Any]:

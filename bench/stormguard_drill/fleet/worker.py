@@ -11,8 +11,8 @@ talks to it over stdin and stdout, one JSON document a line:
 3. the runner writes ``{"t0": ...}``, the pairing's start as a ``time.monotonic()``
    value: the clock is the system's monotonic one, shared by every process of the
    machine, so every process fires its arrivals on the same timeline as the faults;
-4. the worker replays its arrivals (open loop, as ``runner.replay`` does for the other
-   scenarios), then writes its results (``WorkerResult``) and exits.
+4. the worker replays its arrivals (open loop: ``app.replay``, as the other scenarios'
+   runner does), then writes its results (``WorkerResult``) and exits.
 
 The protocol has the process's stdout to itself (``worker_pipe.py``): anything a
 library prints goes to stderr, which the runner sends to a file of the run's ``logs/``.
@@ -27,12 +27,13 @@ import time
 from dataclasses import asdict, dataclass, field
 
 import stormguard
-from stormguard_drill.app import LogicalResult, run_logical
+from stormguard_drill.app import replay, run_logical
 from stormguard_drill.clients import attempt_log
-from stormguard_drill.clients.registry import ClientName
+from stormguard_drill.clients.drill_client import ClientName
 from stormguard_drill.config import Patience
 from stormguard_drill.fleet.clients import make_fleet_client
-from stormguard_drill.runner import replay
+from stormguard_drill.fleet.records import Ejection
+from stormguard_drill.records import LogicalResult
 from stormguard_drill.worker_pipe import claim_stdout, send
 from stormguard_drill.workload import Arrival
 
@@ -59,11 +60,6 @@ class Job:
         raw["patience"] = Patience(**raw["patience"])
         raw["arrivals"] = [Arrival(**a) for a in raw["arrivals"]]
         return cls(**raw)
-
-
-# (seconds from t0, "host:port", status before, status after, why): stormguard's
-# ejections and returns of endpoints.
-Ejection = tuple[float, str, str, str, str]
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The provider-outage scenario's clients, each set up as an application with a primary
-and a secondary provider would be (``outage.py`` runs them):
+and a secondary provider would be (``outage/runner.py`` runs them):
 
 - ``stormguard``: ``stormguard.AsyncClient`` over two ``Deployment``s, the primary of
   tier 1 and the secondary of tier 2, each with its own name for the model; the
@@ -13,7 +13,7 @@ and a secondary provider would be (``outage.py`` runs them):
 
 Every call is streamed; the provider that served it is read from its chunks' ``model``
 (each server knows the model under its own name: ``PRIMARY_MODEL``,
-``SECONDARY_MODEL``). The caller gives up on a call at its deadline (``outage.py``).
+``SECONDARY_MODEL``). The caller gives up on a call at its deadline (``outage/runner.py``).
 """
 
 from __future__ import annotations

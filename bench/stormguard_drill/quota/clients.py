@@ -20,9 +20,9 @@
   every process counts usage in one Redis, as LiteLLM's docs advise for several
   instances (a ``redis-server`` of the run's own: ``redis_server.py``).
 
-All but the ``stormguard-sync`` rows are the drill's own builders (``clients.py``), in tasks; the
-call's deadline is their ``timeout`` too (openai's and LiteLLM's apply to each attempt),
-and the caller gives up on a call at its deadline (``app.run_logical``).
+All but the ``stormguard-sync`` rows are the drill's own builders (``clients/``), in
+tasks; the call's deadline is their ``timeout`` too (openai's and LiteLLM's apply to
+each attempt), and the caller gives up on a call at its deadline (``app.run_logical``).
 
 A batch job wants whole answers: calls are not streamed unless ``--stream`` asks. It
 matters to LiteLLM: its usage-based routing counts a call's tokens in its success
@@ -32,67 +32,22 @@ so with streams only its RPM limit is enforced.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
-
 import stormguard
-from stormguard_drill.clients.drill_client import API_KEY, MODEL
-from stormguard_drill.clients.registry import (
-    CallOutcome,
-    DrillClient,
-    LiteLLMClient,
-    OpenAIClient,
-    OpenAIOnStormguardClient,
-    StormguardClient,
-    import_litellm,
-)
+from stormguard_drill.clients.drill_client import API_KEY, MODEL, CallOutcome, DrillClient
+from stormguard_drill.clients.litellm_client import LiteLLMClient, import_litellm
+from stormguard_drill.clients.openai_clients import OpenAIClient, OpenAIOnStormguardClient
+from stormguard_drill.clients.stormguard_client import StormguardClient
 from stormguard_drill.clients.stormguard_figures import stormguard_stats
 from stormguard_drill.clients.stream_tally import StreamTally, whole_answer
+from stormguard_drill.quota.client_names import (
+    LITELLM_QUOTA_CLIENTS,
+    QUOTA_CLIENTS,
+    REDIS_CLIENTS,
+    QuotaClientName,
+)
 from stormguard_drill.quota.config import QuotaLimits
 from stormguard_drill.workload import Arrival
 
-QuotaClientName = Literal[
-    "stormguard-sync",
-    "stormguard-async",
-    "stormguard-sync+redis",
-    "stormguard-async+redis",
-    "openai",
-    "openai+tenacity",
-    "openai+sg-httpx",
-    "litellm-router",
-    "litellm-router+redis",
-]
-QUOTA_CLIENTS: tuple[QuotaClientName, ...] = get_args(QuotaClientName)
-LITELLM_QUOTA_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {"litellm-router", "litellm-router+redis"}
-)
-REDIS_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {"stormguard-sync+redis", "stormguard-async+redis", "litellm-router+redis"}
-)
-# The clients that run in threads (their calls block); the others in asyncio tasks.
-THREADED_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {"stormguard-sync", "stormguard-sync+redis"}
-)
-# The rows the targets are for (every row is checked against them).
-STORMGUARD_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {
-        "stormguard-sync",
-        "stormguard-async",
-        "stormguard-sync+redis",
-        "stormguard-async+redis",
-        "openai+sg-httpx",
-    }
-)
-QUOTA_CLIENT_TITLES: dict[str, str] = {
-    "stormguard-sync": "stormguard.Client (defaults), threads",
-    "stormguard-async": "stormguard.AsyncClient (defaults), tasks",
-    "stormguard-sync+redis": "stormguard.Client, QuotaPolicy(redis_url=...), threads",
-    "stormguard-async+redis": "stormguard.AsyncClient, QuotaPolicy(redis_url=...), tasks",
-    "openai": "openai.AsyncOpenAI (defaults: 2 retries)",
-    "openai+tenacity": "openai.AsyncOpenAI in tenacity (5 attempts, 1-2-4-8 s)",
-    "openai+sg-httpx": "openai.AsyncOpenAI(max_retries=0) on stormguard.async_httpx_client",
-    "litellm-router": "litellm.Router, tpm/rpm on the deployment, usage-based-routing-v2",
-    "litellm-router+redis": "the same Router with redis_host/redis_port (usage shared)",
-}
 # The Router's strategy that reads a deployment's tpm and rpm (LiteLLM's routing docs).
 LITELLM_ROUTING_STRATEGY = "usage-based-routing-v2"
 

@@ -27,19 +27,17 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from stormguard_drill.config import Mode, PromptShape
-from stormguard_server.config import RETRY_AFTER_MODES, RetryAfterMode
+from stormguard_server.config import RetryAfterMode
 
 __all__ = [
     "BOUNDS",
     "QUOTA_ENGINE_ARGS",
-    "RETRY_AFTER_MODES",
     "Bound",
     "QuotaLimits",
     "QuotaRunConfig",
     "QuotaTargets",
     "QuotaVariant",
     "QuotaWorkload",
-    "RetryAfterMode",
     "default_variants",
     "quota_preset",
 ]

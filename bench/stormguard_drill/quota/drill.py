@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from stormguard_drill.config import BacklogWorkload, Wave
-from stormguard_drill.quota.clients import QUOTA_CLIENT_TITLES, QuotaClientName
+from stormguard_drill.quota.client_names import QUOTA_CLIENT_TITLES, QuotaClientName
 from stormguard_drill.quota.config import QuotaRunConfig, QuotaVariant
-from stormguard_drill.quota.runner import QuotaRun, demand_tokens, run_quota_pairings
+from stormguard_drill.quota.records import QuotaRun
+from stormguard_drill.quota.runner import demand_tokens, run_quota_pairings
 from stormguard_drill.quota.summary import summarize_quota
 from stormguard_drill.report import load_average, machine, source
 from stormguard_drill.servers import EngineSpec, ServerFleet

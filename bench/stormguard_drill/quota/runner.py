@@ -2,10 +2,10 @@
 
 One pairing:
 
-1. P worker processes are spawned (``quota_worker.py``, through the fleet's
-   ``WorkerProcess``) and given their jobs (call ``i`` to process ``i % P``), while a
-   fresh reference server starts with the variant's quota flags (and, for the Redis
-   row, a fresh ``redis-server``: ``redis_server.py``);
+1. P worker processes are spawned (``quota/worker.py``, through
+   ``worker_pipe.WorkerProcess``, as the fleet's are) and given their jobs (call ``i``
+   to process ``i % P``), while a fresh reference server starts with the variant's
+   quota flags (and, for the Redis row, a fresh ``redis-server``: ``redis_server.py``);
 2. each process warms up on the drill's warm-up server (no quota there) and says it is
    ready;
 3. the batch starts at one ``time.monotonic()`` instant sent to every process; the
@@ -28,21 +28,20 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from stormguard_drill.app import LogicalResult
-from stormguard_drill.fleet.runner import READY_TIMEOUT_S, RESULT_SLACK_S, WorkerProcess
-from stormguard_drill.quota.clients import REDIS_CLIENTS, QuotaClientName
+from stormguard_drill.quota.client_names import REDIS_CLIENTS, QuotaClientName
 from stormguard_drill.quota.config import QuotaRunConfig, QuotaVariant, server_args
+from stormguard_drill.quota.records import QuotaRun
 from stormguard_drill.quota.worker import QuotaJob, QuotaWorkerResult
 from stormguard_drill.redis_server import RedisServer, start_redis
 from stormguard_drill.sampler import MetricsSampler
 from stormguard_drill.servers import ServerFleet, ServerProcess, free_port
+from stormguard_drill.worker_pipe import READY_TIMEOUT_S, RESULT_SLACK_S, WorkerProcess
 from stormguard_drill.workload import Arrival
 
 CHAT_ROUTE = "/v1/chat/completions"
@@ -50,24 +49,6 @@ CHAT_ROUTE = "/v1/chat/completions"
 START_DELAY_S = 0.3
 #: How long the drill waits for a killed worker process to be reaped.
 _REAP_TIMEOUT_S = 10.0
-
-
-@dataclass
-class QuotaRun:
-    """Everything measured in one pairing of the quota scenario."""
-
-    client: QuotaClientName
-    variant: QuotaVariant
-    results: list[LogicalResult]  # every process's, by call index
-    server: dict[str, Any]  # server_counts() at the end
-    samples: list[tuple[float, dict[str, float]]]
-    started_at_unix: float  # the wall clock at t0 (LiteLLM's usage windows are its minutes)
-    processes: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def client_attempts(self) -> int | None:
-        counts = [p["client_attempts"] for p in self.processes]
-        return None if any(c is None for c in counts) else sum(counts)
 
 
 def server_counts(text: str) -> dict[str, Any]:

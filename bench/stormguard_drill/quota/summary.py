@@ -29,11 +29,10 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from stormguard_drill.quota.clients import QUOTA_CLIENT_TITLES, THREADED_CLIENTS
+from stormguard_drill.figures import percentile, round_or_none, success_bins
+from stormguard_drill.quota.client_names import QUOTA_CLIENT_TITLES, THREADED_CLIENTS
 from stormguard_drill.quota.config import QuotaRunConfig, QuotaTargets
-from stormguard_drill.quota.runner import QuotaRun
-from stormguard_drill.quota.worker import NOT_STARTED
-from stormguard_drill.summary import percentile, round_or_none, success_bins
+from stormguard_drill.quota.records import NOT_STARTED, QuotaRun
 
 _ADMITTED = "stormguard_quota_admitted_total"
 _REFUSED = "stormguard_quota_refused_total"

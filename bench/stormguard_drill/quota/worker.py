@@ -34,21 +34,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-from stormguard_drill.app import DEADLINE, LogicalResult, run_logical
-from stormguard_drill.clients.registry import CallOutcome, DrillClient
+from stormguard_drill.app import DEADLINE, run_logical
+from stormguard_drill.clients.drill_client import CallOutcome, DrillClient
 from stormguard_drill.config import Patience
-from stormguard_drill.quota.clients import (
-    REDIS_CLIENTS,
-    THREADED_CLIENTS,
-    QuotaClientName,
-    SyncStormguardClient,
-    make_async_quota_client,
-)
+from stormguard_drill.quota.client_names import REDIS_CLIENTS, THREADED_CLIENTS, QuotaClientName
+from stormguard_drill.quota.clients import SyncStormguardClient, make_async_quota_client
 from stormguard_drill.quota.config import QuotaLimits
+from stormguard_drill.quota.records import NOT_STARTED
+from stormguard_drill.records import LogicalResult
 from stormguard_drill.worker_pipe import claim_stdout, send
 from stormguard_drill.workload import Arrival
-
-NOT_STARTED = "not started"  # the error of a call the batch gave up on before starting it
 
 
 @dataclass(frozen=True, slots=True)

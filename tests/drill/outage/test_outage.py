@@ -6,14 +6,11 @@ from typing import Any
 
 import pytest
 
-from stormguard_drill.outage.drill import (
-    CallRecord,
-    OutageConfig,
-    OutageRun,
+from stormguard_drill.outage.config import OutageConfig, outage_preset, outage_schedule
+from stormguard_drill.outage.records import CallRecord, OutageRun
+from stormguard_drill.outage.summary import (
     back_on_primary_s,
     check_targets,
-    outage_preset,
-    outage_schedule,
     peak_over_offered,
     summarize_outage,
 )

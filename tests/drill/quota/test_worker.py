@@ -7,8 +7,9 @@ import asyncio
 import threading
 import time
 
-from stormguard_drill.app import LogicalResult
-from stormguard_drill.quota.worker import NOT_STARTED, QuotaJob, run_tasks, run_threads
+from stormguard_drill.quota.records import NOT_STARTED
+from stormguard_drill.quota.worker import QuotaJob, run_tasks, run_threads
+from stormguard_drill.records import LogicalResult
 from stormguard_drill.workload import Arrival
 
 
@@ -112,12 +113,8 @@ def test_a_job_survives_its_json_line() -> None:
 
 
 def test_the_stormguard_redis_rows_share_the_key_s_bucket_in_the_run_s_redis() -> None:
-    from stormguard_drill.quota.clients import (
-        REDIS_CLIENTS,
-        THREADED_CLIENTS,
-        SyncStormguardClient,
-        make_async_quota_client,
-    )
+    from stormguard_drill.quota.client_names import REDIS_CLIENTS, THREADED_CLIENTS
+    from stormguard_drill.quota.clients import SyncStormguardClient, make_async_quota_client
     from stormguard_drill.quota.config import QuotaLimits
 
     assert {"stormguard-sync+redis", "stormguard-async+redis"} <= REDIS_CLIENTS
