@@ -67,30 +67,44 @@ import asyncio
 import atexit
 import contextlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 import openai
-import tenacity
 
 import stormguard
 import stormguard_server
+from burst_calls import (
+    MESSAGES,
+    PROMPT,
+    Call,
+    Tally,
+    openai_call,
+    openai_default,
+    openai_tenacity,
+    p99,
+    run_threads,
+    settled,
+    stormguard_call,
+)
+from stormguard_drill.clients.drill_client import MODEL, ClientUnavailable, DrillClient
+from stormguard_drill.clients.litellm_client import import_litellm
+from stormguard_drill.clients.openai_clients import OpenAIClient
+from stormguard_drill.clients.stormguard_client import StormguardClient
 from stormguard_drill.config import VLLM_ENGINE_ARGS
 from stormguard_drill.sampler import parse_metrics
 from stormguard_drill.servers import EngineSpec, ServerFleet, ServerProcess, free_port
+from stormguard_drill.workload import Arrival
 
-MODEL = "stormguard-sim"  # vLLM serves the tiny model under this name too
-MESSAGES = [{"role": "user", "content": "say something about queues"}]
+# The model is the drill's name for it (MODEL): vLLM serves the tiny model under it too.
+
 SERVER_ARGS = ("--num-kv-blocks", "256", "--max-num-seqs", "16", "--max-queue-requests", "8")
 # --max-num-queued-reqs caps vLLM's *unfinished* requests (waiting + running), so
 # plain vLLM never runs more than 16 at once, whatever --max-num-seqs (32) allows.
@@ -106,15 +120,8 @@ TARGET_ATTEMPTS = 1.15
 TARGET_GOODPUT = 0.90  # of the calibrated capacity
 TARGET_P99 = 1.2  # x the burst's drain (its wall time)
 
-Call = Callable[[], int]  # one chat call; returns its completion tokens, raises on failure
-AsyncCall = Callable[[], Awaitable[int]]
-Close = Callable[[], Awaitable[None]]
 SyncFactory = Callable[[str, float, int], Call]  # (base_url, deadline, max_tokens)
-AsyncFactory = Callable[[str, float, int], tuple[AsyncCall, Close]]
-
-
-class SkipRow(Exception):
-    """A client that cannot run here; its message says why."""
+AsyncFactory = Callable[[str, float], DrillClient]  # (base_url, deadline): the drill's client
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,86 +183,7 @@ class BurstResult:
         return [name for name, met in checks.items() if not met]
 
 
-@dataclass
-class _Tally:
-    """What the application saw of each call, from any number of threads."""
-
-    latencies: list[float] = field(default_factory=list)
-    tokens: int = 0
-    errors: dict[str, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def ok(self, latency_s: float, tokens: int) -> None:
-        with self.lock:
-            self.latencies.append(latency_s)
-            self.tokens += tokens
-
-    def failed(self, exc: BaseException) -> None:
-        with self.lock:
-            self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
-
-
 # -- clients ---------------------------------------------------------------------------
-
-
-def _stormguard(base_url: str, deadline: float, max_tokens: int, **options: Any) -> Call:
-    client = stormguard.Client(base_url=base_url, model=MODEL, timeout=deadline, **options)
-
-    def call() -> int:
-        resp = client.chat.completions.create(messages=MESSAGES, max_tokens=max_tokens)
-        return int(resp.usage.completion_tokens) if resp.usage is not None else 0
-
-    return call
-
-
-def _stormguard_async(base_url: str, deadline: float, max_tokens: int) -> tuple[AsyncCall, Close]:
-    client = stormguard.AsyncClient(base_url=base_url, model=MODEL, timeout=deadline)
-
-    async def call() -> int:
-        resp = await client.chat.completions.create(messages=MESSAGES, max_tokens=max_tokens)
-        return int(resp.usage.completion_tokens) if resp.usage is not None else 0
-
-    return call, client.close
-
-
-def _openai(client: openai.OpenAI, max_tokens: int) -> Call:
-    def call() -> int:
-        resp = client.chat.completions.create(
-            model=MODEL,
-            messages=MESSAGES,  # type: ignore[arg-type]
-            max_tokens=max_tokens,
-        )
-        return resp.usage.completion_tokens if resp.usage else 0
-
-    return call
-
-
-def _openai_default(base_url: str, deadline: float, max_tokens: int) -> Call:
-    return _openai(openai.OpenAI(base_url=base_url, api_key="bench", timeout=deadline), max_tokens)
-
-
-def _openai_async(base_url: str, deadline: float, max_tokens: int) -> tuple[AsyncCall, Close]:
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", timeout=deadline)
-
-    async def call() -> int:
-        resp = await client.chat.completions.create(
-            model=MODEL,
-            messages=MESSAGES,  # type: ignore[arg-type]
-            max_tokens=max_tokens,
-        )
-        return resp.usage.completion_tokens if resp.usage else 0
-
-    return call, client.close
-
-
-def _openai_tenacity(base_url: str, deadline: float, max_tokens: int) -> Call:
-    client = openai.OpenAI(base_url=base_url, api_key="bench", timeout=deadline, max_retries=0)
-    retrying = tenacity.retry(
-        stop=tenacity.stop_after_attempt(3) | tenacity.stop_after_delay(deadline),
-        wait=tenacity.wait_random_exponential(multiplier=1, max=8),
-        reraise=True,
-    )
-    return retrying(_openai(client, max_tokens))
 
 
 def _openai_on_stormguard(base_url: str, deadline: float, max_tokens: int) -> Call:
@@ -267,24 +195,7 @@ def _openai_on_stormguard(base_url: str, deadline: float, max_tokens: int) -> Ca
         http_client=http,  # type: ignore[arg-type]
         max_retries=0,
     )
-    return _openai(client, max_tokens)
-
-
-def _import_litellm() -> Any:
-    """LiteLLM offline: without LITELLM_LOCAL_MODEL_COST_MAP its import fetches the
-    model cost map from the internet; telemetry and debug hints off."""
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    try:
-        import litellm
-    except Exception as exc:  # ImportError, or an import that breaks in this venv
-        raise SkipRow(
-            f"litellm cannot be imported here ({type(exc).__name__}: {exc});"
-            " install it with pip install 'stormguard[bench]'"
-        ) from exc
-    if hasattr(litellm, "telemetry"):
-        litellm.telemetry = False
-    litellm.suppress_debug_info = True
-    return litellm
+    return openai_call(client, max_tokens)
 
 
 def _litellm_tokens(resp: Any) -> int:
@@ -293,7 +204,7 @@ def _litellm_tokens(resp: Any) -> int:
 
 
 def _litellm_completion(base_url: str, deadline: float, max_tokens: int) -> Call:
-    litellm = _import_litellm()
+    litellm = import_litellm()
 
     def call() -> int:
         resp = litellm.completion(
@@ -311,7 +222,7 @@ def _litellm_completion(base_url: str, deadline: float, max_tokens: int) -> Call
 
 
 def _litellm_router(base_url: str, deadline: float, max_tokens: int) -> Call:
-    litellm = _import_litellm()
+    litellm = import_litellm()
     params = {"model": f"openai/{MODEL}", "api_base": base_url, "api_key": "bench"}
     router = litellm.Router(
         model_list=[{"model_name": MODEL, "litellm_params": params}],
@@ -335,14 +246,20 @@ class Row:
 
 
 CLIENTS: dict[str, Row] = {
-    "stormguard": Row(sync=lambda url, deadline, n: _stormguard(url, deadline, n)),
-    "stormguard async": Row(tasks=_stormguard_async),
-    "stormguard(breaker=None)": Row(
-        sync=lambda url, deadline, n: _stormguard(url, deadline, n, breaker=None)
+    "stormguard": Row(sync=lambda url, deadline, n: stormguard_call(url, deadline, n)),
+    "stormguard async": Row(
+        tasks=lambda url, deadline: StormguardClient(url, deadline, stream=False)
     ),
-    "openai": Row(sync=_openai_default),
-    "openai async": Row(tasks=_openai_async),
-    "openai+tenacity(3)": Row(sync=_openai_tenacity),
+    "stormguard(breaker=None)": Row(
+        sync=lambda url, deadline, n: stormguard_call(url, deadline, n, breaker=None)
+    ),
+    "openai": Row(sync=openai_default),
+    "openai async": Row(
+        tasks=lambda url, deadline: OpenAIClient(
+            url, deadline, tenacity_wrapper=False, stream=False
+        )
+    ),
+    "openai+tenacity(3)": Row(sync=openai_tenacity),
     "openai on httpx_client": Row(sync=_openai_on_stormguard),
     "litellm completion(num_retries=2)": Row(sync=_litellm_completion),
     "litellm Router": Row(sync=_litellm_router),
@@ -546,19 +463,6 @@ def _build_tiny_model(python: str, directory: Path) -> Path:
     return model
 
 
-def _settled(read: Callable[[], int]) -> int:
-    """A server-side count once it stops moving: vLLM counts a finished request just
-    after answering it, and its log reaches the file a little later still."""
-    value = read()
-    for _ in range(15):
-        time.sleep(0.2)
-        again = read()
-        if again == value:
-            return value
-        value = again
-    return value
-
-
 # -- measuring -------------------------------------------------------------------------
 
 
@@ -615,16 +519,8 @@ def calibrate(launcher: Launcher, workers: int, seconds: float, max_tokens: int)
         launcher.stop(server)
 
 
-def _p99(latencies: list[float]) -> float | None:
-    """Inclusive: the default (exclusive) method extrapolates past the slowest call
-    when there are fewer than 100, so a p99 could exceed the burst's wall time."""
-    if len(latencies) < 2:
-        return None
-    return statistics.quantiles(latencies, n=100, method="inclusive")[98]
-
-
 def _result(
-    name: str, run: int, calls: int, tally: _Tally, attempts: int, wall: float, capacity: float
+    name: str, run: int, calls: int, tally: Tally, attempts: int, wall: float, capacity: float
 ) -> BurstResult:
     lat = tally.latencies
     return BurstResult(
@@ -635,33 +531,10 @@ def _result(
         server_attempts=attempts,
         wall_s=wall,
         completion_tokens=tally.tokens,
-        p99_s=_p99(lat),
+        p99_s=p99(lat),
         errors=tally.errors,
         capacity_tps=capacity,
     )
-
-
-def run_threads(call: Call, calls: int, threads: int, tally: _Tally) -> float:
-    """``calls`` calls from ``threads`` threads, all released at once; the wall time."""
-    start = threading.Event()
-
-    def one() -> None:
-        start.wait()
-        began = time.monotonic()
-        try:
-            got = call()
-        except Exception as exc:  # the figure is what the application saw
-            tally.failed(exc)
-            return
-        tally.ok(time.monotonic() - began, got)
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = [pool.submit(one) for _ in range(calls)]
-        began = time.monotonic()
-        start.set()
-        for future in futures:
-            future.result()
-    return time.monotonic() - began
 
 
 async def run_tasks(
@@ -671,10 +544,11 @@ async def run_tasks(
     max_tokens: int,
     calls: int,
     tasks: int,
-    tally: _Tally,
+    tally: Tally,
 ) -> float:
     """``calls`` calls from ``tasks`` worker tasks on one client, all released at once."""
-    call, close = make(url, deadline, max_tokens)  # in the loop that will use it
+    client = make(url, deadline)  # in the loop that will use it
+    arrival = Arrival(index=0, at_s=0.0, kind="short", prompt=PROMPT, max_tokens=max_tokens)
     start = asyncio.Event()
     todo = iter(range(calls))  # shared: each worker takes the next call when free
 
@@ -683,11 +557,14 @@ async def run_tasks(
         for _ in todo:
             began = time.monotonic()
             try:
-                got = await call()
+                outcome = await client.call(arrival)
             except Exception as exc:  # the figure is what the application saw
                 tally.failed(exc)
                 continue
-            tally.ok(time.monotonic() - began, got)
+            if outcome.ok:
+                tally.ok(time.monotonic() - began, outcome.completion_tokens)
+            else:  # the drill's clients return their own failures, by exception name
+                tally.failed_as(outcome.error or "error")
 
     workers = [asyncio.create_task(worker()) for _ in range(tasks)]
     await asyncio.sleep(0)  # every worker waits on the event
@@ -696,7 +573,7 @@ async def run_tasks(
     try:
         await asyncio.gather(*workers)
     finally:
-        await close()
+        await client.aclose()
     return time.monotonic() - began
 
 
@@ -707,7 +584,7 @@ def run_burst(
     row = CLIENTS[name]
     server = launcher.start(f"{name.replace(' ', '_')}-{run}")
     try:
-        tally = _Tally()
+        tally = Tally()
         before = launcher.attempts(server)
         if row.sync is not None:
             call = row.sync(server.base_url, args.deadline, args.max_tokens)
@@ -725,7 +602,7 @@ def run_burst(
                     tally,
                 )
             )
-        attempts = _settled(lambda: launcher.attempts(server)) - before
+        attempts = settled(lambda: launcher.attempts(server)) - before
     finally:
         launcher.stop(server)  # a fresh server for each client and run
     return _result(name, run, args.calls, tally, attempts, wall, capacity)
@@ -772,8 +649,8 @@ def _skips(names: list[str]) -> dict[str, str]:
     if not any(name in LITELLM_ROWS for name in names):
         return {}
     try:
-        _import_litellm()
-    except SkipRow as exc:
+        import_litellm()
+    except ClientUnavailable as exc:
         return {name: str(exc) for name in names if name in LITELLM_ROWS}
     return {}
 

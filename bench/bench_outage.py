@@ -41,17 +41,17 @@ from dataclasses import dataclass
 import httpx
 
 import stormguard
-from bench_burst import (
+from burst_calls import (
     MESSAGES,
-    MODEL,
     Call,
-    _openai_default,
-    _openai_tenacity,
-    _p99,
-    _stormguard,
-    _Tally,
+    Tally,
+    openai_default,
+    openai_tenacity,
+    p99,
     run_threads,
+    stormguard_call,
 )
+from stormguard_drill.clients.drill_client import MODEL
 from stormguard_drill.servers import free_port
 from zero_server import running
 
@@ -61,9 +61,9 @@ OUTAGES: dict[str, tuple[str, ...]] = {
     "503": ("--status", "503"),
 }
 CLIENTS: dict[str, Callable[[str, float, int], Call]] = {
-    "stormguard": _stormguard,
-    "openai": _openai_default,
-    "openai+tenacity(3)": _openai_tenacity,
+    "stormguard": stormguard_call,
+    "openai": openai_default,
+    "openai+tenacity(3)": openai_tenacity,
 }
 TARGET_ATTEMPTS = 1.3
 TARGET_FAIL_FAST_S = 0.005
@@ -86,7 +86,7 @@ class OutageResult:
         return self.attempts / self.calls
 
 
-class _FailureTally(_Tally):
+class _FailureTally(Tally):
     """The burst's tally, plus how long each failed call took to fail."""
 
     def __init__(self) -> None:
@@ -123,7 +123,7 @@ def run_outage(outage: str, client: str, run: int, args: argparse.Namespace) -> 
         attempts=posts,
         errors=dict(tally.errors),
         fail_p50_s=statistics.median(fails) if fails else None,
-        fail_p99_s=_p99(fails),
+        fail_p99_s=p99(fails),
     )
 
 
@@ -167,7 +167,7 @@ def fail_fast_sync(calls: int) -> FailFast:
         except stormguard.CircuitOpenError:
             times.append(time.perf_counter() - began)
     client.close()
-    return FailFast("sync", len(times), statistics.median(times), _p99(times) or 0.0, opened)
+    return FailFast("sync", len(times), statistics.median(times), p99(times) or 0.0, opened)
 
 
 async def fail_fast_async(calls: int) -> FailFast:
@@ -189,7 +189,7 @@ async def fail_fast_async(calls: int) -> FailFast:
         except stormguard.CircuitOpenError:
             times.append(time.perf_counter() - began)
     await client.close()
-    return FailFast("async", len(times), statistics.median(times), _p99(times) or 0.0, opened)
+    return FailFast("async", len(times), statistics.median(times), p99(times) or 0.0, opened)
 
 
 def _ms(seconds: float | None) -> str:

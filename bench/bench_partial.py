@@ -20,7 +20,7 @@ asyncio tasks on one client for the async one. The clients:
 - ``stormguard``: ``stormguard.Client(base_url=[#0, #1, #2])``, default options;
 - ``stormguard async``: the same ``AsyncClient``;
 - ``litellm Router``: three deployments of the model, ``num_retries=2``,
-  ``allowed_fails=3`` (imported offline as bench_burst.py does; skipped, saying why,
+  ``allowed_fails=3`` (imported offline as the drill does; skipped, saying why,
   where LiteLLM cannot be imported);
 - ``openai random``: openai-python as it comes (2 retries, to the server it
   picked), one client per server, a server picked at random per call;
@@ -77,7 +77,9 @@ import openai
 import tenacity
 
 import stormguard
-from bench_burst import MESSAGES, MODEL, SkipRow, _import_litellm, _p99, _settled
+from burst_calls import MESSAGES, p99, settled
+from stormguard_drill.clients.drill_client import MODEL, ClientUnavailable
+from stormguard_drill.clients.litellm_client import import_litellm
 from stormguard_drill.sampler import parse_metrics
 from stormguard_drill.servers import EngineSpec, ServerFleet, ServerProcess
 from zero_server import running
@@ -296,7 +298,7 @@ def _openai_tenacity(fleet: Fleet, burst: Burst, tally: Tally, args: argparse.Na
 
 
 def _litellm_router(fleet: Fleet, burst: Burst, tally: Tally, args: argparse.Namespace) -> Call:
-    litellm = _import_litellm()
+    litellm = import_litellm()
     # LiteLLM's OpenAI handler sends through this client when it is set: the counting
     # transport then sees every request its Router makes.
     litellm.client_session = httpx.Client(
@@ -469,7 +471,7 @@ def run_partial(
         else:
             call = SYNC_CLIENTS[name](fleet, burst, tally, args)
             wall = run_threads(call, args.calls, args.threads, burst, tally)
-        live = _settled(fleet.live_attempts) - before
+        live = settled(fleet.live_attempts) - before
     return PartialResult(
         client=name,
         run=run,
@@ -479,7 +481,7 @@ def run_partial(
         dead_late_calls=len(tally.dead_late_calls),
         wall_s=wall,
         p50_s=_median(tally.latencies),
-        p99_s=_p99(tally.latencies),
+        p99_s=p99(tally.latencies),
         errors=dict(tally.errors),
     )
 
@@ -532,7 +534,7 @@ def run_outage(outage: str, name: str, run: int, args: argparse.Namespace) -> Ou
         ok=len(tally.latencies),
         attempts=attempts,
         fail_p50_s=_median(tally.fail_times),
-        fail_p99_s=_p99(tally.fail_times),
+        fail_p99_s=p99(tally.fail_times),
         errors=dict(tally.errors),
     )
 
@@ -639,8 +641,8 @@ def _skips(names: list[str]) -> dict[str, str]:
     if "litellm Router" not in names:
         return {}
     try:
-        _import_litellm()
-    except SkipRow as exc:
+        import_litellm()
+    except ClientUnavailable as exc:
         return {"litellm Router": str(exc)}
     return {}
 

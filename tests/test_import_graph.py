@@ -291,18 +291,20 @@ def test_an_import_through_a_reexport_is_found(tmp_path: Path) -> None:
 
 
 #: The SDK's packages from the bottom up: a module imports from its own package, from
-#: a package below it, or from the modules at the top of ``stormguard`` (the facade,
-#: the call and the values everything shares, not cut into packages yet).
+#: a package below it, or from the public modules at the top of ``stormguard``.
 WINGS = [
-    "stormguard._io",
+    "stormguard._core",
     "stormguard._policies.retry",
+    "stormguard._io",
     "stormguard._policies.breaker",
     "stormguard._policies.limiter",
-    "stormguard.tokens",
     "stormguard._policies.routing",
+    "stormguard.tokens",
     "stormguard._policies.quota",
-    "stormguard._policies",
     "stormguard.telemetry",
+    "stormguard._policies",
+    "stormguard._call",
+    "stormguard._client",
     "stormguard._transport",
 ]
 
@@ -324,3 +326,46 @@ def test_each_sdk_package_imports_only_the_ones_below_it() -> None:
             if mine is not None and theirs is not None and theirs > mine:
                 upward.append(f"{_shown(modules[name])}:{line}: {name} -> {other}")
     assert upward == []
+
+
+def test_the_drill_imports_names_from_the_module_that_defines_them() -> None:
+    assert through_reexports(PACKAGES[2]) == []
+
+
+#: What reads a drill run's results: the figures, and the records they read. None of
+#: them reaches a runner (which starts servers and processes), by any import, so each
+#: can be read, tested and moved without the machinery that filled the records.
+DRILL_FIGURES = [
+    "stormguard_drill.figures",
+    "stormguard_drill.records",
+    "stormguard_drill.summary",
+    "stormguard_drill.fleet.client_records",
+    "stormguard_drill.fleet.fault_figures",
+    "stormguard_drill.fleet.records",
+    "stormguard_drill.fleet.replica_series",
+    "stormguard_drill.fleet.summary",
+    "stormguard_drill.fleet.targets",
+    "stormguard_drill.quota.records",
+    "stormguard_drill.quota.summary",
+    "stormguard_drill.outage.records",
+    "stormguard_drill.outage.summary",
+]
+DRILL_RUNNERS = {
+    "stormguard_drill.cli",
+    "stormguard_drill.runner",
+    "stormguard_drill.fleet.drill",
+    "stormguard_drill.fleet.runner",
+    "stormguard_drill.fleet.worker",
+    "stormguard_drill.quota.drill",
+    "stormguard_drill.quota.runner",
+    "stormguard_drill.quota.worker",
+    "stormguard_drill.outage.drill",
+    "stormguard_drill.outage.runner",
+}
+
+
+@pytest.mark.parametrize("module", DRILL_FIGURES)
+def test_the_drills_figures_reach_no_runner(module: str) -> None:
+    graph = import_graph(PACKAGES[2], every=True)
+    assert module in graph
+    assert reach(graph, module) & DRILL_RUNNERS == set()

@@ -8,41 +8,24 @@ Where the patience has a deadline (the burst and the rebound: 60 s), the caller 
 up on the logical request that long after issuing it, whatever the client is doing
 then (a call still waiting, retrying or streaming is cancelled): a success is always
 one within the deadline.
+
+The application issues its logical requests open loop, each at its time in the
+schedule, whatever the earlier ones are doing (``replay``): the runner of the
+avalanche, the burst and the rebound, and each client process of the fleet, replay
+their arrivals through it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import Any
 
-from stormguard_drill.clients import CallOutcome, DrillClient
+from stormguard_drill.clients.drill_client import CallOutcome, DrillClient
 from stormguard_drill.config import Patience
-from stormguard_drill.workload import Arrival, Kind
-
-
-@dataclass(frozen=True, slots=True)
-class LogicalResult:
-    """How one logical request ended; times in seconds from the pairing's start."""
-
-    index: int
-    kind: Kind
-    start_s: float
-    end_s: float
-    ok: bool
-    completion_tokens: int
-    first_token_s: float | None  # when its successful call's first chunk came
-    app_calls: int
-    error: str | None  # the last failure's exception class
-
-    @property
-    def latency_s(self) -> float:
-        return self.end_s - self.start_s
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token_s is None else self.first_token_s - self.start_s
-
+from stormguard_drill.records import LogicalResult
+from stormguard_drill.workload import Arrival
 
 DEADLINE = "deadline"  # the error of a logical request that the caller gave up on
 
@@ -104,3 +87,47 @@ def unfinished(arrival: Arrival, start_s: float, end_s: float) -> LogicalResult:
         app_calls=0,
         error="unfinished",
     )
+
+
+async def replay(
+    schedule: Sequence[Arrival],
+    t0: float,
+    logical: Callable[[Arrival], Coroutine[Any, Any, LogicalResult]],
+    end_at: float,
+    *,
+    before: Callable[[float], Awaitable[None]] | None = None,
+) -> list[LogicalResult]:
+    """Fire every arrival at ``t0`` + its time, open loop (``before(at_s)`` first: the
+    mid-run actions due by then), wait for the calls until ``end_at`` at most, cancel
+    what still runs (each an ``unfinished`` failure); the results in arrival order."""
+    tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
+    try:
+        for arrival in schedule:
+            if before is not None:
+                await before(arrival.at_s)
+            await sleep_until(t0 + arrival.at_s)
+            tasks[asyncio.create_task(logical(arrival))] = arrival
+        if before is not None:
+            await before(float("inf"))
+        if not tasks:
+            return []
+        _, pending = await asyncio.wait(tasks, timeout=max(0.0, end_at - time.monotonic()))
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        stopped = time.monotonic() - t0
+        results = [
+            unfinished(arrival, arrival.at_s, stopped) if task in pending else task.result()
+            for task, arrival in tasks.items()
+        ]
+        return sorted(results, key=lambda r: r.index)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def sleep_until(when: float) -> None:
+    delay = when - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)

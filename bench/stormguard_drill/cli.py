@@ -5,10 +5,10 @@ burst against a server that sheds, or the rebound after a cold start. Each has i
 engine flags, schedule, patience, default clients and server modes; the calibration,
 the replay, the sampler and the summary are the same code for all three. The fourth,
 ``fleet`` (a partial outage of several replicas under several client processes), has
-its own runner, figures and plots (``fleet*.py``) and shares the rest; so do the
-fifth, ``quota`` (a batch job of several processes on one API key against a hosted
-API's quota, ``quota*.py``), and the sixth, ``outage`` (a primary provider in partial
-outage and a secondary, ``outage*.py``).
+its own runner, figures and plots (the ``fleet`` subpackage) and shares the rest; so
+do the fifth, ``quota`` (a batch job of several processes on one API key against a
+hosted API's quota, ``quota/``), and the sixth, ``outage`` (a primary provider in
+partial outage and a secondary, ``outage/``).
 """
 
 from __future__ import annotations
@@ -27,12 +27,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from stormguard_drill.clients import (
-    AVALANCHE_CLIENTS,
-    CLIENT_NAMES,
-    ClientName,
-    unavailable,
-)
+from stormguard_drill.clients.drill_client import AVALANCHE_CLIENTS, CLIENT_NAMES, ClientName
+from stormguard_drill.clients.registry import unavailable
 from stormguard_drill.config import (
     BURST_SKIP_OFF_REASON,
     COLD_START_S,
@@ -45,26 +41,28 @@ from stormguard_drill.config import (
     engine_args,
     preset,
 )
-from stormguard_drill.fleet import fleet_drill, fleet_marks, fleet_targets_line
-from stormguard_drill.fleet_clients import FLEET_CLIENTS
-from stormguard_drill.fleet_config import fleet_preset
-from stormguard_drill.fleet_plots import plot_fleet
-from stormguard_drill.outage import outage_drill, outage_preset, targets_line
-from stormguard_drill.outage_clients import OUTAGE_CLIENTS, OutageClientName
+from stormguard_drill.fleet.clients import FLEET_CLIENTS
+from stormguard_drill.fleet.config import fleet_preset
+from stormguard_drill.fleet.drill import fleet_drill, fleet_marks, fleet_targets_line
+from stormguard_drill.fleet.plots import plot_fleet
+from stormguard_drill.outage.clients import OUTAGE_CLIENTS, OutageClientName
+from stormguard_drill.outage.config import outage_preset
+from stormguard_drill.outage.drill import outage_drill
+from stormguard_drill.outage.summary import targets_line
 from stormguard_drill.plots import plot_all
-from stormguard_drill.quota import quota_drill
-from stormguard_drill.quota_clients import QUOTA_CLIENTS, QuotaClientName, quota_unavailable
-from stormguard_drill.quota_config import (
+from stormguard_drill.quota.client_names import QUOTA_CLIENTS, QuotaClientName
+from stormguard_drill.quota.clients import quota_unavailable
+from stormguard_drill.quota.config import (
     BOUNDS,
-    RETRY_AFTER_MODES,
     Bound,
     QuotaVariant,
-    RetryAfterMode,
     cross_variants,
     default_variants,
     quota_preset,
 )
-from stormguard_drill.quota_summary import quota_targets_line
+from stormguard_drill.quota.drill import quota_drill
+from stormguard_drill.quota.summary import quota_targets_line
+from stormguard_drill.records import ADMISSIONS, Admission
 from stormguard_drill.report import (
     load_average,
     machine,
@@ -73,12 +71,13 @@ from stormguard_drill.report import (
     table,
     write_json,
 )
-from stormguard_drill.runner import ADMISSIONS, Admission, run_all, warm_up
 from stormguard_drill.runner import calibrate as run_calibration
+from stormguard_drill.runner import run_all, warm_up
 from stormguard_drill.servers import EngineSpec, ServerFleet
 from stormguard_drill.summary import summarize
 from stormguard_drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
 from stormguard_drill.workload import build_schedule
+from stormguard_server.config import RETRY_AFTER_MODES, RetryAfterMode
 from stormguard_server.vllm.launch import check_environment
 
 

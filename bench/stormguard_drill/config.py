@@ -1,8 +1,8 @@
 """The drill's knobs: the engine every server runs, the workload, the callers' patience.
 
 Three scenarios (``--scenario``), each with its own engine, workload and patience (a
-fourth, ``fleet``, has its knobs in ``fleet_config.py``, a fifth, ``quota``, in
-``quota_config.py``):
+fourth, ``fleet``, has its knobs in ``fleet/config.py``, a fifth, ``quota``, in
+``quota/config.py``, a sixth, ``outage``, in ``outage/config.py``):
 
 - ``avalanche`` (the default): the OOM avalanche. One engine for every pairing (only
   ``--admission`` differs), sized so that a few long prompts overflow its KV cache.
@@ -151,6 +151,19 @@ class BacklogWorkload:
     @property
     def calls(self) -> int:
         return sum(w.count for w in self.waves)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetWorkload:
+    """Poisson arrivals of one prompt shape over ``duration_s``: the fleet's (shared out
+    between its client processes, arrival ``i`` to process ``i % processes``) and the
+    outage's."""
+
+    duration_s: float
+    rate: float  # arrivals per second, the whole fleet
+    grace_s: float  # after the last arrival, how long unfinished calls may still run
+    shape: PromptShape
+    tokens_per_word: float = 1.0
 
 
 AnyWorkload = Workload | BacklogWorkload

@@ -18,59 +18,24 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
 
 import httpx
 
-from stormguard_drill.app import LogicalResult, run_logical, unfinished
-from stormguard_drill.clients import ClientName, StormguardClient, make_client
+from stormguard_drill.app import replay, run_logical, sleep_until
+from stormguard_drill.clients.drill_client import ClientName
+from stormguard_drill.clients.registry import make_client
+from stormguard_drill.clients.stormguard_client import StormguardClient
 from stormguard_drill.config import BacklogWorkload, DrillConfig
+from stormguard_drill.records import Admission, Calibration, LogicalResult, PairingRun
 from stormguard_drill.sampler import MetricsSampler, Parse, parse_sim
 from stormguard_drill.servers import ServerFleet, ServerProcess
 from stormguard_drill.vllm import parse_vllm
 from stormguard_drill.workload import Arrival, calibration_pool
 
-Admission = Literal["off", "on"]
-ADMISSIONS: tuple[Admission, ...] = ("off", "on")
 Tick = Callable[[int], None]  # progress: n logical requests finished
 # A mid-run action on the pairing's server: (server, t0, events to record into).
 Action = Callable[[ServerProcess, float, dict[str, float]], Awaitable[None]]
-
-
-@dataclass
-class PairingRun:
-    """Everything measured in one client x server pairing."""
-
-    client: ClientName
-    admission: Admission
-    engine: str
-    results: list[LogicalResult]
-    client_attempts: int | None  # None: the client counts none (LiteLLM)
-    samples: list[tuple[float, dict[str, float]]]
-    final_metrics: dict[str, float]
-    max_in_flight: int
-    client_stats: dict[str, float] = field(default_factory=dict)
-    # Mid-run actions, seconds from the start: {"crash_sent_s": ...} in the rebound.
-    events: dict[str, float] = field(default_factory=dict)
-    # CPU seconds of the drill's process while the pairing ran: the client's cost (the
-    # sampler's too; with --concurrency > 1, every pairing running meanwhile).
-    client_cpu_s: float | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.client} / admission {self.admission}"
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """The engine's capacity: completion tokens/s under a full batch of admissible work."""
-
-    capacity_tps: float
-    calls: int
-    window_s: float
-    concurrency: int
 
 
 def _server_args(config: DrillConfig, admission: Admission) -> tuple[str, ...]:
@@ -186,7 +151,7 @@ async def run_pairing(
         fails the pairing)."""
         while actions and actions[0][0] <= at_s:
             when, action = actions.pop(0)
-            await _sleep_until(t0 + when)
+            await sleep_until(t0 + when)
             await action(server, t0, events)
 
     try:
@@ -214,50 +179,6 @@ async def run_pairing(
         await asyncio.gather(sampler_task, return_exceptions=True)
         await client.aclose()
         fleet.stop(server)
-
-
-async def replay(
-    schedule: Sequence[Arrival],
-    t0: float,
-    logical: Callable[[Arrival], Coroutine[Any, Any, LogicalResult]],
-    end_at: float,
-    *,
-    before: Callable[[float], Awaitable[None]] | None = None,
-) -> list[LogicalResult]:
-    """Fire every arrival at ``t0`` + its time, open loop (``before(at_s)`` first: the
-    mid-run actions due by then), wait for the calls until ``end_at`` at most, cancel
-    what still runs (each an ``unfinished`` failure); the results in arrival order."""
-    tasks: dict[asyncio.Task[LogicalResult], Arrival] = {}
-    try:
-        for arrival in schedule:
-            if before is not None:
-                await before(arrival.at_s)
-            await _sleep_until(t0 + arrival.at_s)
-            tasks[asyncio.create_task(logical(arrival))] = arrival
-        if before is not None:
-            await before(float("inf"))
-        if not tasks:
-            return []
-        _, pending = await asyncio.wait(tasks, timeout=max(0.0, end_at - time.monotonic()))
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        stopped = time.monotonic() - t0
-        results = [
-            unfinished(arrival, arrival.at_s, stopped) if task in pending else task.result()
-            for task, arrival in tasks.items()
-        ]
-        return sorted(results, key=lambda r: r.index)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _sleep_until(when: float) -> None:
-    delay = when - time.monotonic()
-    if delay > 0:
-        await asyncio.sleep(delay)
 
 
 async def _crash(server: ServerProcess, t0: float, events: dict[str, float]) -> None:

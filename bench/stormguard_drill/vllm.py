@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from stormguard_drill.clients import MODEL
+from stormguard_drill.clients.drill_client import MODEL
 from stormguard_drill.config import VLLM_ENGINE_ARGS
 from stormguard_drill.sampler import parse_metrics
 from stormguard_drill.servers import EngineSpec

@@ -21,14 +21,12 @@ from dataclasses import dataclass
 from stormguard_drill.config import (
     AnyWorkload,
     BacklogWorkload,
+    FleetWorkload,
     Kind,
     PromptShape,
     Wave,
     Workload,
 )
-from stormguard_drill.fleet_config import FleetWorkload
-
-__all__ = ["Arrival", "Kind", "build_schedule", "calibration_pool"]
 
 # One token each for the sim tokenizer (words of up to 8 characters, space included).
 _WORDS = (

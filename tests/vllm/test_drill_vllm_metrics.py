@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import httpx
 
-from stormguard_drill.app import LogicalResult
 from stormguard_drill.config import preset
-from stormguard_drill.runner import PairingRun
+from stormguard_drill.records import LogicalResult, PairingRun
 from stormguard_drill.sampler import CLIENT_ATTEMPTS
 from stormguard_drill.summary import summarize
 from stormguard_drill.vllm import ADMITTED, WARMUP_REQUESTS, parse_vllm
