@@ -3,8 +3,8 @@
 ``attempt_flow`` makes every decision of an attempt (its endpoint and slot,
 its request, what to do with the response, how a failed send or read is
 reported, when the response is closed) and yields an action for each piece of
-I/O, as httpx's ``Auth.auth_flow`` does. ``call_flow`` (``_call_flow.py``)
-runs it for each attempt of a call. A driver (``_drivers.py``) performs each
+I/O, as httpx's ``Auth.auth_flow`` does. ``call_flow`` (``_call/call_flow.py``)
+runs it for each attempt of a call. A driver (``_call/drivers.py``) performs each
 action with its own I/O and sends the result back, or throws the I/O's
 exception into the flow, which maps it (``run_sync``/``run_async``, here for
 any flow). The drivers differ only in how they bound the I/O by the call's

@@ -44,7 +44,7 @@ OK = "ok"
 RETRY = "retry"
 FAILOVER = "failover"
 REQUEUED = "requeued"
-#: A quota 429: the call went back to its key's pacer (``_call_quota.py``).
+#: A quota 429: the call went back to its key's pacer (``_call/call_quota.py``).
 PACED = "paced"
 
 
@@ -66,7 +66,7 @@ class CallBase:
     degraded_from: str | None = None
     precheck: Precheck | None = None
     #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
-    #: (``_stream_timeouts.py``); None: the deadline alone bounds the call.
+    #: (``_call/stream_timeouts.py``); None: the deadline alone bounds the call.
     stream_bounds: StreamBounds | None = None
     #: Seconds the call spent in the local queue, over every attempt.
     queued_s = 0.0
@@ -133,7 +133,7 @@ class CallBase:
                 self.deadline,
                 core.clock,
             )
-        #: Where the call is (``_call_state.py``): each step below moves it, and a
+        #: Where the call is (``_call/call_state.py``): each step below moves it, and a
         #: step out of order raises ``CallProtocolError``.
         self.machine = CallMachine()
         self.history: list[AttemptRecord] = []

@@ -3,7 +3,7 @@
 ``call_flow`` is the whole call as ``attempt_flow`` is one attempt: the
 fallback loop, the first look of a DNS name, the token pre-check, the rate
 limiter's wait, and the retry loop with its backoff sleeps, each attempt run
-by ``yield from attempt_flow``. A driver (``_drivers.py``) runs it with
+by ``yield from attempt_flow``. A driver (``_call/drivers.py``) runs it with
 ``run_sync``/``run_async``, performing each action with its own I/O, so the
 order of the call's steps is written down once.
 

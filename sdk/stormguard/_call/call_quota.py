@@ -1,7 +1,7 @@
 """The call's side of its key's quota (``_policies/quota``): before each attempt it
 waits for its share of the key's rate (``pace``), each response's
 ``x-ratelimit-*`` headers tell the key's pacer what is left, and a quota 429 sends
-the call back to the pacer instead of spending a retry (``_retry_loop.py``).
+the call back to the pacer instead of spending a retry (``_call/retry_loop.py``).
 
 A call whose key has sent no quota signal yet pays a dict look-up, and, when its
 answer carries no headers, a tally of its cost (``QuotaRegistry.unpaced``: the

@@ -37,7 +37,7 @@ R = TypeVar("R", bound=APIResult)
 @dataclass(slots=True)
 class Delivery:
     """What a call in a hand-over mode returns to the facade: the final attempt's
-    response and what it carries (``_raw_response.py`` wraps it for the caller)."""
+    response and what it carries (``_client/raw_response.py`` wraps it for the caller)."""
 
     call: CallResults
     #: The final attempt's response: its body read ("response" mode, a non-stream),

@@ -1,8 +1,8 @@
 """The state one client shares between its calls (``ClientCore``): its endpoints,
 retry budget, breakers, ejection, concurrency limiter, DNS discovery, stats and
 observer, built once from the client's options. A client made by
-``with_options`` shares all of it; only its settings (``_client_settings.py``)
-are its own. The call specs come from ``_spec_builder.py``, below it.
+``with_options`` shares all of it; only its settings (``_call/client_settings.py``)
+are its own. The call specs come from ``_call/spec_builder.py``, below it.
 """
 
 from __future__ import annotations

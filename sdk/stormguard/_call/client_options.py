@@ -3,7 +3,7 @@
 the per-call options every endpoint takes (``CallExtras``).
 
 Types only, and the one check ``stream_timeouts`` needs wherever it is given; the
-client applies them in ``_client_core.py`` and ``_client_settings.py``.
+client applies them in ``_call/client_core.py`` and ``_call/client_settings.py``.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 
-#: A call's ``timeout``: the total in seconds, an ``httpx.Timeout`` (``_options.py``),
+#: A call's ``timeout``: the total in seconds, an ``httpx.Timeout`` (``_call/options.py``),
 #: None for no limit, or ``NOT_GIVEN``/``omit`` for the client's.
 CallTimeout = float | TimeoutLike | None | Unset
 

@@ -119,7 +119,7 @@ class ClientSettings:
         headers.update({k.lower(): v for k, v in default_headers.items()})
         self.headers = headers
         #: The quota key of each model called with these settings' credential
-        #: (``_call_quota.py``): a call finds its key with one look-up.
+        #: (``_call/call_quota.py``): a call finds its key with one look-up.
         self.quota_keys: dict[str, QuotaKey] = {}
         #: Query parameters of every request (``extra_query`` adds to them per call).
         self.default_query: Mapping[str, object] = drop_omitted(settings.default_query or {})

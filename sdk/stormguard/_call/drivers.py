@@ -1,6 +1,6 @@
 """The I/O of a call, sync and async: the only code the two clients do not share.
 
-``call_flow`` (``_call_flow.py``) decides every step of a call and yields the
+``call_flow`` (``_call/call_flow.py``) decides every step of a call and yields the
 I/O it needs; a driver performs it. The two drivers differ in how that I/O is
 bounded by the call's deadline:
 
@@ -14,7 +14,7 @@ bounded by the call's deadline:
   closed shielded from cancellation.
 
 Everything else in ``Client`` and ``AsyncClient`` is one text
-(``_client.py`` is generated from ``_async_client.py``: scripts/unasync.py).
+(``_client/client.py`` is generated from ``_client/async_client.py``: scripts/unasync.py).
 """
 
 from __future__ import annotations

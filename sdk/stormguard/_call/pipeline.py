@@ -4,8 +4,8 @@
 timeout of each attempt, whether a failure is retried, how long to wait, when
 to stop and why, and the attempt history. tenacity runs the loop: the call
 hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
-``retry``/``wait``/``stop`` strategies, so the drivers in ``_client.py`` and
-``_async_client.py`` contain only I/O: send, read, sleep.
+``retry``/``wait``/``stop`` strategies, so the drivers in ``_client/client.py`` and
+``_client/async_client.py`` contain only I/O: send, read, sleep.
 
 Its decisions sit in layers of one job each, bottom to top (each builds on the
 ones below, none imports one above): ``_call_base`` (the call's state),
@@ -71,7 +71,7 @@ __all__ = ["LogicalCall"]
 
 
 class LogicalCall(CallResults):
-    """One logical call: the layers below (``_call_base.py``) and the steps a driver
+    """One logical call: the layers below (``_call/call_base.py``) and the steps a driver
     takes first: the pre-check, the fallback to the next model, and the start of
     each attempt (its endpoint, its concurrency slot, its request)."""
 
@@ -86,7 +86,7 @@ class LogicalCall(CallResults):
         raises ``ContextWindowExceededError`` before any attempt is made; where the
         call goes then is the fallback's decision (``fall_back``), not the policy's."""
         policy = self.core.token_policy
-        view = precheck_view(self.spec)  # what the check reads of the body (_prompt_view.py)
+        view = precheck_view(self.spec)  # what the check reads of the body (_call/prompt_view.py)
         if policy is None or view is None or self.spec.model is None:
             return None
         kind, body = view

@@ -2,7 +2,7 @@
 ``before_sleep``): whether a failure is retried, requeued or paced, how long to
 wait, where the retry goes, and when and why the loop stops.
 
-A **paced retry** follows a quota 429 (``_call_quota.py``): the call goes back to
+A **paced retry** follows a quota 429 (``_call/call_quota.py``): the call goes back to
 its key's pacer, which holds it until the key has room (the 429's wait, jittered,
 then the call's share of the key's rate). It is not a retry: the provider never
 processed the request, so it spends no retry budget and does not count against

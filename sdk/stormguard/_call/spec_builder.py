@@ -1,6 +1,6 @@
 """What chat, completions and models send (``SpecBuilder``): the ``CallSpec`` of
 each, with what every endpoint takes (the model, the timeout, the headers and the
-query). ``_api_specs.py`` builds the other endpoints' specs on the same helpers.
+query). ``_client/api_specs.py`` builds the other endpoints' specs on the same helpers.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ and the stream's bounds, the size cap on its decoded bytes, and each way it may
 fail (a timeout, a cut, an end before its last event, bytes past the cap), and
 what makes a stream complete when its body ends (``complete_at_end``). An
 error raised before the first chunk reached the caller fails the attempt, which
-may be retried; after, it ends the call. Above it: ``_stream_events.py`` (what
-each event means) and ``_stream_state.py`` (reading the stream).
+may be retried; after, it ends the call. Above it: ``_call/stream_events.py`` (what
+each event means) and ``_call/stream_state.py`` (reading the stream).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class StreamCore(Generic[T]):
         #: ended so far: a body that ends cleanly once all have ended is complete.
         self.choices_asked = choices_asked(call.spec.body)
         self.choices_finished: set[int] = set()
-        #: The shape each chunk is checked against (``_record_shapes.py``); None in
+        #: The shape each chunk is checked against (``_core/record_shapes.py``); None in
         #: transport mode, whose caller decodes the events itself.
         self.chunk_shape = None if call.spec.raw else shape_of(chunk_type)
         self.info = CallInfo(

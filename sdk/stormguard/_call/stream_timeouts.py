@@ -102,8 +102,8 @@ class StreamTimeouts:
 
 class StreamBounds:
     """The bounds of one streamed call, phase by phase, held in its ``Deadline``
-    (module doc). Used by the call (``_pipeline.py``) and its stream
-    (``_streaming.py``), from one thread or task at a time."""
+    (module doc). Used by the call (``_call/pipeline.py``) and its stream
+    (``_call/streaming.py``), from one thread or task at a time."""
 
     __slots__ = (
         "_cap",

@@ -2,13 +2,13 @@
 
 ``_StreamState`` does all the work that is not I/O (SSE decoding, ``[DONE]``,
 error events, the end-of-stream check, the deadline, the size cap: the stack of
-``_stream_core.py``, ``_stream_events.py`` and ``_stream_state.py``); the two
+``_call/stream_core.py``, ``_call/stream_events.py`` and ``_call/stream_state.py``); the two
 stream classes only pull bytes from httpx and hand them over. Both close the
 HTTP response as soon as the stream ends, fails, is closed, or is left early
 (``with`` block, task cancellation), so the server sees the disconnect and can
 stop generating. A stream the caller left without closing it (``break`` out of
 ``for``/``async for``, then nothing) is closed when it is collected, with a
-``ResourceWarning`` (``_unclosed.py``: on its loop, or by a thread of its own):
+``ResourceWarning`` (``_call/unclosed.py``: on its loop, or by a thread of its own):
 its connection closed, its concurrency slot given back, its call ended as
 cancelled.
 
@@ -16,7 +16,7 @@ A call with ``StreamTimeouts`` reads its bytes through ``_bounded`` or
 ``_abounded`` (``Stream._bytes``, which the other readers of a stream iterate
 too: ``with_streaming_response`` and transport mode): each wait for more bytes
 is held to the stream's bounds, the first chunk's before the hand-over and the
-idle gap after it (``_stream_timeouts.py``).
+idle gap after it (``_call/stream_timeouts.py``).
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class Stream(_StreamBase[T]):
         self.close()
 
     def __del__(self) -> None:
-        """Left unclosed: closed by the reaper thread (``_unclosed.py``), with a warning."""
+        """Left unclosed: closed by the reaper thread (``_call/unclosed.py``), with a warning."""
         state = self._claim()
         if state is not None:
             close_later(partial(_close, state))
@@ -253,7 +253,7 @@ class AsyncStream(_StreamBase[T]):
 
     def __del__(self) -> None:
         """Left unclosed: closed by a task on its loop, or off it by the reaper thread
-        (``_unclosed.py``), with a warning."""
+        (``_call/unclosed.py``), with a warning."""
         state = self._claim()
         if state is not None:
             aclose_later(self._loop, partial(_aclose, state), state.closed_early)

@@ -2,7 +2,7 @@
 asked, once, within ``max_response_bytes`` and the call's deadline; a
 ``stream=True`` call's bytes replayed from its first, as they came. One left open
 (its block never left) is closed when it is collected, with a ``ResourceWarning``
-(``_unclosed.py``)."""
+(``_call/unclosed.py``)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ class APIResponse(_ResponseBase[R]):
 
     def __del__(self) -> None:
         """Left open (a ``with`` block never left): closed by the reaper thread
-        (``_unclosed.py``), with a warning."""
+        (``_call/unclosed.py``), with a warning."""
         body: _Body | None = getattr(self, "_body", None)
         if body is None or body.ended:
             return
@@ -271,7 +271,7 @@ class AsyncAPIResponse(_ResponseBase[R]):
 
     def __del__(self) -> None:
         """Left open (an ``async with`` block never left): closed by a task on its loop,
-        or off it by the reaper thread (``_unclosed.py``), with a warning."""
+        or off it by the reaper thread (``_call/unclosed.py``), with a warning."""
         body: _Body | None = getattr(self, "_body", None)
         if body is None or body.ended:
             return

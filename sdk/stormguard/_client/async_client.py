@@ -5,8 +5,8 @@ Its resources (``client.chat.completions`` ...) and their
 ``resources`` module beside it, which it imports and which never imports it
 (each resource holds its client typed as ``AsyncResourceClient``). Each
 method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical call
-(``_drivers.py``: the call's I/O; ``_call_flow.py``: its every decision). The
-sync and async clients are one text: ``_client.py`` and ``_resources.py`` are
+(``_call/drivers.py``: the call's I/O; ``_call/call_flow.py``: its every decision). The
+sync and async clients are one text: ``_client/client.py`` and ``_client/resources.py`` are
 generated from their async twins by scripts/unasync.py (``make unasync``; a
 test checks it).
 """
@@ -49,7 +49,7 @@ class AsyncClient(BaseClient):
     included, and no phase of it outlasts it (docs/retries.md, "What the deadline
     bounds"). ``http_client`` lets you bring your own ``httpx.AsyncClient`` or
     ``httpx2.AsyncClient`` (proxies, TLS, limits); the client then does not close it,
-    and the calls made on it keep their deadlines (``_drivers.py`` says how).
+    and the calls made on it keep their deadlines (``_call/drivers.py`` says how).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class AsyncClient(BaseClient):
         self.responses = AsyncResponses(self)
         self.models = AsyncModels(self)
 
-    # -- I/O: _drivers.py ----------------------------------------------------------
+    # -- I/O: _call/drivers.py ----------------------------------------------------------
 
     async def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
         """Run one logical call; ``hand_over``: what the caller gets besides the result

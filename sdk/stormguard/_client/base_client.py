@@ -5,9 +5,9 @@ properties), and the checks of their HTTP client options.
 Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
 ``ClientCore`` and repeat only a thin chain of same-named I/O methods. The core is
 a stack, one job per module, each building on the one before: the options it is
-given (``_client_options.py``), its calls' settings (``_client_settings.py``), the
-call specs (``_spec_builder.py``) and the state its calls share
-(``_client_core.py``). Their names are imported from where each is defined.
+given (``_call/client_options.py``), its calls' settings (``_call/client_settings.py``), the
+call specs (``_call/spec_builder.py``) and the state its calls share
+(``_call/client_core.py``). Their names are imported from where each is defined.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ name): the final attempt's response, its body read unless it is a stream, with
 openai's names (``headers``, ``status_code``, ``url``, ``method``,
 ``http_request``, ``http_response``, ``http_version``, ``elapsed``,
 ``is_closed``, ``request_id``, ``retries_taken``, ``content``, ``text``) and
-``parse()`` for the result. ``with_streaming_response`` (``_streamed_response.py``)
+``parse()`` for the result. ``with_streaming_response`` (``_client/streamed_response.py``)
 shares what every such response says of the call.
 
 The whole pipeline runs first (pre-check, limiter, breaker, retries, fallback

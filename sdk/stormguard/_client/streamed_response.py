@@ -18,9 +18,9 @@ classes only read bytes; what they read is cut into chunks, text or lines by one
 piece of code without I/O (``_Pieces``).
 
 This module holds the context managers and the wrappers that make them. The
-responses are ``_api_response.py``, the state of the body they share (and
-``StreamAlreadyConsumed``) ``_handed_over_body.py``, and ``_Pieces``
-``_body_pieces.py``.
+responses are ``_client/api_response.py``, the state of the body they share (and
+``StreamAlreadyConsumed``) ``_client/handed_over_body.py``, and ``_Pieces``
+``_client/body_pieces.py``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A driver makes the call's deadline the *current* one around the I/O it does
 reads it there and clips every socket operation to it, so the deadline reaches
 code the call does not run itself (httpx, httpcore) without being passed down.
 
-A stream's bounds (``_stream_timeouts.py``) move that one object with
+A stream's bounds (``_call/stream_timeouts.py``) move that one object with
 ``hold_to``: the first-chunk timeout of an attempt, then each idle gap, so the
 connection that holds it clips its next read to the new bound.
 """

@@ -203,7 +203,7 @@ def result_from_response(
 ) -> R:
     """The typed result of a 2xx JSON response, or a validation error: a body that
     is not a JSON object, or one whose fields the result type cannot serve
-    (``_record_shapes.py``)."""
+    (``_core/record_shapes.py``)."""
     content_type = response.headers.get("content-type", "")
     if content_type and "json" not in content_type.lower():
         raise APIResponseValidationError(

@@ -8,7 +8,7 @@ LiteLLM's Router has ``fallbacks``, ``context_window_fallbacks`` and
   failing after the retries the budget allowed (the OOM-avalanche incident's
   "degrade to a smaller model"): the next model of ``Fallbacks.models`` serves
   the call and the result says ``degraded=True``. Which failures allow it is one
-  field of the outcome's ``Verdict`` (``_verdict.py``): not the caller's own
+  field of the outcome's ``Verdict`` (``_core/verdict.py``): not the caller's own
   faults, not an account out of quota.
 - **context_window**: the request cannot fit the model, refused here by the token
   pre-check (``ContextWindowExceededError``, nothing sent) or by the server's 400

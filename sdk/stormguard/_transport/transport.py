@@ -8,7 +8,7 @@
 ``httpx_client()`` returns a client of the library the installed openai-python runs
 on (``_transport/clients.py``). What the caller gets back (responses, streams,
 errors) is of its client's library, whichever one carries the pipeline's own
-requests (``_http.py``).
+requests (``_core/http.py``).
 
 Each request openai-python sends becomes one logical stormguard call (chat,
 completions, embeddings and responses are known by their path: their spans,

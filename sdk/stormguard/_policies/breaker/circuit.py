@@ -325,7 +325,7 @@ class CircuitBreaker:
             self._outbox.put(BreakerTransition(self.name, before, to, reason, now, open_for))
 
     def _emit(self) -> None:
-        """Hand pending transitions to the listeners (``_outbox.py``), without the lock."""
+        """Hand pending transitions to the listeners (``_core/outbox.py``), without the lock."""
         self._outbox.deliver()
 
 

@@ -30,7 +30,7 @@ endpoint) and what an outcome tells a limit (``is_shed``, ``limit_outcome``,
 * ``_policies/limiter/lease.py``: ``Lease``, a slot held by one attempt;
 * ``_policies/limiter/slot_waiter.py``: ``SlotWaiter``, a call waiting for a slot from a thread
   or a task;
-* ``_verdict.py``: ``LimitOutcome``, what an attempt tells the limit.
+* ``_core/verdict.py``: ``LimitOutcome``, what an attempt tells the limit.
 
 Hand-written: no library does concurrency limiting that is shared by threads
 and asyncio tasks, ordered by priority and bounded by each caller's deadline.

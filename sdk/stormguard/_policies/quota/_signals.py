@@ -7,7 +7,7 @@ Requested 385. Please try again in 644ms." (the reference server writes the same
 text). Without headers that is the only word of the key's limit and level, so it
 is read as a fallback for them; its "try again in" (a Go duration) is the wait
 when no Retry-After header came. Azure writes "Please retry after 6 seconds". (Which
-429s are a quota's, and which are too large to wait for, ``_verdict.py`` says.)
+429s are a quota's, and which are too large to wait for, ``_core/verdict.py`` says.)
 Every number is bounded as the headers' parsers bound theirs: a malformed or
 absurd value is None, never an exception.
 """

@@ -38,7 +38,7 @@ from ..._core.verdict import TRANSIENT_STATUSES, classify
 
 __all__ = ["DEFAULT_RETRY_STATUSES", "RetryDecision", "RetryPolicy"]
 
-#: The retryable statuses by default: the transient ones (``_verdict.py``).
+#: The retryable statuses by default: the transient ones (``_core/verdict.py``).
 DEFAULT_RETRY_STATUSES = TRANSIENT_STATUSES
 
 

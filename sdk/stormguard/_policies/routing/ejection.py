@@ -322,7 +322,7 @@ class EjectionTracker:
     # -- outside the lock ----------------------------------------------------------------
 
     def _emit(self) -> None:
-        """Hand pending transitions to the listeners (``_outbox.py``), without the lock."""
+        """Hand pending transitions to the listeners (``_core/outbox.py``), without the lock."""
         self._outbox.deliver()
 
 

@@ -2,7 +2,7 @@
 what each deployment served (``client.stats().deployments``).
 
 A client's calls go to the best (lowest) tier that can take them
-(``_endpoint_choice.py``). A tier is **left** when none of its deployments is in
+(``_call/endpoint_choice.py``). A tier is **left** when none of its deployments is in
 rotation for the call's model: ejected (unreachable, failing, timing out, out of
 quota: ``_policies/routing/ejection_rules.py``) or open-circuited. ``TierWatch`` notices when that
 changes, from the picks themselves, and logs one line when calls leave the
