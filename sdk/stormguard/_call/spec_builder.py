@@ -79,6 +79,8 @@ class SpecBuilder(ClientSettings):
         stream: bool | None,
         extras: CallExtras,
         params: Mapping[str, Any],
+        pin: Pin | None = None,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
     ) -> CallSpec:
         if isinstance(messages, (str, bytes, Mapping)):
             raise TypeError("messages must be a list of message dicts")
@@ -87,7 +89,7 @@ class SpecBuilder(ClientSettings):
             raise TypeError("each message must be a dict with 'role' and 'content'")
         return self._generation_spec(
             GenerationEndpoint.CHAT, "messages", drop_omitted(message_list), model, stream,
-            extras, params,
+            extras, params, pin, stream_timeouts,
         )  # fmt: skip
 
     def completion_spec(
@@ -98,10 +100,13 @@ class SpecBuilder(ClientSettings):
         stream: bool | None,
         extras: CallExtras,
         params: Mapping[str, Any],
+        pin: Pin | None = None,
+        stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
     ) -> CallSpec:
         return self._generation_spec(
-            GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, extras, params
-        )
+            GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, extras, params,
+            pin, stream_timeouts,
+        )  # fmt: skip
 
     def _generation_spec(
         self,
@@ -112,13 +117,11 @@ class SpecBuilder(ClientSettings):
         stream: bool | None,
         extras: CallExtras,
         params: Mapping[str, Any],
+        pin: Pin | None,
+        stream_timeouts: StreamTimeouts | Unset | None,
     ) -> CallSpec:
         chosen = self._model_for(model)
         streaming = bool(stream) and not is_omitted(stream)
-        # A stream's own bounds come among the keywords that are the body's otherwise.
-        params = dict(params)
-        stream_timeouts = params.pop("stream_timeouts", NOT_GIVEN)
-        pin = params.pop("pin", NOT_GIVEN)
         body: dict[str, Any] = {"model": chosen, input_field: input_value}
         body.update(drop_omitted(params))
         if extras.extra_body:

@@ -25,8 +25,9 @@ from urllib.parse import quote
 from .._call.call_spec import CallSpec
 from .._call.client_core import ClientCore
 from .._call.client_options import CallExtras
-from .._call.options import drop_omitted, is_omitted
+from .._call.options import NOT_GIVEN, Unset, drop_omitted, is_omitted
 from .._call.spec_builder import GenerationEndpoint
+from .._call.stream_timeouts import StreamTimeouts
 from .._core.exceptions import APIResponseValidationError
 from .._core.models import (
     CallInfo,
@@ -36,6 +37,7 @@ from .._core.models import (
     Response,
     ResponseStreamEvent,
 )
+from .._policies.routing.deployment import Pin
 
 __all__ = [
     "EMBEDDINGS",
@@ -76,14 +78,13 @@ def embeddings_spec(
     encoding_format: object,
     extras: CallExtras,
     params: Mapping[str, Any],
+    pin: Pin | None = None,
 ) -> CallSpec:
     """``POST /embeddings``. Without an ``encoding_format`` the vectors are asked
     for in base64 and decoded to floats, as openai-python does (a quarter of the
     bytes of JSON floats); one given is sent and its answer left as it comes."""
     chosen = core._model_for(model)
     decode = is_omitted(encoding_format) or encoding_format is None
-    params = dict(params)
-    pin = params.pop("pin", None)
     body: dict[str, Any] = {"model": chosen, "input": _json_input(input)}
     body.update(drop_omitted(params))
     body["encoding_format"] = "base64" if decode else encoding_format
@@ -109,13 +110,16 @@ def responses_spec(
     stream: object,
     extras: CallExtras,
     params: Mapping[str, Any],
+    pin: Pin | None = None,
+    stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
 ) -> CallSpec:
     """``POST /responses``, JSON or SSE; ``instructions``, ``max_output_tokens`` and
     every other field go into the body as given (omitted ones left out)."""
     streaming = bool(stream) and not is_omitted(stream)
     return core._generation_spec(
-        RESPONSES, "input", _json_input(input), model, streaming, extras, params
-    )
+        RESPONSES, "input", _json_input(input), model, streaming, extras, params, pin,
+        stream_timeouts,
+    )  # fmt: skip
 
 
 def _json_input(value: object) -> object:

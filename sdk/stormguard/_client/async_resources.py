@@ -131,7 +131,9 @@ class AsyncChatCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
+            params=params,
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
             spec, self._hand_over
@@ -226,7 +228,9 @@ class AsyncCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
+            params=params,
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: Completion | AsyncStream[Completion] = await self._client._request(
             spec, self._hand_over
@@ -325,7 +329,8 @@ class AsyncEmbeddings:
             model=model,
             encoding_format=encoding_format,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "pin": pin},
+            params=params,
+            pin=pin,
         )
         result: CreateEmbeddingResponse = await self._client._request(spec, self._hand_over)
         return result
@@ -414,10 +419,10 @@ class AsyncResponses:
             params={
                 "instructions": instructions,
                 "max_output_tokens": max_output_tokens,
-                "stream_timeouts": stream_timeouts,
-                "pin": pin,
                 **params,
             },
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: Response | AsyncStream[ResponseStreamEvent] = await self._client._request(
             spec, self._hand_over

@@ -129,7 +129,9 @@ class ChatCompletions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
+            params=params,
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(
             spec, self._hand_over
@@ -224,7 +226,9 @@ class Completions:
             model=model,
             stream=stream,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "stream_timeouts": stream_timeouts, "pin": pin},
+            params=params,
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: Completion | Stream[Completion] = self._client._request(spec, self._hand_over)
         return result
@@ -321,7 +325,8 @@ class Embeddings:
             model=model,
             encoding_format=encoding_format,
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
-            params={**params, "pin": pin},
+            params=params,
+            pin=pin,
         )
         result: CreateEmbeddingResponse = self._client._request(spec, self._hand_over)
         return result
@@ -410,10 +415,10 @@ class Responses:
             params={
                 "instructions": instructions,
                 "max_output_tokens": max_output_tokens,
-                "stream_timeouts": stream_timeouts,
-                "pin": pin,
                 **params,
             },
+            pin=pin,
+            stream_timeouts=stream_timeouts,
         )
         result: Response | Stream[ResponseStreamEvent] = self._client._request(
             spec, self._hand_over
