@@ -24,7 +24,7 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._call.client_core import DEFAULT_TIMEOUT
-    from ._call.options import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
+    from ._call.openai_conventions import NOT_GIVEN, NotGiven, Omit, TimeoutLike, omit
     from ._call.stats import CallStats
     from ._call.stream_timeouts import StreamTimeouts
     from ._call.streaming import AsyncStream, Stream

@@ -557,7 +557,7 @@ async def test_the_log_says_when_a_key_s_rate_is_learned_and_calls_first_wait(
 async def test_a_call_waits_in_its_x_priority_class_before_later_arrivals(
     api: Api, mock: respx.MockRouter
 ) -> None:
-    from stormguard._call.client_options import CallExtras
+    from stormguard._call.arguments import CallExtras
     from stormguard._call.pipeline import LogicalCall
 
     mock.post("/chat/completions").mock(return_value=ok(**quota_headers()))

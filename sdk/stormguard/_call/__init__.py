@@ -1,5 +1,5 @@
 """One logical call, without I/O but for its drivers: what is asked (``call_spec``,
-``spec_builder``, ``options``, ``client_options``, ``client_settings``) and the state
+``spec_builder``, ``openai_conventions``, ``arguments``, ``settings``) and the state
 a client's calls share (``client_core``, ``stats``); the call itself, ``LogicalCall``
 in ``pipeline`` on its layers (``call_base`` up to ``call_result``) and its states
 (``call_state``); its steps written once (``call_flow``, ``attempt_flow``) and the

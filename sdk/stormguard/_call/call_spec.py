@@ -13,7 +13,7 @@ from .stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
     from .._policies.routing.deployment import Pin
-    from .options import AttemptTimeouts
+    from .openai_conventions import AttemptTimeouts
 
 
 #: What a call hands the caller besides its result: nothing (""), the final response

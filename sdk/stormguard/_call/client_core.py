@@ -1,7 +1,7 @@
 """The state one client shares between its calls (``ClientCore``): its endpoints,
 retry budget, breakers, ejection, concurrency limiter, DNS discovery, stats and
 observer, built once from the client's options. A client made by
-``with_options`` shares all of it; only its settings (``_call/client_settings.py``)
+``with_options`` shares all of it; only its settings (``_call/settings.py``)
 are its own. The call specs come from ``_call/spec_builder.py``, below it.
 """
 
@@ -37,8 +37,8 @@ from ..openai_errors import openai_errors_option
 from ..protocol import Priority
 from ..telemetry import Telemetry
 from ..telemetry._events import Observer
-from .client_options import BaseURL, CallSettings
-from .options import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
+from .arguments import BaseURL, CallSettings
+from .openai_conventions import NOT_GIVEN, NotGiven, TimeoutLike, retry_policy_from
 from .spec_builder import SpecBuilder
 from .stats import StatsRecorder
 from .stream_timeouts import StreamTimeouts

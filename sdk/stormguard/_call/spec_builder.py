@@ -19,10 +19,9 @@ from .._core.models import (
 )
 from .._policies.routing.base_url import normalize_base_url
 from .._policies.routing.deployment import Pin, pin_from_headers
+from .arguments import CallExtras, CallTimeout, checked_stream_timeouts
 from .call_spec import CallSpec
-from .client_options import CallExtras, CallTimeout, checked_stream_timeouts
-from .client_settings import ClientSettings
-from .options import (
+from .openai_conventions import (
     NOT_GIVEN,
     AttemptTimeouts,
     Unset,
@@ -31,6 +30,7 @@ from .options import (
     path_with_query,
     split_timeout,
 )
+from .settings import ClientSettings
 from .stream_timeouts import StreamTimeouts
 
 __all__ = ["GenerationEndpoint", "SpecBuilder"]

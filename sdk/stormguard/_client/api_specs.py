@@ -22,10 +22,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from .._call.arguments import CallExtras
 from .._call.call_spec import CallSpec
 from .._call.client_core import ClientCore
-from .._call.client_options import CallExtras
-from .._call.options import NOT_GIVEN, Unset, drop_omitted, is_omitted
+from .._call.openai_conventions import NOT_GIVEN, Unset, drop_omitted, is_omitted
 from .._call.spec_builder import GenerationEndpoint
 from .._call.stream_timeouts import StreamTimeouts
 from .._core.exceptions import APIResponseValidationError

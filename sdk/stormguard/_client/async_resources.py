@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol, overload
 
+from .._call.arguments import CallExtras, CallTimeout
 from .._call.call_spec import CallSpec, HandOver
 from .._call.client_core import ClientCore
-from .._call.client_options import CallExtras, CallTimeout
-from .._call.options import NOT_GIVEN, Unset
+from .._call.openai_conventions import NOT_GIVEN, Unset
 from .._call.stream_timeouts import StreamTimeouts
 from .._call.streaming import AsyncStream
 from .._core.models import (

@@ -5,7 +5,7 @@ properties), and the checks of their HTTP client options.
 Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
 ``ClientCore`` and repeat only a thin chain of same-named I/O methods. The core is
 a stack, one job per module, each building on the one before: the options it is
-given (``_call/client_options.py``), its calls' settings (``_call/client_settings.py``), the
+given (``_call/arguments.py``), its calls' settings (``_call/settings.py``), the
 call specs (``_call/spec_builder.py``) and the state its calls share
 (``_call/client_core.py``). Their names are imported from where each is defined.
 """
@@ -16,8 +16,8 @@ import copy
 from collections.abc import Mapping
 from typing import Literal
 
+from .._call.arguments import ClientChanges, ClientOptions
 from .._call.client_core import ClientCore
-from .._call.client_options import ClientChanges, ClientOptions
 from .._call.stats import CallStats
 from .._core.compat import Self, Unpack
 from .._core.http import http_client_types, httpx, primary_limits

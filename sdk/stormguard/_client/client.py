@@ -17,8 +17,8 @@ from dataclasses import replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._call.arguments import ClientOptions
 from .._call.call_spec import CallSpec, HandOver
-from .._call.client_options import ClientOptions
 from .._call.drivers import closed_error, http_pool_sync, run_call_sync
 from .._call.unclosed import PoolFinalizer
 from .._core.compat import Unpack

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Literal, overload
 
-from .._call.client_options import ClientOptions
+from .._call.arguments import ClientOptions
 from .._client.async_client import AsyncClient
 from .._client.client import Client
 from .._core.compat import Unpack

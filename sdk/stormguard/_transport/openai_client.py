@@ -44,9 +44,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import openai
 import pydantic
 
+from .._call.arguments import BaseURL, StormguardOptions
 from .._call.client_core import DEFAULT_TIMEOUT
-from .._call.client_options import BaseURL, StormguardOptions
-from .._call.options import NOT_GIVEN, is_omitted
+from .._call.openai_conventions import NOT_GIVEN, is_omitted
 from .._client.async_client import AsyncClient
 from .._client.call_info_lookup import CALL_INFO_ATTRIBUTE
 from .._client.client import Client
@@ -60,7 +60,7 @@ from .clients import async_http_client_over, http_client_over
 from .transport import pipeline_of
 
 if TYPE_CHECKING:
-    from .._call.options import TimeoutLike, Unset
+    from .._call.openai_conventions import TimeoutLike, Unset
     from .._core.http import LimitsLike
 
 __all__ = ["AsyncOpenAI", "OpenAI", "OpenAIError", "OpenAIOptions"]

@@ -1,9 +1,9 @@
-"""What a client is given: its keyword options (``ClientOptions``), the ones
+"""What a client is given, its arguments: its keyword options (``ClientOptions``), the ones
 ``with_options`` may change (``ClientChanges``, applied as ``CallSettings``), and
 the per-call options every endpoint takes (``CallExtras``).
 
 Types only, and the one check ``stream_timeouts`` needs wherever it is given; the
-client applies them in ``_call/client_core.py`` and ``_call/client_settings.py``.
+client applies them in ``_call/client_core.py`` and ``_call/settings.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .._policies.routing.ejection_status import EjectionListener
 from .._policies.routing.endpoint_config import Endpoint, SpillOver
 from ..protocol import Priority
 from ..telemetry._events import Observer
-from .options import NOT_GIVEN, NotGiven, TimeoutLike, Unset
+from .openai_conventions import NOT_GIVEN, NotGiven, TimeoutLike, Unset
 from .stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
@@ -47,8 +47,9 @@ __all__ = [
 ]
 
 
-#: A call's ``timeout``: the total in seconds, an ``httpx.Timeout`` (``_call/options.py``),
-#: None for no limit, or ``NOT_GIVEN``/``omit`` for the client's.
+#: A call's ``timeout``: the total in seconds, an ``httpx.Timeout``
+#: (``openai_conventions.py``), None for no limit, or ``NOT_GIVEN``/``omit`` for the
+#: client's.
 CallTimeout = float | TimeoutLike | None | Unset
 
 #: One server, or several: URLs or ``Endpoint`` objects (with weights).

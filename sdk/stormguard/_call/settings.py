@@ -25,8 +25,8 @@ from ..protocol import (
     Priority,
     parse_priority,
 )
-from .client_options import CallSettings, checked_stream_timeouts
-from .options import (
+from .arguments import CallSettings, checked_stream_timeouts
+from .openai_conventions import (
     NOT_GIVEN,
     AttemptTimeouts,
     NotGiven,
