@@ -20,7 +20,7 @@ module:
 * ``_policies/breaker/states.py``: ``CircuitState``, and what a breaker hands out:
   ``BreakerTransition`` to listeners, ``BreakerSnapshot`` on request.
 
-A listener that raises is logged by the logger ``stormguard._policies.breaker.breaker`` (the name
+A listener that raises is logged by the logger ``stormguard._breaker`` (the name
 documented in docs/breakers.md, kept by ``_policies/breaker/circuit.py``).
 """
 
