@@ -45,7 +45,7 @@ from .attempt_flow import (
 )
 from .call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
 from .pipeline import LogicalCall
-from .stream_state import _StreamState
+from .stream_state import StreamState
 from .streaming import AsyncStream, Stream
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def _perform_sync(
         action.response.close()
         return None
     if isinstance(action, OpenStream):
-        stream: Stream[Any] = Stream(_StreamState(call, action.response, action.chunk_type))
+        stream: Stream[Any] = Stream(StreamState(call, action.response, action.chunk_type))
         stream._prefetch()
         return stream
     if isinstance(action, WaitForSlot):
@@ -160,7 +160,7 @@ async def _perform_async(
         return None
     if isinstance(action, OpenStream):
         stream: AsyncStream[Any] = AsyncStream(
-            _StreamState(call, action.response, action.chunk_type)
+            StreamState(call, action.response, action.chunk_type)
         )
         await stream._prefetch()
         return stream

@@ -1,6 +1,6 @@
 """The state of one stream and the errors that end it (``StreamCore``).
 
-The bottom of ``_StreamState``'s stack, shared by both stream classes and by every
+The bottom of ``StreamState``'s stack, shared by both stream classes and by every
 reader of a stream's bytes: what the stream has seen so far, the call's deadline
 and the stream's bounds, the size cap on its decoded bytes, and each way it may
 fail (a timeout, a cut, an end before its last event, bytes past the cap), and

@@ -1,4 +1,4 @@
-"""Reading one stream (``_StreamState``): its bytes decoded into chunks for
+"""Reading one stream (``StreamState``): its bytes decoded into chunks for
 ``Stream`` and ``AsyncStream``, or passed through raw to a caller that decodes them
 (transport mode, ``with_streaming_response``), and the call told when the stream
 is handed over, ends, fails or is closed.
@@ -21,7 +21,7 @@ from .._io.sse import EventTooLargeError, ServerSentEvent
 from .stream_core import T
 from .stream_events import RESPONSE_ENDS, RESPONSE_FAILURES, StreamEvents, is_done, names_error
 
-__all__ = ["_StreamState"]
+__all__ = ["StreamState"]
 
 #: The deadline is checked again after this many events of one piece (a power of 2, - 1).
 _EVENTS_PER_CHECK = 511
@@ -29,7 +29,7 @@ _EVENTS_PER_CHECK = 511
 _FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
 
 
-class _StreamState(StreamEvents[T]):
+class StreamState(StreamEvents[T]):
     """Decoding and bookkeeping shared by both stream classes."""
 
     def feed(self, raw: bytes) -> None:

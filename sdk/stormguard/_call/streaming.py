@@ -1,6 +1,6 @@
 """Streamed responses: ``Stream`` (sync) and ``AsyncStream`` over one shared decoder.
 
-``_StreamState`` does all the work that is not I/O (SSE decoding, ``[DONE]``,
+``StreamState`` does all the work that is not I/O (SSE decoding, ``[DONE]``,
 error events, the end-of-stream check, the deadline, the size cap: the stack of
 ``_call/stream_core.py``, ``_call/stream_events.py`` and ``_call/stream_state.py``); the two
 stream classes only pull bytes from httpx and hand them over. Both close the
@@ -34,7 +34,7 @@ from .._core.redact import display_url
 from .._io.body import aiter_body, iter_body
 from .._io.read_within import anext_within
 from .stream_core import T
-from .stream_state import _StreamState
+from .stream_state import StreamState
 from .unclosed import aclose_later, close_later, running_loop, warn_unclosed
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ __all__ = ["AsyncStream", "Stream"]
 
 
 class _StreamBase(Generic[T]):
-    _state: _StreamState[T]
+    _state: StreamState[T]
 
     @property
     def response(self) -> httpx.Response:
@@ -80,10 +80,10 @@ class _StreamBase(Generic[T]):
         """Chunks handed to the caller so far."""
         return self._state.delivered
 
-    def _claim(self) -> _StreamState[T] | None:
+    def _claim(self) -> StreamState[T] | None:
         """The stream's state if it is still open, marked closed now: whoever claims
         it closes it (``close``, ``aclose``, or the finalizer), once."""
-        state: _StreamState[T] | None = getattr(self, "_state", None)  # None: __init__ failed
+        state: StreamState[T] | None = getattr(self, "_state", None)  # None: __init__ failed
         if state is None or state.closed:
             return None
         state.closed = True
@@ -99,7 +99,7 @@ class _StreamBase(Generic[T]):
 class Stream(_StreamBase[T]):
     """Iterator of chunks of a streamed completion; also a context manager."""
 
-    def __init__(self, state: _StreamState[T]) -> None:
+    def __init__(self, state: StreamState[T]) -> None:
         self._state = state
         self._bytes = iter_body(state.response)
         if state.bounds is not None:
@@ -181,7 +181,7 @@ class AsyncStream(_StreamBase[T]):
     Cancelling the task that iterates it closes the response at once.
     """
 
-    def __init__(self, state: _StreamState[T]) -> None:
+    def __init__(self, state: StreamState[T]) -> None:
         self._state = state
         self._bytes = aiter_body(state.response)
         if state.bounds is not None:
@@ -260,7 +260,7 @@ class AsyncStream(_StreamBase[T]):
             warn_unclosed(self, _left(self, "await stream.aclose()"))
 
 
-def _close(state: _StreamState[Any]) -> None:
+def _close(state: StreamState[Any]) -> None:
     """Close a claimed stream's response, then give its slot back and end its call
     (as cancelled if it had not ended), even when the close fails."""
     try:
@@ -269,7 +269,7 @@ def _close(state: _StreamState[Any]) -> None:
         state.closed_early()
 
 
-async def _aclose(state: _StreamState[Any]) -> None:
+async def _aclose(state: StreamState[Any]) -> None:
     """The async twin of ``_close``: the close shielded from cancellation."""
     try:
         with anyio.CancelScope(shield=True):
@@ -291,7 +291,7 @@ def _left(stream: _StreamBase[Any], close: str) -> str:
     )
 
 
-def _bounded(pieces: Iterator[bytes], state: _StreamState[Any]) -> Iterator[bytes]:
+def _bounded(pieces: Iterator[bytes], state: StreamState[Any]) -> Iterator[bytes]:
     """``pieces`` read within the stream's bounds (sync): before each read the idle
     bound is renewed in the deadline the connection clips its reads to, and the
     deadline (the first chunk's, the total or the cap) is checked."""
@@ -309,7 +309,7 @@ def _bounded(pieces: Iterator[bytes], state: _StreamState[Any]) -> Iterator[byte
         yield piece
 
 
-async def _abounded(pieces: AsyncIterator[bytes], state: _StreamState[Any]) -> AsyncIterator[bytes]:
+async def _abounded(pieces: AsyncIterator[bytes], state: StreamState[Any]) -> AsyncIterator[bytes]:
     """``pieces`` read within the stream's bounds (async): each read after the
     hand-over in a cancel scope of the idle bound (the reader's own scope, computed
     before the read, holds the deadline: the first chunk's, the total or the cap)."""

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, cast
 import anyio
 
 from .._call.call_result import Delivery
-from .._call.stream_state import _StreamState
+from .._call.stream_state import StreamState
 from .._call.streaming import AsyncStream, Stream, _aclose, _close
 from .._call.unclosed import aclose_later, close_later, running_loop, warn_unclosed
 from .._core.exceptions import APIError
@@ -126,7 +126,7 @@ class APIResponse(_ResponseBase[R]):
 
 def _held(
     stream: Stream[Any] | AsyncStream[Any] | None, response: httpx.Response
-) -> tuple[_StreamState[Any] | None, bool]:
+) -> tuple[StreamState[Any] | None, bool]:
     """What a response left open holds: its stream's state, claimed now (None: no
     stream, or closed or claimed already), and whether it held anything (its stream,
     or an open response), which is what it warns of."""
@@ -136,7 +136,7 @@ def _held(
     return state, state is not None
 
 
-def _close_response(state: _StreamState[Any] | None, response: httpx.Response, body: _Body) -> None:
+def _close_response(state: StreamState[Any] | None, response: httpx.Response, body: _Body) -> None:
     """Close a handed-over response (its stream's, if ``state``, claimed), then end the
     call with what was read."""
     try:
@@ -287,7 +287,7 @@ class AsyncAPIResponse(_ResponseBase[R]):
 
 
 async def _aclose_response(
-    state: _StreamState[Any] | None, response: httpx.Response, body: _Body
+    state: StreamState[Any] | None, response: httpx.Response, body: _Body
 ) -> None:
     """The async twin of ``_close_response``: the close shielded from cancellation."""
     try:
@@ -300,7 +300,7 @@ async def _aclose_response(
         body.close()
 
 
-def _ended_off_loop(state: _StreamState[Any] | None, body: _Body) -> None:
+def _ended_off_loop(state: StreamState[Any] | None, body: _Body) -> None:
     """An async response left after its loop closed: its connection goes with the
     loop; its stream's slot is given back and its call ended."""
     try:

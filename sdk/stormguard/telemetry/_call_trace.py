@@ -45,7 +45,7 @@ from ._span_attributes import (
     _short,
 )
 
-__all__ = ["_CallTrace"]
+__all__ = ["CallTrace"]
 
 
 def _suppressing_http_instrumentation() -> contextlib.AbstractContextManager[object]:
@@ -65,7 +65,7 @@ class _Settings(Protocol):
     provider_name: str
 
 
-class _CallTrace:
+class CallTrace:
     """The spans and measurements of one logical call (a ``CallObserver``)."""
 
     def __init__(

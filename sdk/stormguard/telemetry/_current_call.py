@@ -19,7 +19,7 @@ __all__ = ["CURRENT", "CurrentCall"]
 
 
 class CurrentCall(Protocol):
-    """A call's trace as the observer uses it (``_call_trace._CallTrace``)."""
+    """A call's trace as the observer uses it (``_call_trace.CallTrace``)."""
 
     #: The logical span, and whether it records (its attributes are built only then).
     span: Span

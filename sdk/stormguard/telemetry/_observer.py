@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .._policies.breaker.states import BreakerTransition
     from .._policies.routing.dns_name import DiscoveryChange
     from .._policies.routing.ejection_status import EjectionTransition
-    from ._call_trace import _CallTrace
+    from ._call_trace import CallTrace
     from ._events import CallStarted
     from ._metrics import ClientMetrics
 
@@ -167,7 +167,7 @@ class Telemetry:
 
     # -- the Observer interface ---------------------------------------------------------
 
-    def start_call(self, event: CallStarted) -> _CallTrace | None:
+    def start_call(self, event: CallStarted) -> CallTrace | None:
         # Fast paths, taken on every call of a program that never configured
         # OpenTelemetry: the API not even imported, or the same two providers found
         # to record nothing last time (a provider set later is a new object): nothing
@@ -188,9 +188,9 @@ class Telemetry:
         if tracer is None and instruments is None:
             self._idle = (tracer_provider, meter_provider)
             return None
-        from ._call_trace import _CallTrace
+        from ._call_trace import CallTrace
 
-        return _CallTrace(self, event, tracer, instruments)
+        return CallTrace(self, event, tracer, instruments)
 
     def breaker_changed(self, transition: BreakerTransition) -> None:
         state = transition.to_state.value
