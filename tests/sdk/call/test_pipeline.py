@@ -30,7 +30,7 @@ def busy(**headers: str) -> httpx.Response:
 
 
 # The retry loop on its own: without a concurrency limiter a shed is an ordinary
-# retry (with one, it is requeued: tests/sdk/test_limiter_wiring.py).
+# retry (with one, it is requeued: tests/sdk/policies/limiter/test_limiter_wiring.py).
 NO_LIMITER: dict[str, None] = {"concurrency": None}
 
 

@@ -117,7 +117,7 @@ def test_no_single_answer_stops_calls_to_another_endpoint(
             ejection=stormguard.EjectionConfig(probe=unreachable),
             telemetry=None,
             # A key's quota is the key's on every endpoint: a quota 429 paces them
-            # all, at most MAX_PAUSE_S (test_quota_flow.py holds that bound).
+            # all, at most MAX_PAUSE_S (policies/quota/test_quota_flow.py holds that bound).
             quota=None,
         )
         try:

@@ -207,7 +207,7 @@ def test_openai_on_the_transport_an_unfinished_stream_without_done_is_a_cut(
 
 
 def test_openai_on_the_transport_a_responses_stream_ends_at_its_last_event() -> None:
-    from tests.sdk.test_endpoints_responses import events, stream_of
+    from tests.sdk.client.test_endpoints_responses import events, stream_of
 
     limiter = ConcurrencyLimiter(initial_limit=4)
     oai = _openai(events(*stream_of("he", "llo")), limiter)

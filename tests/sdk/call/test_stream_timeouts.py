@@ -197,7 +197,7 @@ async def test_a_stream_that_keeps_sending_outlives_the_total_with_idle_set(
     api: Api, router: respx.MockRouter
 ) -> None:
     """50 chunks a second apart under a 5.5 s timeout: without an idle bound the
-    deadline ends it after 5 (tests/sdk/test_stream_bounds.py); with one, it runs."""
+    deadline ends it after 5 (tests/sdk/call/test_stream_bounds.py); with one, it runs."""
     route = router.post(f"{BASE}/chat/completions").mock(
         side_effect=lambda request: streaming(api.clock, ticking(api.clock, 50))
     )

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FLOOR = Path(sys.prefix) / "tenacity-floor"
 FLOOR_VERSION = "8.3.0"
 SUITES = [
-    "tests/sdk/test_pipeline.py",  # the retry loop, its waits and its deadline
-    "tests/sdk/test_failover.py",
-    "tests/sdk/test_retry_policy.py",
+    "tests/sdk/call/test_pipeline.py",  # the retry loop, its waits and its deadline
+    "tests/sdk/policies/routing/test_failover.py",
+    "tests/sdk/policies/retry/test_retry_policy.py",
 ]
 
 

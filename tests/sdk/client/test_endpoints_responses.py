@@ -13,7 +13,7 @@ import respx
 import stormguard
 from stormguard.tokens import TokenPolicy
 from tests.sdk.helpers import Api
-from tests.sdk.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
+from tests.sdk.telemetry.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
 
 
 def response_json(text: str = "hello", status: str = "completed", **extra: Any) -> dict[str, Any]:

@@ -20,9 +20,9 @@ import pytest
 import respx
 
 import stormguard
+from tests.sdk.client.test_endpoints_responses import response_json
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
-from tests.sdk.test_endpoints_responses import response_json
-from tests.sdk.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
+from tests.sdk.telemetry.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
 
 EMBEDDING = {
     "object": "list",

@@ -146,7 +146,7 @@ async def test_a_429_with_a_spent_quota_waits_for_its_reset(
         ]
     )
     # A retry, neither a requeue nor a paced retry: the policy's own wait
-    # (test_quota_flow.py has the pacer's).
+    # (policies/quota/test_quota_flow.py has the pacer's).
     client = api.client(concurrency=None, quota=None)
     result = await api.run(client.chat.completions.create(messages=MESSAGES))
     assert route.call_count == 2

@@ -149,7 +149,7 @@ async def test_a_first_chunk_that_does_not_fit_fails_the_call(
 async def test_a_responses_api_event_that_does_not_fit_is_a_validation_error(
     api: Api, mock: respx.MockRouter
 ) -> None:
-    from tests.sdk.test_endpoints_responses import events, sse_response, stream_of
+    from tests.sdk.client.test_endpoints_responses import events, sse_response, stream_of
 
     items = stream_of("a")
     items[-1] = {**items[-1], "response": {**items[-1]["response"], "output": {"x": 1}}}

@@ -20,7 +20,7 @@ from stormguard._policies.limiter.limiter import is_shed, limit_outcome, stream_
 from stormguard._policies.retry.throttle import is_accept
 from stormguard.protocol import ServerLoad
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 QUOTA = {"message": "out of credit", "type": "insufficient_quota", "code": "insufficient_quota"}
 

@@ -20,7 +20,7 @@ from stormguard.tokens import (
     bpe_directories,
     offline_encoding,
 )
-from tests.sdk.test_tokens_support import ENCODINGS, SAMPLES, reference_encoding
+from tests.sdk.tokens.test_tokens_support import ENCODINGS, SAMPLES, reference_encoding
 
 
 def _block_sockets(monkeypatch: pytest.MonkeyPatch) -> list[object]:

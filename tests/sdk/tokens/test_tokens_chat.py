@@ -16,7 +16,7 @@ from stormguard.tokens import (
     count_chat_tokens,
 )
 from stormguard.tokens._chat import IMAGE_PART_TOKENS
-from tests.sdk.test_tokens_support import ENCODINGS, SAMPLES, cookbook_num_tokens
+from tests.sdk.tokens.test_tokens_support import ENCODINGS, SAMPLES, cookbook_num_tokens
 
 # The cookbook's example conversation, for which the OpenAI API reported 129 prompt
 # tokens on gpt-3.5-turbo-0613, gpt-4-0314 and gpt-4-0613, and 124 on gpt-4o.

@@ -17,7 +17,7 @@ from stormguard.tokens import (
     TokenCounter,
     encoding_name_for_model,
 )
-from tests.sdk.test_tokens_support import ENCODINGS, SAMPLES, reference_encoding
+from tests.sdk.tokens.test_tokens_support import ENCODINGS, SAMPLES, reference_encoding
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from stormguard.tokens import (
     run_precheck_async,
     run_precheck_sync,
 )
-from tests.sdk.test_tokens_support import FakeClock
+from tests.sdk.tokens.test_tokens_support import FakeClock
 
 BASE = "http://llm.test/v1"
 MODELS = "http://llm.test/v1/models"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from stormguard._core.exceptions import TokenRateLimitedError
 from stormguard.tokens import TokenRateLimiter
 from stormguard.tokens._rate_limit import MAX_RESET_WAIT_S, MAX_SETTLE_FACTOR
-from tests.sdk.test_tokens_support import FakeClock
+from tests.sdk.tokens.test_tokens_support import FakeClock
 
 
 def _limiter(tpm: float = 6000, burst: float | None = None) -> tuple[TokenRateLimiter, FakeClock]:

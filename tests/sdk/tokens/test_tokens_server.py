@@ -21,7 +21,7 @@ from stormguard.tokens._lru import LRUCache
 from stormguard.tokens._request import read_request
 from stormguard.tokens._server_context_windows import ServerContextWindows
 from stormguard.tokens._server_counter import parse_tokenize_response
-from tests.sdk.test_tokens_support import FakeClock
+from tests.sdk.tokens.test_tokens_support import FakeClock
 
 BASE = "http://vllm.test/v1"
 TOKENIZE = "http://vllm.test/tokenize"

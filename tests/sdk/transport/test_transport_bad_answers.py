@@ -21,7 +21,7 @@ import pytest
 import respx
 
 from tests.sdk.helpers import BASE, chat_json, chunk, event_stream, sse
-from tests.sdk.test_transport import Oai, mode  # noqa: F401  (the fixture)
+from tests.sdk.transport.test_transport import Oai, mode  # noqa: F401  (the fixture)
 
 
 @pytest.fixture

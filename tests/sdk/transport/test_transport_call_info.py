@@ -15,9 +15,9 @@ import stormguard
 from stormguard import CALL_INFO_EXTENSION, CallInfo, RetryPolicy, StopReason
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy
-from tests.sdk import test_transport
 from tests.sdk.helpers import BASE, MESSAGES, chat_json, chunk, event_stream, sse
-from tests.sdk.test_transport import Oai
+from tests.sdk.transport import test_transport
+from tests.sdk.transport.test_transport import Oai
 
 mode, mock = test_transport.mode, test_transport.mock  # the fixtures
 

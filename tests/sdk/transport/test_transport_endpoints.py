@@ -13,11 +13,11 @@ import openai
 import pytest
 import respx
 
+from tests.sdk.client.test_endpoints_embeddings_models import embeddings_json, vector_b64
+from tests.sdk.client.test_endpoints_responses import events, response_json, stream_of
 from tests.sdk.helpers import BASE
-from tests.sdk.test_endpoints_embeddings_models import embeddings_json, vector_b64
-from tests.sdk.test_endpoints_responses import events, response_json, stream_of
-from tests.sdk.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
-from tests.sdk.test_transport import Oai, mock, mode  # noqa: F401  (fixtures)
+from tests.sdk.telemetry.test_telemetry import Otel, otel  # noqa: F401  (the fixture)
+from tests.sdk.transport.test_transport import Oai, mock, mode  # noqa: F401  (fixtures)
 
 
 async def call(oai: Oai, value: Any) -> Any:

@@ -1,7 +1,7 @@
 """Breakers and adaptive throttling inside the call: fail fast, eject, probe, recover.
 
 The failures here are crash-like (500, 502): sheds (503, 429) never open a
-breaker; ``test_limiter_wiring.py`` shows what they do instead."""
+breaker; ``policies/limiter/test_limiter_wiring.py`` shows what they do instead."""
 
 from __future__ import annotations
 

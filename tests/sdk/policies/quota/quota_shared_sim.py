@@ -6,7 +6,7 @@ against one provider's token bucket that answers without ``x-ratelimit-*`` heade
 whole-second Retry-After).
 
 The caller passes the ``FakeClock`` that fakeredis's ``TIME`` reads, and has pointed
-``RedisStore`` at one fakeredis server (tests/sdk/test_quota_redis.py's fixtures).
+``RedisStore`` at one fakeredis server (tests/sdk/policies/quota/test_quota_redis.py's fixtures).
 Deterministic for a seed (a heap of events, no threads, no sleeping).
 """
 

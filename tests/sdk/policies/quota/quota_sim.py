@@ -9,7 +9,7 @@ OpenAI's message ("Limit L, Used U, Requested C. Please try again in ...") and t
 Retry-After of ``retry_after`` ("seconds", rounded up; "ms"; "none").
 
 Deterministic (one seeded random, a heap of events, no threads, no sleeping): a
-test of convergence that runs in milliseconds. ``python -m tests.sdk.quota_sim``
+test of convergence that runs in milliseconds. ``python -m tests.sdk.policies.quota.quota_sim``
 prints the table docs/quotas.md quotes.
 """
 

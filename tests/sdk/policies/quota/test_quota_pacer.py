@@ -36,7 +36,7 @@ from stormguard._policies.quota._share import MIN_SHARE, STALE_S, ShareControlle
 from stormguard._policies.quota._signals import Reading, Refusal, readings
 from stormguard._policies.quota._tally import SendTally
 from stormguard.testing import FakeClock
-from tests.sdk import quota_sim
+from tests.sdk.policies.quota import quota_sim
 
 KEY = QuotaKey("abc123abc123", "api.test", "m")
 FAR = math.inf

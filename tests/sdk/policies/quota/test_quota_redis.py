@@ -39,8 +39,8 @@ from stormguard._policies.quota._redis import (
 )
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
-from tests.sdk.quota_shared_sim import run_shared
-from tests.sdk.test_providers import ANY, Providers, chat, client_of
+from tests.sdk.policies.quota.quota_shared_sim import run_shared
+from tests.sdk.policies.routing.test_providers import ANY, Providers, chat, client_of
 
 #: Redis's clock is the test's FakeClock, from this epoch.
 EPOCH = 1_750_000_000.0

@@ -36,9 +36,9 @@ from stormguard import (
     StreamTimeouts,
 )
 from stormguard.telemetry import Telemetry
+from tests.sdk.call.test_stream_timeouts import DONE, event, streaming
 from tests.sdk.helpers import MESSAGES, Api, chat_json, unreachable
-from tests.sdk.test_failover import _until
-from tests.sdk.test_stream_timeouts import DONE, event, streaming
+from tests.sdk.policies.routing.test_failover import _until
 
 OPENAI, AZURE, VLLM = (
     "http://openai.test/v1",
