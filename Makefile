@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
-	# The oldest tenacity stormguard allows, beside the newest: tests/sdk/test_tenacity_floor.py
+	# The oldest tenacity stormguard allows, beside the newest: tests/sdk/call/test_tenacity_floor.py
 	$(PY) -m pip install --quiet --no-deps --upgrade --target $(VENV)/tenacity-floor 'tenacity==8.3.0'
 	touch $(STAMP)
 
@@ -52,7 +52,7 @@ test-slow: $(STAMP)
 test: lint unit
 
 # _client/client.py and _client/resources.py are generated from their async twins
-# (scripts/unasync.py; tests/sdk/test_unasync.py checks them): edit the async files.
+# (scripts/unasync.py; tests/sdk/client/test_unasync.py checks them): edit the async files.
 unasync: $(STAMP)
 	$(PY) scripts/unasync.py
 

@@ -690,7 +690,7 @@ def dns_huge(mode: str, cap: float) -> Result:
 
 # -- 2xx bodies the records cannot serve ----------------------------------------------------
 
-#: Fields laid over a valid completion (as tests/sdk/test_record_shapes.py's BAD_CHAT).
+#: Fields laid over a valid completion (as tests/sdk/core/test_record_shapes.py's BAD_CHAT).
 BAD_BODIES: dict[str, dict[str, Any]] = {
     "choices an object": {"choices": {"0": 1}},
     "choices null": {"choices": None},

@@ -3,7 +3,7 @@
 ``sdk/stormguard/_client/client.py`` is ``async_client.py`` with its async words
 replaced by their sync twins (the table below), then sorted and formatted by
 ruff; so is ``resources.py``. Edit the async files
-and run ``make unasync``; ``--check`` (run by tests/sdk/test_unasync.py) fails
+and run ``make unasync``; ``--check`` (run by tests/sdk/client/test_unasync.py) fails
 when a sync file is not what its async twin generates. The I/O that truly
 differs lives outside both (``_call/drivers.py``).
 

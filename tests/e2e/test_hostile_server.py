@@ -459,7 +459,7 @@ async def test_openai_on_the_transport_ends_a_dripped_stream_at_the_deadline(
 
 # -- an API key echoed back wherever a server can put text ------------------------------
 # (tests/e2e/key_echo.py has the echoes; the scrubber's own tests are in
-# tests/sdk/test_redaction.py.)
+# tests/sdk/core/test_redaction.py.)
 
 #: One attempt, no breaker or limiter: each echo is answered once and shown once.
 ECHO_OPTIONS: dict[str, Any] = {

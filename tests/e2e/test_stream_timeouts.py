@@ -1,6 +1,6 @@
 """StreamTimeouts against a real socket: a server that drips SSE chunks, sync and async.
 
-What the unit tests (tests/sdk/test_stream_timeouts.py) cannot show with a fake
+What the unit tests (tests/sdk/call/test_stream_timeouts.py) cannot show with a fake
 clock: the sync connection cutting a blocked read at the stream's bound (the
 deadline it holds moves), and the async cancel scopes doing the same. Each
 server here writes its chunks and then holds the connection open without a

@@ -5,7 +5,7 @@ one OpenAI-style key (a bucket per dimension refilled at limit / 60 a second,
 charged prompt + ``max_tokens`` at admission; 300 calls of 315 tokens, 0.5 s per
 answer, 60,000 TPM or 200 RPM): with them, 0 to 2 429s in 300 calls and 1.07 to
 1.17 x the ideal wall time for 1, 4 and 16 processes, with every Retry-After
-mode (``python -m tests.sdk.quota_sim``; docs/quotas.md has the figures and the
+mode (``python -m tests.sdk.policies.quota.quota_sim``; docs/quotas.md has the figures and the
 values that lost).
 """
 

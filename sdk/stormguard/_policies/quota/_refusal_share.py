@@ -24,7 +24,7 @@ processes, and paced them into a 429 every second or two). Instead:
 
 The process then sends at its share times the key's refill. Scale-free: a
 share of the refill, whether the key counts tokens or requests. Chosen in
-simulation (``tests/sdk/quota_sim.py``, docs/quotas.md): with 4 processes,
+simulation (``tests/sdk/policies/quota/quota_sim.py``, docs/quotas.md): with 4 processes,
 12 429s in 300 calls on average (39 before), at 1.07 x the least wall time.
 No lock: ``KeyQuota`` holds its key's.
 """
