@@ -29,7 +29,7 @@ PACKAGES = [
 #: and reused without an HTTP library, and the sync and async clients share them.
 DECISION_MODULES = [
     "stormguard._policies.retry.budget",
-    "stormguard._policies.breaker.breaker",
+    "stormguard._policies.breaker",
     "stormguard._core.clock",
     "stormguard._core.deadline",
     "stormguard._policies.fallback",

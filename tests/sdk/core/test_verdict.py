@@ -14,7 +14,6 @@ import stormguard
 from stormguard._core.exceptions import status_error_class
 from stormguard._core.stop_reason import StopReason
 from stormguard._core.verdict import LimitOutcome, Verdict, classify
-from stormguard._policies.breaker.breaker import is_breaker_failure
 from stormguard._policies.fallback import is_fallback_worthy
 from stormguard._policies.limiter.limiter import is_shed, limit_outcome, stream_cut_outcome
 from stormguard._policies.retry.throttle import is_accept
@@ -297,7 +296,6 @@ def test_each_policy_reads_the_verdict(error: BaseException | None, verdict: Ver
         assert (decision.retry, decision.reason) == (verdict.retry, verdict.stop)
         assert is_fallback_worthy(error) is verdict.fallback
         assert stream_cut_outcome(error) is verdict.limit_after_first_chunk
-    assert is_breaker_failure(error) is verdict.breaker_failure
     assert is_accept(error) is verdict.accepted
     assert is_shed(error) is verdict.shed
     assert limit_outcome(error) is verdict.limit

@@ -11,8 +11,7 @@ import respx
 
 import stormguard
 from stormguard._core.redact import REDACTED
-from stormguard._core.verdict import LimitOutcome
-from stormguard._policies.breaker.breaker import is_breaker_failure
+from stormguard._core.verdict import LimitOutcome, classify
 from stormguard._policies.fallback import is_fallback_worthy
 from stormguard._policies.limiter.limiter import is_shed, limit_outcome
 from stormguard._policies.retry.throttle import AdaptiveThrottle, is_accept
@@ -221,7 +220,7 @@ def test_a_context_window_refusal_is_a_bad_request_as_litellms_is() -> None:
 def test_a_context_window_refusal_is_no_failure_of_anything() -> None:
     err = context_window_error()
     assert stormguard.RetryPolicy().decide(err).retry is False
-    assert not is_breaker_failure(err)
+    assert not classify(err).breaker_failure
     assert not is_fallback_worthy(err)
     assert not is_shed(err) and limit_outcome(err) is LimitOutcome.IGNORED
     assert not is_accept(err)

@@ -23,7 +23,7 @@ should go. Two kinds of evidence, two speeds (docs/breakers.md has the table):
   reaches its servers only through a proxy, where a direct connect says
   nothing) lets the first call after the backoff be the probe instead.
 * **Failing**: crash-like failures of a server that answers (the breaker's
-  rule, ``is_breaker_failure``: 500/502/504, timeouts, broken bodies).
+  rule, ``Verdict.breaker_failure``: 500/502/504, timeouts, broken bodies).
   ``consecutive_failures`` in a row (5: Envoy's ``consecutive_5xx``), or a
   success rate over the last ``interval`` (10 s) that is an outlier against
   the other endpoints, eject the endpoint for ``base_ejection_time`` times the

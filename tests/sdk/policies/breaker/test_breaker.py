@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import stormguard._policies.breaker.breaker
+import stormguard._policies.breaker.circuit
 from stormguard._core.exceptions import (
     APIConnectionError,
     APIResponseValidationError,
@@ -32,7 +32,7 @@ from stormguard._core.exceptions import (
     TokenRateLimitedError,
     UnprocessableEntityError,
 )
-from stormguard._policies.breaker.breaker import is_breaker_failure
+from stormguard._core.verdict import classify
 from stormguard._policies.breaker.circuit import CircuitBreaker, Permit
 from stormguard._policies.breaker.config import BreakerConfig
 from stormguard._policies.breaker.registry import BreakerRegistry
@@ -582,7 +582,7 @@ def status(cls: type[APIStatusError], code: int, **load: Any) -> APIStatusError:
     ],
 )
 def test_is_breaker_failure(error: BaseException | None, failure: bool) -> None:
-    assert is_breaker_failure(error) is failure
+    assert classify(error).breaker_failure is failure
 
 
 def test_settle_classifies_and_passes_the_retry_after_on() -> None:
@@ -666,7 +666,7 @@ def test_registry_rejects_a_zero_bound() -> None:
 
 
 def test_docstring_examples() -> None:
-    assert doctest.testmod(stormguard._policies.breaker.breaker).failed == 0
+    assert doctest.testmod(stormguard._policies.breaker.circuit).failed == 0
 
 
 def test_default_consecutive_run_is_ten() -> None:
