@@ -15,8 +15,7 @@ The controller knows no HTTP and no engine internals: it reads the engine's
 ``EngineLoad`` through a callable, and its clock (``clock.py``) is injectable,
 so every decision, and the queue's timeouts, are unit-tested without sleeping.
 The values it trades in (``Ticket``, ``Grant``, ``Shed``, ``ShedError``) live in
-``tickets.py``, and ``DrainMeter`` in ``drain_meter.py``; both still
-import from here.
+``tickets.py``, and ``DrainMeter`` in ``drain_meter.py``.
 """
 
 from __future__ import annotations
@@ -28,7 +27,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stormguard.protocol import Priority, ServerLoad, ShedReason
-from stormguard_server.admission.drain_meter import DrainMeter
 from stormguard_server.admission.queue import AdmissionQueue
 from stormguard_server.admission.tickets import Grant, Shed, ShedError, Ticket
 from stormguard_server.admission.wait_estimate import HoldMeter, ReleaseSchedule, wait_until_fits
@@ -39,7 +37,7 @@ from stormguard_server.engine.base import EngineLoad
 if TYPE_CHECKING:
     from stormguard_server.admission.queue import _Group
 
-__all__ = ["AdmissionController", "DrainMeter", "Grant", "Shed", "ShedError", "Ticket"]
+__all__ = ["AdmissionController"]
 
 _FALLBACK_RETRY_AFTER_S = 1.0
 

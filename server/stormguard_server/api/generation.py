@@ -31,7 +31,7 @@ from stormguard.protocol import (
     parse_deadline_ms,
     parse_priority,
 )
-from stormguard_server.admission.controller import Grant, Shed, ShedError
+from stormguard_server.admission.tickets import Grant, Shed, ShedError
 from stormguard_server.api.answer import Answer, Output, SlowAnswer, StreamAnswer
 from stormguard_server.engine.base import (
     DeadlineExceeded,

@@ -41,7 +41,8 @@ from stormguard.protocol import (
     parse_deadline_ms,
     parse_priority,
 )
-from stormguard_server.admission.controller import AdmissionController, ShedError
+from stormguard_server.admission.controller import AdmissionController
+from stormguard_server.admission.tickets import ShedError
 from stormguard_server.clock import ClockLike, as_clock
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.guards.priority_trust import PriorityTrust

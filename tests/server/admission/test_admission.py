@@ -8,13 +8,8 @@ from dataclasses import replace
 import pytest
 
 from stormguard.protocol import Priority, ShedReason
-from stormguard_server.admission.controller import (
-    AdmissionController,
-    Grant,
-    Shed,
-    ShedError,
-    Ticket,
-)
+from stormguard_server.admission.controller import AdmissionController
+from stormguard_server.admission.tickets import Grant, Shed, ShedError, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine.base import EngineLoad
 from tests.server.fake_clock import FakeClock as ServerFakeClock

@@ -17,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard.protocol import Priority
-from stormguard_server.admission.controller import AdmissionController, Grant, Ticket
+from stormguard_server.admission.controller import AdmissionController
+from stormguard_server.admission.tickets import Grant, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine.base import EngineLoad
 

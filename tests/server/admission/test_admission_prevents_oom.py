@@ -13,7 +13,8 @@ from __future__ import annotations
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from stormguard_server.admission.controller import AdmissionController, Grant, Ticket
+from stormguard_server.admission.controller import AdmissionController
+from stormguard_server.admission.tickets import Grant, Ticket
 from stormguard_server.config import AdmissionConfig
 from stormguard_server.engine.base import EngineLoad, GenerationRequest
 from stormguard_server.engine.kv_cache import BlockAllocator
