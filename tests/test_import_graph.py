@@ -226,8 +226,8 @@ def test_decisions_import_no_http_library(module: str) -> None:
     assert imported & HTTP_LIBRARIES == set()
 
 
-#: Modules whose job is to pick an implementation and hand it on: ``_http`` (httpx or
-#: httpx2), ``_compat`` (``typing`` or ``typing_extensions``).
+#: Modules whose job is to pick an implementation and hand it on: ``_core.http`` (httpx or
+#: httpx2), ``_core.compat`` (``typing`` or ``typing_extensions``).
 PICKERS = {"stormguard._core.http", "stormguard._core.compat"}
 
 
