@@ -1,8 +1,8 @@
 """The state of one logical call (``CallBase``): what each layer of the call reads
-and moves. The layers above it, one job each, bottom to top: ``_call_events``
-(telemetry), ``_endpoint_choice``, ``_attempt_record`` (an attempt's response,
-failure, record and settling), ``_retry_loop`` (tenacity's strategies),
-``_call_result`` (results, hand-over, the error that leaves the call), and
+and moves. The layers above it, one job each, bottom to top: ``call_events.py``
+(telemetry), ``endpoint_choice.py``, ``attempt_record.py`` (an attempt's response,
+failure, record and settling), ``retry_loop.py`` (tenacity's strategies),
+``call_result.py`` (results, hand-over, the error that leaves the call), and
 ``_pipeline.LogicalCall`` (pre-check, fallback, starting an attempt).
 """
 

@@ -8,10 +8,10 @@ hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
 ``_client/async_client.py`` contain only I/O: send, read, sleep.
 
 Its decisions sit in layers of one job each, bottom to top (each builds on the
-ones below, none imports one above): ``_call_base`` (the call's state),
-``_call_events`` (telemetry), ``_endpoint_choice``, ``_attempt_record`` (an
-attempt's response, failure, settling and record), ``_retry_loop`` (tenacity's
-strategies), ``_call_result`` (results, hand-over, the error that leaves the
+ones below, none imports one above): ``call_base.py`` (the call's state),
+``call_events.py`` (telemetry), ``endpoint_choice.py``, ``attempt_record.py`` (an
+attempt's response, failure, settling and record), ``retry_loop.py`` (tenacity's
+strategies), ``call_result.py`` (results, hand-over, the error that leaves the
 call), and this module: the pre-check, the fallback and the start of each
 attempt. ``_call_state.CallMachine`` orders the steps; ``_verdict.classify``
 judges each outcome once for every policy.

@@ -247,7 +247,7 @@ class StreamCore(Generic[T]):
 
     def _client_closed(self) -> APIError:
         """The stream's end when ``close()`` cut it: the caller's doing, which tells
-        the limit and the breaker nothing (``_verdict``)."""
+        the limit and the breaker nothing (``_core/verdict.py``)."""
         return ClientClosedError(
             f"The client was closed while this stream was read, after {self.delivered} chunks",
             server_load=self.call.server_load,

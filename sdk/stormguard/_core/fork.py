@@ -19,7 +19,7 @@ the one that forked. Two things in that copy would hurt it:
   runs in the child, after the locks are back.
 
 The connection pools are not here: a pool notices for itself that it runs in
-another process (``_pool_life``), as redis-py's ``ConnectionPool`` does, by
+another process (``_io/pool_life.py``), as redis-py's ``ConnectionPool`` does, by
 comparing :data:`forks` with its own: a counter read, where ``os.getpid()`` is a
 system call on each request.
 """

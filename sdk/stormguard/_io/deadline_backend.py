@@ -1,10 +1,10 @@
 """The network backends of the client's own pools, on httpcore's ``NetworkBackend``
 seam: :class:`DeadlineBackend` under :class:`~stormguard.DeadlineTransport`, whose
 streams clip each socket operation to the current call's deadline (the design is
-in ``_deadline_transport``'s docstring), and :class:`KeptBackend` under the async
+in ``deadline_transport.py``'s docstring), and :class:`KeptBackend` under the async
 pool. Both keep the streams they made (``streams``), so that their pool can let
 go of them in a forked child or for a closed event loop, and the sync one wake the
-calls reading them when it is closed (``_pool_life``).
+calls reading them when it is closed (``pool_life.py``).
 
 A module of its own because its classes subclass httpcore's, and httpcore (with
 h11 and h2 under it) is only needed once a connection pool is built: httpx
@@ -48,7 +48,7 @@ class _Keeps:
     read on it)."""
 
     streams: Streams
-    #: Set when the pool is closed (``_pool_life``).
+    #: Set when the pool is closed (``pool_life.py``).
     closed = False
     _core: Any
 

@@ -20,7 +20,7 @@ held to its call's deadline too. A request sent without a current deadline (a
 ``DeadlineTransport`` in your own client, used for anything else) is not
 clipped at all.
 
-The clipping backend and its streams live in ``_deadline_backend``, loaded when
+The clipping backend and its streams live in ``deadline_backend.py``, loaded when
 the first transport is built: they subclass httpcore's classes, and httpcore is
 not needed before a connection pool is.
 """

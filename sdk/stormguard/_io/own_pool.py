@@ -17,7 +17,7 @@ an error that names its request, and the cookies it sets kept for the requests
 after it (which then take httpx's own way). Anything else goes to httpx's ``send``.
 
 Its transports are made for the process, and (async) the event loop, that use them
-(``_pool_life``): a forked child, or another event loop, gets a pool of its own.
+(``pool_life.py``): a forked child, or another event loop, gets a pool of its own.
 
 A client given your own ``http_client`` never uses these: it is sent through as it is.
 """
@@ -274,10 +274,10 @@ def _proxy_mounts(transport_for: Callable[[str], _T]) -> dict[str, _T | None]:
 def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits) -> _Own:
     """``client`` on the transports ``make(proxy=, limits=, verify=)`` builds (an httpx
     ``HTTPTransport`` class or a subclass): one for direct requests and one for each
-    proxy of the environment, each split into shards of ``limits`` (``_pool_shards``),
+    proxy of the environment, each split into shards of ``limits`` (``pool_shards.py``),
     all on one TLS context (each transport would load the CA bundle for its own,
     about 20 ms), and each made again for a forked child (and, async, for each event
-    loop: ``_pool_life``). A forked child makes its own TLS context too: the locks of
+    loop: ``pool_life.py``). A forked child makes its own TLS context too: the locks of
     the parent's (its session cache, its certificate store) may have been held by a
     thread in a handshake at the fork, and nothing in the child would release them.
     OpenSSL's global locks are beyond reach: docs/deploy.md says when to fork."""

@@ -55,7 +55,7 @@ __all__ = ["LoopTransport", "ProcessTransport", "given_pool", "used_given_pool"]
 
 
 def _transports(transport: object) -> list[Any]:
-    """The httpx transports ``transport`` is made of: its shards' (``_pool_shards``),
+    """The httpx transports ``transport`` is made of: its shards' (``pool_shards.py``),
     or itself."""
     shards = getattr(transport, "shards", None)
     return [shard.transport for shard in shards] if shards is not None else [transport]

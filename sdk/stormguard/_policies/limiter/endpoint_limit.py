@@ -114,7 +114,7 @@ class EndpointLimit:
 
     def _forget_parent_calls(self) -> None:
         """In a forked child: the parent's attempts in flight and calls waiting will
-        never give their slots back here (``_fork``); the limit learned stays."""
+        never give their slots back here (``_core/fork.py``); the limit learned stays."""
         self._in_flight = 0
         self._queue = []
         self._waiting = 0

@@ -13,7 +13,7 @@ DNS_SCHEME_PREFIX = "dns+"
 
 
 def split_dns_scheme(url: str) -> tuple[str, bool]:
-    """``(url without "dns+", whether it had it)``. Here, not in ``_discovery``, so
+    """``(url without "dns+", whether it had it)``. Here, not in ``discovery.py``, so
     that a client with no DNS name never loads discovery."""
     if url[: len(DNS_SCHEME_PREFIX)].lower() == DNS_SCHEME_PREFIX:
         return url[len(DNS_SCHEME_PREFIX) :], True

@@ -76,7 +76,7 @@ class EndpointPicker:
 
     def _forget_parent_calls(self) -> None:
         """In a forked child: the parent's attempts in flight will never end here
-        (``_fork``), and must not make their endpoints look busy."""
+        (``_core/fork.py``), and must not make their endpoints look busy."""
         for state in self.states:
             state.in_flight = 0
 
