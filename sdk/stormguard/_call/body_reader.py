@@ -7,11 +7,10 @@ from typing import TYPE_CHECKING
 from .._core.exceptions import APIError, APIResponseValidationError
 from .._core.http import httpx
 from .._io.body import BodyLimit, BodyTooLargeError
+from .attempt_record import deadline_error, failed_reading
 
 if TYPE_CHECKING:
-    from .attempt_record import AttemptRecords
-
-    pass
+    from .call_base import CallBase
 
 
 __all__ = ["BodyReader"]
@@ -24,7 +23,7 @@ class BodyReader:
 
     __slots__ = ("_call", "_chunks", "_limit", "_status")
 
-    def __init__(self, call: AttemptRecords, response: httpx.Response) -> None:
+    def __init__(self, call: CallBase, response: httpx.Response) -> None:
         self._call = call
         self._chunks: list[bytes] = []
         self._status = response.status_code
@@ -34,10 +33,11 @@ class BodyReader:
             raise self._too_large(exc) from None
 
     def _too_large(self, exc: BodyTooLargeError) -> APIError:
-        return self._call.failed_reading(
+        return failed_reading(
+            self._call,
             APIResponseValidationError(
                 str(exc), status_code=self._status, server_load=self._call.server_load
-            )
+            ),
         )
 
     def feed(self, chunk: bytes) -> None:
@@ -46,8 +46,9 @@ class BodyReader:
         except BodyTooLargeError as exc:
             raise self._too_large(exc) from None
         if self._call.deadline.expired:
-            raise self._call.failed_reading(
-                self._call.deadline_error("while reading the response", response_started=True)
+            raise failed_reading(
+                self._call,
+                deadline_error(self._call, "while reading the response", response_started=True),
             )
         self._chunks.append(chunk)
 

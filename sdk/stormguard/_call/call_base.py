@@ -1,9 +1,11 @@
-"""The state of one logical call (``CallBase``): what each layer of the call reads
-and moves. The layers above it, one job each, bottom to top: ``call_events.py``
-(telemetry), ``endpoint_choice.py``, ``attempt_record.py`` (an attempt's response,
-failure, record and settling), ``retry_loop.py`` (tenacity's strategies),
-``call_result.py`` (results, hand-over, the error that leaves the call), and
-``_pipeline.LogicalCall`` (pre-check, fallback, starting an attempt).
+"""The state of one logical call (``CallBase``): every attribute of a call,
+declared here once, with the modules that set it.
+
+``pipeline.LogicalCall`` is the call: this state, the steps a driver takes first,
+and the steps of its helpers, each a module of functions of this state with one
+job (``call_events``, ``call_quota``, ``endpoint_choice``, ``attempt_record``,
+``retry_loop``, ``call_result``), which import this module and never the call's
+own: the state is below every helper, the call above them all.
 """
 
 from __future__ import annotations
@@ -53,75 +55,115 @@ class CallBase:
 
     What most calls never change is a class attribute (immutable values only),
     set on the instance when it changes: a call starts with a dozen stores
-    instead of forty."""
+    instead of forty. Each group says which modules set it (``pipeline`` is
+    ``LogicalCall``'s own steps)."""
 
-    #: The ``x-ratelimit-*`` headers of the last response.
+    # -- What the call reports (``CallInfo``, its error, telemetry) ------------
+    #: The ``x-ratelimit-*`` headers and load headers of the last response
+    #: (``attempt_record.saw_response``).
     rate_limit: RateLimit = RateLimit()
     server_load: ServerLoad = ServerLoad()
+    #: Why the retry loop stopped (``retry_loop``; cleared by ``pipeline.fall_back``).
     retry_stopped_by: StopReason | None = None
+    #: Attempts on the current model, and on every model (``pipeline.begin_attempt``).
     attempt_number = 0
     total_attempts = 0
     #: The model first asked for, once the call has moved to a fallback model
-    #: because its own could not serve (not for a longer context or a content filter).
+    #: because its own could not serve (not for a longer context or a content
+    #: filter) (``pipeline.fall_back``).
     degraded_from: str | None = None
+    #: The passed token pre-check (``pipeline.prechecked``).
     precheck: Precheck | None = None
     #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
-    #: (``_call/stream_timeouts.py``); None: the deadline alone bounds the call.
+    #: (``_call/stream_timeouts.py``); None: the deadline alone bounds the call
+    #: (``__init__``).
     stream_bounds: StreamBounds | None = None
-    #: Seconds the call spent in the local queue, over every attempt.
+    #: Seconds the call spent in the local queue, over every attempt (``pipeline.granted``).
     queued_s = 0.0
-    _endpoint: EndpointState | None = None
+    #: The call's observer (telemetry); None when nothing is recorded: no events
+    #: then (``pipeline``'s ``__init__``).
+    _trace: CallObserver | None = None
+
+    # -- The current attempt (``pipeline.reserve``/``granted``/``begin_attempt``;
+    # -- closed by ``attempt_record``) --------------------------------------------
+    #: The endpoint chosen for the attempt (``pipeline.reserve``), the one it went
+    #: to while in flight (``pipeline.begin_attempt``; ``attempt_record.close_record``
+    #: clears it), and the last one an attempt went to (``attempt_record``).
     _endpoint_choice: EndpointState | None = None
+    _endpoint: EndpointState | None = None
     _last_endpoint: str | None = None
-    #: The endpoint the next retry goes to, chosen when it was decided.
+    #: The breaker's permit of the attempt in flight (``pipeline.begin_attempt``;
+    #: settled once by ``attempt_record``).
+    _permit: Permit | None = None
+    #: The concurrency slot of the current attempt (None: no limiter, or none held)
+    #: (``pipeline.reserve``/``granted``; ``release_slot`` gives it back).
+    _lease: Lease | None = None
+    #: The call's place in its endpoint's queue: (its class's rank, its arrival) (``__init__``).
+    _limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
+    #: The request of the current (or last) attempt: the ``request`` of its errors
+    #: (``pipeline.begin_attempt``).
+    _request: httpx.Request | None = None
+    #: The pool the current (or last) attempt went through: a stream read when it is
+    #: closed ends with ``ClientClosedError`` (``pipeline.begin_attempt``).
+    http: httpx.Client | httpx.AsyncClient | None = None
+    #: When the attempt was sent, on the client's clock (``pipeline.begin_attempt``).
+    _started = 0.0
+    #: Seconds the attempt waited for its slot (``pipeline.reserve``/``granted``).
+    _queued_before = 0.0
+    #: The failure of the attempt (``attempt_record.failed``; cleared by
+    #: ``pipeline.begin_attempt`` and by ``call_result.annotate``).
+    _attempt_error: BaseException | None = None
+    #: The status, error type and duration of the attempt's record, noted when
+    #: known (``attempt_record``; cleared by ``pipeline.begin_attempt``).
+    _pending: tuple[int | None, str | None, float] | None = None
+
+    # -- Between attempts (``retry_loop``; reset by ``pipeline.fall_back``) -------
+    #: The wait before the current attempt, and the one decided for the next.
+    _delay_before = 0.0
+    _next_delay = 0.0
+    #: The endpoint the next retry goes to, chosen when it was decided (also by
+    #: ``endpoint_choice.pace`` with deployments; taken by ``pipeline.reserve``).
     _next_target: EndpointState | None = None
     #: The next retry is a failover: to an endpoint not tried yet, outside the budget.
     _failover = False
-    _permit: Permit | None = None
-    #: The request of the current (or last) attempt: the ``request`` of its errors.
-    _request: httpx.Request | None = None
-    #: The pool the current (or last) attempt went through: a stream read when it is
-    #: closed ends with ``ClientClosedError``.
-    http: httpx.Client | httpx.AsyncClient | None = None
-    _attempt_error: BaseException | None = None
-    _delay_before = 0.0
-    _next_delay = 0.0
-    _started = 0.0
-    _pending: tuple[int | None, str | None, float] | None = None
-    _reservation: Reservation | None = None
-    #: "response" mode: the final response rebuilt with its body, and its elapsed.
-    _read: tuple[httpx.Response, timedelta] | None = None
-    #: "unread" mode: what the result will say of the call, once its body is read.
-    _unread_info: CallInfo | None = None
-    #: The concurrency slot of the current attempt (None: no limiter, or none held).
-    _lease: Lease | None = None
-    _limit_key: tuple[int, int] = (Priority.STANDARD.rank, 0)
     #: Requeues on the current model (sheds sent back to the local queue).
     _requeues = 0
     _requeue_next = False
     #: Paced retries on the current model (quota 429s sent back to the key's pacer).
     _paced = 0
     _paced_next = False
-    #: The call's key (None: not asked yet, or the call has none: no quota policy,
-    #: no model, not a POST), and its place in the key's quota once the key is paced.
-    _quota_key: QuotaKey | None = None
-    _quota: CallQuota | None = None
-    _quota_cost: float | None = None
-    #: The current attempt failed with a quota refusal the pacer paces.
-    _quota_refusal = False
-    #: The next attempt resends a requeued call (not a retry).
+    #: The next attempt resends a requeued or paced call (not a retry).
     _resending = False
     #: The last failed attempt is worth a retry (its ``Verdict``), and whether a
     #: shed can be requeued after it (the limiter's ``LimitOutcome`` of it).
     _retryable = False
     _failure_limit = LimitOutcome.IGNORED
+    #: A stop ``wait`` decided (a requeue refused, no retry allowed) for ``stop``.
     _forced_stop: StopReason | None = None
-    _queued_before = 0.0
-    #: The call's observer (telemetry); None when nothing is recorded: no events then.
-    _trace: CallObserver | None = None
     #: Endpoints this call will not use again: a deployment whose key is out of
-    #: quota, or whose quota cannot fit the call's deadline (another tier may).
+    #: quota, or whose quota cannot fit the call's deadline (another tier may)
+    #: (``endpoint_choice.skip_credential_of``; reset by ``pipeline.fall_back``).
     _skipped: frozenset[str] = frozenset()
+
+    # -- The call's key's quota (``call_quota``; reset by ``pipeline.fall_back``) --
+    #: The call's key (None: not asked yet, or the call has none: no quota policy,
+    #: no model, not a POST), its place in the key's quota once the key is paced,
+    #: and its cost.
+    _quota_key: QuotaKey | None = None
+    _quota: CallQuota | None = None
+    _quota_cost: float | None = None
+    #: The current attempt failed with a quota refusal the pacer paces
+    #: (``attempt_record.failed``; cleared by ``call_quota.quota_sent``).
+    _quota_refusal = False
+
+    # -- The end of the call (``call_result``) ------------------------------------
+    #: The token rate limiter's reservation (``pipeline.prechecked``), settled or
+    #: given back once (``call_result``).
+    _reservation: Reservation | None = None
+    #: "response" mode: the final response rebuilt with its body, and its elapsed.
+    _read: tuple[httpx.Response, timedelta] | None = None
+    #: "unread" mode: what the result will say of the call, once its body is read.
+    _unread_info: CallInfo | None = None
 
     def __init__(self, core: ClientCore, spec: CallSpec) -> None:
         self.core = core

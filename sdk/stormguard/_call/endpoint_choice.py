@@ -5,10 +5,12 @@ free concurrency slot first; and the refusal when none can take it.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from .._core.exceptions import CircuitOpenError, QuotaWaitError
-from .call_quota import CallPacing
+from .call_base import CallBase
+from .call_quota import answered_key, credential, current_key, left_pacing, pace_key
 
 if TYPE_CHECKING:
     from .._policies.breaker.circuit import Permit
@@ -17,246 +19,271 @@ if TYPE_CHECKING:
     from .._policies.routing.endpoint_state import EndpointState
 
 
-__all__ = ["EndpointChoice"]
+__all__ = [
+    "answered",
+    "any_endpoint_accepting",
+    "breaker_permit",
+    "can_retry_elsewhere",
+    "has_room_for",
+    "pace",
+    "pick_endpoint",
+    "skip_credential_of",
+    "usable",
+]
 
 
-class EndpointChoice(CallPacing):
-    """The endpoint of each attempt."""
+def pick_endpoint(
+    call: CallBase, *, retry: bool = False, untried_only: bool = False
+) -> EndpointState:
+    """The endpoint of the next attempt. Endpoints that are ejected or whose
+    breaker is open are skipped, and with none left the call fails now, with no
+    I/O (``CircuitOpenError``). A retry goes to an endpoint the call has not
+    tried when one is usable (only such one with ``untried_only``), else to
+    another than the last; a requeue avoids the last. Of those, one with a free
+    concurrency slot comes first, else the one with the shortest queue. With
+    deployments of several tiers, the best tier that can take the call: one
+    with a free slot, else one whose queue fits the call's deadline and is not
+    ramping back up (``_tier_choice``)."""
+    core = call.core
+    if retry:
+        avoid: set[str] = call._tried
+    elif call.attempt_number > 0 and call._last_endpoint is not None:
+        avoid = {call._last_endpoint}
+    else:
+        avoid = set()
+    candidates = core.picker.candidates(
+        model=call.spec.model,
+        priority=call.priority,
+        spill=core.spill_over,
+        avoid=avoid,
+        usable=partial(usable, call),
+    )
+    if call.spec.pin is not None:
+        _serving(call)  # a clear error when the pin leaves none of the model's
+    elif core.tiered:
+        _watch_tiers(call)
+    if retry:
+        untried = [s for s in candidates if s.name not in call._tried]
+        candidates = untried if untried or untried_only else candidates
+    if not candidates:
+        raise _refusal(call)
+    limiter = core.limiter
+    if limiter is None or len(candidates) == 1:
+        return candidates[0]
+    if core.tiered and candidates[0].tier != candidates[-1].tier:
+        chosen = _tier_choice(call, candidates)
+        if chosen is not None:
+            return chosen
+    for state in candidates:
+        if limiter.endpoint(state.name).has_room():
+            return state
+    # No free slot anywhere: wait in the own pool's shortest queue (another
+    # pool's endpoints are spill-over, for room, never to queue on).
+    first = [s for s in candidates if s.tier == candidates[0].tier]
+    own = [s for s in first if s.serves_class(call.priority)] or first
+    return min(own, key=lambda s: limiter.endpoint(s.name).expected_wait())
 
-    def _pick_endpoint(self, *, retry: bool = False, untried_only: bool = False) -> EndpointState:
-        """The endpoint of the next attempt. Endpoints that are ejected or whose
-        breaker is open are skipped, and with none left the call fails now, with no
-        I/O (``CircuitOpenError``). A retry goes to an endpoint the call has not
-        tried when one is usable (only such one with ``untried_only``), else to
-        another than the last; a requeue avoids the last. Of those, one with a free
-        concurrency slot comes first, else the one with the shortest queue. With
-        deployments of several tiers, the best tier that can take the call: one
-        with a free slot, else one whose queue fits the call's deadline and is not
-        ramping back up (``_tier_choice``)."""
-        core = self.core
-        if retry:
-            avoid: set[str] = self._tried
-        elif self.attempt_number > 0 and self._last_endpoint is not None:
-            avoid = {self._last_endpoint}
-        else:
-            avoid = set()
-        candidates = core.picker.candidates(
-            model=self.spec.model,
-            priority=self.priority,
-            spill=core.spill_over,
-            avoid=avoid,
-            usable=self._usable,
-        )
-        if self.spec.pin is not None:
-            self._serving()  # a clear error when the pin leaves none of the model's
-        elif core.tiered:
-            self._watch_tiers()
-        if retry:
-            untried = [s for s in candidates if s.name not in self._tried]
-            candidates = untried if untried or untried_only else candidates
-        if not candidates:
-            raise self._refusal()
-        limiter = core.limiter
-        if limiter is None or len(candidates) == 1:
-            return candidates[0]
-        if core.tiered and candidates[0].tier != candidates[-1].tier:
-            chosen = self._tier_choice(candidates)
-            if chosen is not None:
-                return chosen
-        for state in candidates:
-            if limiter.endpoint(state.name).has_room():
-                return state
-        # No free slot anywhere: wait in the own pool's shortest queue (another
-        # pool's endpoints are spill-over, for room, never to queue on).
-        first = [s for s in candidates if s.tier == candidates[0].tier]
-        own = [s for s in first if s.serves_class(self.priority)] or first
-        return min(own, key=lambda s: limiter.endpoint(s.name).expected_wait())
 
-    def _tier_choice(self, candidates: list[EndpointState]) -> EndpointState | None:
-        """Of ``candidates`` (in tier order), the first with a free slot, tier by tier;
-        a tier without one keeps the call in its queue when the queue fits the
-        call's deadline and no endpoint of the tier is ramping back up after going
-        down (what it cannot take yet goes to the next tier: the gradual return).
-        None: no tier can take it now (the best one's queue it is, then)."""
-        limiter = self.core.limiter
-        assert limiter is not None
-        deadline_at = self.deadline.at
-        tier: list[EndpointState] = []
-        for index, state in enumerate(candidates):
-            tier.append(state)
-            if limiter.endpoint(state.name).has_room():
-                return state
-            last = index + 1 == len(candidates) or candidates[index + 1].tier != state.tier
-            if not last:
-                continue
-            own = [s for s in tier if s.serves_class(self.priority)]
-            tier = []
-            if not own or any(limiter.endpoint(s.name).recovering() for s in own):
-                continue
-            best = min(own, key=lambda s: limiter.endpoint(s.name).expected_wait())
-            if limiter.endpoint(best.name).wait_fits(deadline_at):
-                return best
-        return None
+def _tier_choice(call: CallBase, candidates: list[EndpointState]) -> EndpointState | None:
+    """Of ``candidates`` (in tier order), the first with a free slot, tier by tier;
+    a tier without one keeps the call in its queue when the queue fits the
+    call's deadline and no endpoint of the tier is ramping back up after going
+    down (what it cannot take yet goes to the next tier: the gradual return).
+    None: no tier can take it now (the best one's queue it is, then)."""
+    limiter = call.core.limiter
+    assert limiter is not None
+    deadline_at = call.deadline.at
+    tier: list[EndpointState] = []
+    for index, state in enumerate(candidates):
+        tier.append(state)
+        if limiter.endpoint(state.name).has_room():
+            return state
+        last = index + 1 == len(candidates) or candidates[index + 1].tier != state.tier
+        if not last:
+            continue
+        own = [s for s in tier if s.serves_class(call.priority)]
+        tier = []
+        if not own or any(limiter.endpoint(s.name).recovering() for s in own):
+            continue
+        best = min(own, key=lambda s: limiter.endpoint(s.name).expected_wait())
+        if limiter.endpoint(best.name).wait_fits(deadline_at):
+            return best
+    return None
 
-    def _watch_tiers(self) -> None:
-        """Tell the client's ``TierWatch`` which tier the call's model can go to now."""
-        serving = self.core.picker.serving(self.spec.model, self.priority, self.core.spill_over)
-        preferred = min(s.tier for s in serving)
-        best = min((s.tier for s in serving if self._in_rotation(s)), default=None)
-        self.core.tier_watch.observe(
-            self.spec.model, preferred, best, lambda: self._why_out(serving, preferred)
-        )
 
-    def _in_rotation(self, state: EndpointState) -> bool:
-        """Whether ``state`` takes calls of this model now, for every call (ejection,
-        breaker), whatever this call's own pin or skips."""
-        ejection, registry = self.core.ejection, self.core.breakers
-        if ejection is not None and ejection.retry_in(state) is not None:
-            return False
-        return registry is None or registry.get(state.name, self.spec.model).accepting
+def _watch_tiers(call: CallBase) -> None:
+    """Tell the client's ``TierWatch`` which tier the call's model can go to now."""
+    serving = call.core.picker.serving(call.spec.model, call.priority, call.core.spill_over)
+    preferred = min(s.tier for s in serving)
+    best = min((s.tier for s in serving if _in_rotation(call, s)), default=None)
+    call.core.tier_watch.observe(
+        call.spec.model, preferred, best, lambda: _why_out(call, serving, preferred)
+    )
 
-    def _why_out(self, serving: list[EndpointState], tier: int) -> str:
-        """Why each endpoint of ``tier`` takes no call: its ejection, or its breaker."""
-        ejection, registry = self.core.ejection, self.core.breakers
-        reasons = []
-        for state in serving:
-            if state.tier != tier:
-                continue
-            record = state.ejection
-            wait = None if ejection is None else ejection.retry_in(state)
-            if wait is not None and record is not None:
-                reasons.append(f"{state.name} ejected ({record.reason}) for {wait:.1f} s")
-            elif registry is not None and not registry.get(state.name, self.spec.model).accepting:
-                reasons.append(f"{state.name} circuit open")
-        return ", ".join(reasons) or "no endpoint in rotation"
 
-    def pace(self) -> Pace | SharedAsk | None:
-        """``CallPacing.pace``; with deployments, for the key of the deployment the
-        attempt will go to (chosen now), and past a deployment whose key cannot fit
-        the call's deadline (``QuotaWaitError``) to the next that can take it."""
-        if not self.core.tiered or self.core.quota is None:
-            return super().pace()
-        while True:
-            if self._next_target is None:
-                self.machine.step("pace")  # a refusal here stops the call from PACING
-                self._next_target = self._pick_endpoint(
-                    retry=self.attempt_number > 0 and not self._resending,
-                    untried_only=self._failover,
-                )
-            self._key()  # the call's place in the quota follows the deployment's key
-            try:
-                return super().pace()
-            except QuotaWaitError:
-                if not self._skip_credential_of(self._next_target):
-                    raise
-                self._next_target = None
+def _in_rotation(call: CallBase, state: EndpointState) -> bool:
+    """Whether ``state`` takes calls of this model now, for every call (ejection,
+    breaker), whatever this call's own pin or skips."""
+    ejection, registry = call.core.ejection, call.core.breakers
+    if ejection is not None and ejection.retry_in(state) is not None:
+        return False
+    return registry is None or registry.get(state.name, call.spec.model).accepting
 
-    def answered(self, ask: SharedAsk, reply: Reply | BaseException) -> Pace | SharedAsk | None:
-        """``CallPacing.answered``; with deployments, a key shared in Redis that cannot
-        fit the call's deadline passes the call to the next deployment, as ``pace``."""
-        try:
-            return super().answered(ask, reply)
-        except QuotaWaitError:
-            target = self._next_target
-            if not self.core.tiered or target is None or not self._skip_credential_of(target):
-                raise
-            self._next_target = None
-        return self.pace()
 
-    def _skip_credential_of(self, failed: EndpointState) -> bool:
-        """This call uses no endpoint sending ``failed``'s credential again (its key
-        is out of quota, or its quota cannot fit the deadline); True when another
-        endpoint can take the call."""
-        if not self.core.tiered or failed.provider is None:
-            return False
-        serving = self._serving()
-        credential = self._credential_of(failed)
-        self._skipped = self._skipped | {
-            s.name for s in serving if s is failed or self._credential_of(s) == credential
-        }
-        self.left_pacing()
-        return any(self._usable(s) for s in serving)
+def _why_out(call: CallBase, serving: list[EndpointState], tier: int) -> str:
+    """Why each endpoint of ``tier`` takes no call: its ejection, or its breaker."""
+    ejection, registry = call.core.ejection, call.core.breakers
+    reasons = []
+    for state in serving:
+        if state.tier != tier:
+            continue
+        record = state.ejection
+        wait = None if ejection is None else ejection.retry_in(state)
+        if wait is not None and record is not None:
+            reasons.append(f"{state.name} ejected ({record.reason}) for {wait:.1f} s")
+        elif registry is not None and not registry.get(state.name, call.spec.model).accepting:
+            reasons.append(f"{state.name} circuit open")
+    return ", ".join(reasons) or "no endpoint in rotation"
 
-    def _credential_of(self, state: EndpointState) -> str | None:
-        provider = state.provider
-        return self._credential() if provider is None else provider.credential()
 
-    def _serving(self) -> list[EndpointState]:
-        """The endpoints that serve the call's model and class now (spill-over
-        included), those its ``Pin`` admits."""
-        serving = self.core.picker.serving(self.spec.model, self.priority, self.core.spill_over)
-        pin = self.spec.pin
-        if pin is None:
-            return serving
-        pinned = [s for s in serving if pin.admits(s)]
-        if not pinned:  # a configuration mistake, as a model no endpoint serves
-            raise ValueError(
-                f"no endpoint pinned to {pin.describe()} serves model {self.spec.model!r}"
+def pace(call: CallBase) -> Pace | SharedAsk | None:
+    """``call_quota.pace_key``; with deployments, for the key of the deployment the
+    attempt will go to (chosen now), and past a deployment whose key cannot fit
+    the call's deadline (``QuotaWaitError``) to the next that can take it."""
+    if not call.core.tiered or call.core.quota is None:
+        return pace_key(call)
+    while True:
+        if call._next_target is None:
+            call.machine.step("pace")  # a refusal here stops the call from PACING
+            call._next_target = pick_endpoint(
+                call,
+                retry=call.attempt_number > 0 and not call._resending,
+                untried_only=call._failover,
             )
-        return pinned
+        current_key(call)  # the call's place in the quota follows the deployment's key
+        try:
+            return pace_key(call)
+        except QuotaWaitError:
+            if not skip_credential_of(call, call._next_target):
+                raise
+            call._next_target = None
 
-    def _usable(self, state: EndpointState) -> bool:
-        """Whether an attempt may go to ``state`` now: admitted by the call's pin, not
-        skipped by this call (its key out of quota, or too slow for the deadline),
-        not ejected, breaker accepting."""
-        pin = self.spec.pin
-        if pin is not None and not pin.admits(state):
-            return False
-        if state.name in self._skipped:
-            return False
-        ejection, registry = self.core.ejection, self.core.breakers
-        if ejection is not None and not ejection.usable(state):
-            return False
-        return registry is None or registry.get(state.name, self.spec.model).accepting
 
-    def _refusal(self) -> CircuitOpenError:
-        """The error of a call no endpoint can take: the soonest to return of the
-        ejected endpoints and open breakers."""
-        registry, ejection, model = self.core.breakers, self.core.ejection, self.spec.model
-        if self.core.discovery is not None:
-            self.core.discovery.request_refresh()  # every endpoint out: the set may be stale
-        refusal: CircuitOpenError | None = None
-        serving = self._serving()
-        for state in serving:
-            wait = None if ejection is None else ejection.retry_in(state)
-            if wait is not None:
-                exc = CircuitOpenError(
-                    f"Endpoint {state.name} is ejected; it may return in {wait:.1f}s",
-                    breaker=state.name,
-                    retry_in=wait,
-                )
-            elif registry is not None:
-                try:
-                    registry.get(state.name, model).before_call().ignore()
-                    continue  # it turned half-open meanwhile: the next attempt may go
-                except CircuitOpenError as open_:
-                    exc = open_
-            else:
-                continue
-            if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
-                refusal = exc
-        if refusal is None:
-            name = serving[0].name
-            refusal = CircuitOpenError("Every endpoint was out of rotation", breaker=name)
-        return refusal
+def answered(
+    call: CallBase, ask: SharedAsk, reply: Reply | BaseException
+) -> Pace | SharedAsk | None:
+    """``call_quota.answered_key``; with deployments, a key shared in Redis that cannot
+    fit the call's deadline passes the call to the next deployment, as ``pace``."""
+    try:
+        return answered_key(call, ask, reply)
+    except QuotaWaitError:
+        target = call._next_target
+        if not call.core.tiered or target is None or not skip_credential_of(call, target):
+            raise
+        call._next_target = None
+    return pace(call)
 
-    def _breaker_permit(self, endpoint: EndpointState) -> Permit | None:
-        registry = self.core.breakers
-        if registry is None:
-            return None
-        return registry.get(endpoint.name, self.spec.model).before_call()
 
-    def any_endpoint_accepting(self) -> bool:
-        """Whether a retry could be sent now (some endpoint is in rotation with its
-        breaker letting calls in)."""
-        return any(self._usable(state) for state in self._serving())
+def skip_credential_of(call: CallBase, failed: EndpointState) -> bool:
+    """This call uses no endpoint sending ``failed``'s credential again (its key
+    is out of quota, or its quota cannot fit the deadline); True when another
+    endpoint can take the call."""
+    if not call.core.tiered or failed.provider is None:
+        return False
+    serving = _serving(call)
+    credential = _credential_of(call, failed)
+    call._skipped = call._skipped | {
+        s.name for s in serving if s is failed or _credential_of(call, s) == credential
+    }
+    left_pacing(call)
+    return any(usable(call, s) for s in serving)
 
-    def _can_retry_elsewhere(self) -> bool:
-        last = self._endpoint.name if self._endpoint is not None else self._last_endpoint
-        return any(state.name != last and self._usable(state) for state in self._serving())
 
-    def _has_room_for(self, target: EndpointState) -> bool:
-        if self.core.picker.shedding(target):
-            return False
-        limiter = self.core.limiter
-        return limiter is None or limiter.endpoint(target.name).state().paused_for <= 0
+def _credential_of(call: CallBase, state: EndpointState) -> str | None:
+    provider = state.provider
+    return credential(call) if provider is None else provider.credential()
+
+
+def _serving(call: CallBase) -> list[EndpointState]:
+    """The endpoints that serve the call's model and class now (spill-over
+    included), those its ``Pin`` admits."""
+    serving = call.core.picker.serving(call.spec.model, call.priority, call.core.spill_over)
+    pin = call.spec.pin
+    if pin is None:
+        return serving
+    pinned = [s for s in serving if pin.admits(s)]
+    if not pinned:  # a configuration mistake, as a model no endpoint serves
+        raise ValueError(f"no endpoint pinned to {pin.describe()} serves model {call.spec.model!r}")
+    return pinned
+
+
+def usable(call: CallBase, state: EndpointState) -> bool:
+    """Whether an attempt may go to ``state`` now: admitted by the call's pin, not
+    skipped by this call (its key out of quota, or too slow for the deadline),
+    not ejected, breaker accepting."""
+    pin = call.spec.pin
+    if pin is not None and not pin.admits(state):
+        return False
+    if state.name in call._skipped:
+        return False
+    ejection, registry = call.core.ejection, call.core.breakers
+    if ejection is not None and not ejection.usable(state):
+        return False
+    return registry is None or registry.get(state.name, call.spec.model).accepting
+
+
+def _refusal(call: CallBase) -> CircuitOpenError:
+    """The error of a call no endpoint can take: the soonest to return of the
+    ejected endpoints and open breakers."""
+    registry, ejection, model = call.core.breakers, call.core.ejection, call.spec.model
+    if call.core.discovery is not None:
+        call.core.discovery.request_refresh()  # every endpoint out: the set may be stale
+    refusal: CircuitOpenError | None = None
+    serving = _serving(call)
+    for state in serving:
+        wait = None if ejection is None else ejection.retry_in(state)
+        if wait is not None:
+            exc = CircuitOpenError(
+                f"Endpoint {state.name} is ejected; it may return in {wait:.1f}s",
+                breaker=state.name,
+                retry_in=wait,
+            )
+        elif registry is not None:
+            try:
+                registry.get(state.name, model).before_call().ignore()
+                continue  # it turned half-open meanwhile: the next attempt may go
+            except CircuitOpenError as open_:
+                exc = open_
+        else:
+            continue
+        if refusal is None or (exc.retry_in or 0) < (refusal.retry_in or 0):
+            refusal = exc
+    if refusal is None:
+        name = serving[0].name
+        refusal = CircuitOpenError("Every endpoint was out of rotation", breaker=name)
+    return refusal
+
+
+def breaker_permit(call: CallBase, endpoint: EndpointState) -> Permit | None:
+    registry = call.core.breakers
+    if registry is None:
+        return None
+    return registry.get(endpoint.name, call.spec.model).before_call()
+
+
+def any_endpoint_accepting(call: CallBase) -> bool:
+    """Whether a retry could be sent now (some endpoint is in rotation with its
+    breaker letting calls in)."""
+    return any(usable(call, state) for state in _serving(call))
+
+
+def can_retry_elsewhere(call: CallBase) -> bool:
+    last = call._endpoint.name if call._endpoint is not None else call._last_endpoint
+    return any(state.name != last and usable(call, state) for state in _serving(call))
+
+
+def has_room_for(call: CallBase, target: EndpointState) -> bool:
+    if call.core.picker.shedding(target):
+        return False
+    limiter = call.core.limiter
+    return limiter is None or limiter.endpoint(target.name).state().paused_for <= 0

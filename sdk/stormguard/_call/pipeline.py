@@ -7,13 +7,16 @@ hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
 ``retry``/``wait``/``stop`` strategies, so the drivers in ``_client/client.py`` and
 ``_client/async_client.py`` contain only I/O: send, read, sleep.
 
-Its decisions sit in layers of one job each, bottom to top (each builds on the
-ones below, none imports one above): ``call_base.py`` (the call's state),
-``call_events.py`` (telemetry), ``endpoint_choice.py``, ``attempt_record.py`` (an
-attempt's response, failure, settling and record), ``retry_loop.py`` (tenacity's
+``LogicalCall`` is one class over one state (``call_base.CallBase``, where each
+attribute is declared with the modules that set it). Its decisions sit in
+modules of one job each, functions of that state (none imports this module, and
+none another's above it): ``call_events.py`` (telemetry), ``call_quota.py`` (its
+key's quota), ``endpoint_choice.py``, ``attempt_record.py`` (an attempt's
+response, failure, settling and record), ``retry_loop.py`` (tenacity's
 strategies), ``call_result.py`` (results, hand-over, the error that leaves the
-call), and this module: the pre-check, the fallback and the start of each
-attempt. ``_call_state.CallMachine`` orders the steps; ``_verdict.classify``
+call); this module binds the ones a driver, a stream or a hand-over calls as the
+call's methods, and holds the pre-check, the fallback and the start of each
+attempt. ``call_state.CallMachine`` orders the steps; ``verdict.classify``
 judges each outcome once for every policy.
 
 Before each attempt the call takes a slot of its endpoint's concurrency limit
@@ -54,9 +57,14 @@ from .._policies.routing.base_url import normalize_base_url
 from .._policies.routing.deployment import Deployment, is_account_header, with_query
 from ..protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
 from ..telemetry._events import AttemptStarted, FellBack, PrecheckPassed
-from .call_result import CallResults
+from . import attempt_record, call_events, call_quota, call_result, endpoint_choice, retry_loop
+from .attempt_record import close_record
+from .call_base import CallBase
+from .call_events import started_event
+from .call_quota import left_pacing, quota_sent
 from .call_spec import CallSpec
 from .call_state import ATTEMPT_OPEN
+from .endpoint_choice import breaker_permit, pick_endpoint, usable
 from .prompt_view import precheck_view
 
 if TYPE_CHECKING:
@@ -70,15 +78,47 @@ PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
 __all__ = ["LogicalCall"]
 
 
-class LogicalCall(CallResults):
-    """One logical call: the layers below (``_call/call_base.py``) and the steps a driver
-    takes first: the pre-check, the fallback to the next model, and the start of
-    each attempt (its endpoint, its concurrency slot, its request)."""
+class LogicalCall(CallBase):
+    """One logical call: its state (``CallBase``, every attribute declared there),
+    the steps a driver takes first (the pre-check, the fallback to the next model,
+    the start of each attempt: its endpoint, its concurrency slot, its request),
+    and the steps of the helpers below, each a function of the call's state in a
+    module of one job (bound here as methods: no lookup costs more than one)."""
+
+    # The call's telemetry (``_call/call_events.py``).
+    observing = call_events.observing
+    sending = call_events.sending
+    first_chunk = call_events.first_chunk
+    ended = call_events.ended
+    # Its place in its key's quota, with deployments past a key that cannot fit
+    # (``_call/endpoint_choice.py`` over ``_call/call_quota.py``).
+    pace = endpoint_choice.pace
+    answered = endpoint_choice.answered
+    left_pacing = call_quota.left_pacing
+    # One attempt's response, failure and record (``_call/attempt_record.py``).
+    saw_response = attempt_record.saw_response
+    failed = attempt_record.failed
+    failed_reading = attempt_record.failed_reading
+    deadline_passed = attempt_record.deadline_passed
+    deadline_error = attempt_record.deadline_error
+    # tenacity's strategies (``_call/retry_loop.py``).
+    retrying_kwargs = retry_loop.retrying_kwargs
+    attempt_judged = retry_loop.attempt_judged
+    # How the call ends (``_call/call_result.py``).
+    complete = call_result.complete
+    handed_over = call_result.handed_over
+    result_of_body = call_result.result_of_body
+    failed_after_hand_over = call_result.failed_after_hand_over
+    closed_after_hand_over = call_result.closed_after_hand_over
+    settle = call_result.settle
+    succeeded_info = call_result.succeeded_info
+    finish = call_result.finish
+    annotate = call_result.annotate
 
     def __init__(self, core: ClientCore, spec: CallSpec) -> None:
         super().__init__(core, spec)
         if core.observer is not None:
-            self._trace = core.observer.start_call(self._started_event())
+            self._trace = core.observer.start_call(started_event(self))
 
     def precheck_flow(self) -> PrecheckFlow | None:
         """The token pre-check of this call (None when there is nothing to check): a
@@ -193,7 +233,7 @@ class LogicalCall(CallResults):
             return False
         model, kind = step
         if self.machine.state in ATTEMPT_OPEN:
-            self._close_record(self.retry_stopped_by or StopReason.NOT_RETRYABLE)
+            close_record(self, self.retry_stopped_by or StopReason.NOT_RETRYABLE)
             self.machine.step("stop")
         self.machine.step("fall_back")
         from_model = self.spec.model
@@ -210,7 +250,7 @@ class LogicalCall(CallResults):
         self.attempt_number = 0
         self._requeues = 0
         self._paced = 0
-        self.left_pacing()  # the next model's key is another quota
+        left_pacing(self)  # the next model's key is another quota
         self._quota_key = self._quota = self._quota_cost = None
         self._resending = False
         self._next_target = None
@@ -242,10 +282,11 @@ class LogicalCall(CallResults):
             raise APITimeoutError("The call's deadline passed before the attempt could start")
         self._check_throttle()
         target, self._next_target = self._next_target, None
-        if target is not None and self._usable(target):
+        if target is not None and usable(self, target):
             endpoint = target
         else:  # none chosen (a first attempt, a requeue), or it left rotation meanwhile
-            endpoint = self._pick_endpoint(
+            endpoint = pick_endpoint(
+                self,
                 retry=self.attempt_number > 0 and not self._resending,
                 untried_only=self._failover,
             )
@@ -284,7 +325,7 @@ class LogicalCall(CallResults):
         endpoint = self._endpoint_choice
         assert endpoint is not None, "reserve() comes first"
         try:
-            self._permit = self._breaker_permit(endpoint)
+            self._permit = breaker_permit(self, endpoint)
         except CircuitOpenError:
             self.release_slot()
             raise
@@ -297,7 +338,7 @@ class LogicalCall(CallResults):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
-        self._quota_sent()
+        quota_sent(self)
         # Lower-case names, as the client's own: a call's "Authorization" replaces the
         # client's "authorization" instead of going out beside it.
         headers = {name.lower(): value for name, value in self.spec.headers.items()}

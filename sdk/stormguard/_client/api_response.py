@@ -13,7 +13,7 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from .._call.call_result import Delivery
+from .._call.call_result import Delivery, failed_after_hand_over
 from .._call.stream_state import StreamState
 from .._call.streaming import AsyncStream, Stream, _aclose, _close
 from .._call.unclosed import aclose_later, close_later, running_loop, warn_unclosed
@@ -101,7 +101,7 @@ class APIResponse(_ResponseBase[R]):
         except http_errors() as exc:
             raise self._body.transport_failed(exc) from exc
         except APIError as exc:  # past the cap or the deadline
-            raise self._delivery.call.failed_after_hand_over(exc) from None
+            raise failed_after_hand_over(self._delivery.call, exc) from None
         finally:
             response.close()
         self._body.whole = True
@@ -258,7 +258,7 @@ class AsyncAPIResponse(_ResponseBase[R]):
         except http_errors(TimeoutError) as exc:
             raise self._body.transport_failed(exc) from exc
         except APIError as exc:  # past the cap or the deadline
-            raise call.failed_after_hand_over(exc) from None
+            raise failed_after_hand_over(call, exc) from None
         finally:
             with anyio.CancelScope(shield=True):
                 await response.aclose()

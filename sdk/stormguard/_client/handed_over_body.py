@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._call.attempt_record import deadline_error
 from .._call.body_reader import BodyReader
-from .._call.call_result import Delivery
+from .._call.call_result import (
+    Delivery,
+    closed_after_hand_over,
+    failed_after_hand_over,
+    result_of_body,
+)
 from .._core.exceptions import APIError, StormguardError
 from .._io.decoding import translate_transport_error
 
@@ -49,21 +55,21 @@ class _Body:
         try:
             return BodyReader(self.delivery.call, self.delivery.response)
         except APIError as exc:
-            raise self.delivery.call.failed_after_hand_over(exc) from None
+            raise failed_after_hand_over(self.delivery.call, exc) from None
 
     def transport_failed(self, exc: Exception) -> APIError:
         call = self.delivery.call
         if isinstance(exc, TimeoutError):  # the cancel scope of the call's deadline
-            error = call.deadline_error("while reading the response", response_started=True)
+            error = deadline_error(call, "while reading the response", response_started=True)
         else:
             error = translate_transport_error(
                 exc, response_started=True, server_load=call.server_load
             )
-        return call.failed_after_hand_over(error)
+        return failed_after_hand_over(call, error)
 
     def result(self, body: bytes) -> Any:
         if self.parsed is None:
-            self.parsed = self.delivery.call.result_of_body(self.delivery.response, body)
+            self.parsed = result_of_body(self.delivery.call, self.delivery.response, body)
         return self.parsed
 
     def text(self, body: bytes) -> str:
@@ -74,4 +80,4 @@ class _Body:
         if not self.ended:
             self.ended = True
             read = self.body if self.body is not None else (b"" if self.whole else None)
-            self.delivery.call.closed_after_hand_over(read)
+            closed_after_hand_over(self.delivery.call, read)

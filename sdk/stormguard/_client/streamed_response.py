@@ -8,14 +8,14 @@ and the call's deadline, and the response is closed at the end of the block, so
 the server sees the disconnect if the body was not read to its end.
 
 The pipeline runs as for any call, and decides what becomes of the body
-(``LogicalCall``: ``handed_over``, ``result_of_body``, ``failed_after_hand_over``,
-``closed_after_hand_over``): the attempt succeeded at its headers, so nothing
-is retried once the response is handed over, and an error reading the body is
-the call's error. A ``stream=True`` call is read up to its first event first (a
-failure before it is retried); ``iter_bytes()`` hands its bytes on from the
-first, as they came, and ``parse()`` returns the ``Stream``. The sync and async
-classes only read bytes; what they read is cut into chunks, text or lines by one
-piece of code without I/O (``_Pieces``).
+(``_call/call_result.py``: ``handed_over``, ``result_of_body``,
+``failed_after_hand_over``, ``closed_after_hand_over``): the attempt succeeded
+at its headers, so nothing is retried once the response is handed over, and an
+error reading the body is the call's error. A ``stream=True`` call is read up to
+its first event first (a failure before it is retried); ``iter_bytes()`` hands
+its bytes on from the first, as they came, and ``parse()`` returns the
+``Stream``. The sync and async classes only read bytes; what they read is cut
+into chunks, text or lines by one piece of code without I/O (``_Pieces``).
 
 This module holds the context managers and the wrappers that make them. The
 responses are ``_client/api_response.py``, the state of the body they share (and
