@@ -11,6 +11,7 @@ from .._core.exceptions import APIError, APIStatusError, APITimeoutError
 from .._core.history import AttemptRecord
 from .._core.http import httpx
 from .._core.rate_limit_headers import RateLimit
+from .._core.stop_reason import StopReason
 from .._core.verdict import LimitOutcome, classify
 from .._policies.breaker.states import CircuitState
 from .._policies.routing.ejection_rules import evidence_of
@@ -32,6 +33,7 @@ __all__ = [
     "failed",
     "failed_reading",
     "saw_response",
+    "stop_open_attempt",
 ]
 
 
@@ -163,6 +165,15 @@ def close_record(call: CallBase, outcome: str) -> None:
     if deployment is not None and tier is not None:
         call.core.tier_watch.attempted(deployment, tier, outcome)
     call._pending = None
+
+
+def stop_open_attempt(call: CallBase) -> None:
+    """The call leaves its model (an error leaves the call, or it falls back) with an
+    attempt's record still open: closed with the loop's stop reason, or as not
+    retryable (an error the loop never judged), and the call stopped."""
+    if call.machine.state in ATTEMPT_OPEN:
+        close_record(call, call.retry_stopped_by or StopReason.NOT_RETRYABLE)
+        call.machine.step("stop")
 
 
 def _settle_attempt(

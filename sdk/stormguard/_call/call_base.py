@@ -3,7 +3,7 @@ declared here once, with the modules that set it.
 
 ``pipeline.LogicalCall`` is the call: this state, the steps a driver takes first,
 and the steps of its helpers, each a module of functions of this state with one
-job (``call_events``, ``call_quota``, ``endpoint_choice``, ``attempt_record``,
+job (``call_precheck``, ``call_events``, ``call_quota``, ``endpoint_choice``, ``attempt_record``,
 ``retry_loop``, ``call_result``), which import this module and never the call's
 own: the state is below every helper, the call above them all.
 """

@@ -31,7 +31,8 @@ from .attempt_flow import Action, attempt_flow
 if TYPE_CHECKING:
     from .._core.deadline import Deadline
     from .._core.http import httpx
-    from .pipeline import LogicalCall, PrecheckFlow
+    from .call_precheck import PrecheckFlow
+    from .pipeline import LogicalCall
 
 __all__ = ["AwaitDiscovery", "CallAction", "CallFlow", "CheckTokens", "Sleep", "call_flow"]
 

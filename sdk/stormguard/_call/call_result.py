@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 from .._core.exceptions import APIError, StormguardError
 from .._core.http import httpx, response_types
 from .._core.models import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
-from .._core.stop_reason import StopReason
 from .._io.body import read_response
 from .._io.decoding import (
     error_from_response,
@@ -24,11 +23,10 @@ from .._io.decoding import (
 )
 from ..openai_errors import as_openai_error
 from ..telemetry._events import ResponseSummary
-from .attempt_record import close_record, failed
+from .attempt_record import close_record, failed, stop_open_attempt
 from .call_base import OK, CallBase
 from .call_events import ended
 from .call_quota import quota_counted, quota_learns
-from .call_state import ATTEMPT_OPEN
 from .streaming import _StreamBase
 
 __all__ = [
@@ -240,9 +238,7 @@ def succeeded_info(call: CallBase, info: CallInfo) -> None:
 def annotate(call: CallBase, error: StormguardError) -> None:
     """Give the error the call's attempt count, history and stop reason."""
     call.redactor.scrub_error(error)
-    if call.machine.state in ATTEMPT_OPEN:
-        close_record(call, call.retry_stopped_by or StopReason.NOT_RETRYABLE)
-        call.machine.step("stop")
+    stop_open_attempt(call)
     # The error leaves the call: its traceback holds frames that hold the call.
     call._attempt_error = None
     error.attempts = call.total_attempts

@@ -10,14 +10,15 @@ hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
 ``LogicalCall`` is one class over one state (``call_base.CallBase``, where each
 attribute is declared with the modules that set it). Its decisions sit in
 modules of one job each, functions of that state (none imports this module, and
-none another's above it): ``call_events.py`` (telemetry), ``call_quota.py`` (its
-key's quota), ``endpoint_choice.py``, ``attempt_record.py`` (an attempt's
-response, failure, settling and record), ``retry_loop.py`` (tenacity's
-strategies), ``call_result.py`` (results, hand-over, the error that leaves the
-call); this module binds the ones a driver, a stream or a hand-over calls as the
-call's methods, and holds the pre-check, the fallback and the start of each
-attempt. ``call_state.CallMachine`` orders the steps; ``verdict.classify``
-judges each outcome once for every policy.
+none another's above it): ``call_precheck.py`` (the token pre-check),
+``call_events.py`` (telemetry), ``call_quota.py`` (its key's quota),
+``endpoint_choice.py``, ``attempt_record.py`` (an attempt's response, failure,
+settling and record), ``retry_loop.py`` (tenacity's strategies),
+``call_result.py`` (results, hand-over, the error that leaves the call); this
+module binds the ones a driver, a stream or a hand-over calls as the call's
+methods, and holds the fallback and the start of each attempt.
+``call_state.CallMachine`` orders the steps; ``verdict.classify`` judges each
+outcome once for every policy.
 
 Before each attempt the call takes a slot of its endpoint's concurrency limit
 (``_policies/limiter/limiter.py``), waiting in the local queue when the endpoint is at its limit;
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Generator, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -48,43 +49,47 @@ from .._core.exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from .._core.history import FallbackKind, FallbackStep
 from .._core.http import httpx
 from .._core.logs import fell_back
-from .._core.stop_reason import StopReason
 from .._io.own_pool import attempt_request
 from .._policies.fallback import next_fallback
 from .._policies.limiter.lease import Lease
 from .._policies.limiter.slot_waiter import SlotWaiter
-from .._policies.routing.base_url import normalize_base_url
 from .._policies.routing.deployment import Deployment, is_account_header, with_query
 from ..protocol import HEADER_ATTEMPT, HEADER_DEADLINE_MS, HEADER_REQUEUE
-from ..telemetry._events import AttemptStarted, FellBack, PrecheckPassed
-from . import attempt_record, call_events, call_quota, call_result, endpoint_choice, retry_loop
-from .attempt_record import close_record
+from ..telemetry._events import AttemptStarted, FellBack
+from . import (
+    attempt_record,
+    call_events,
+    call_precheck,
+    call_quota,
+    call_result,
+    endpoint_choice,
+    retry_loop,
+)
+from .attempt_record import stop_open_attempt
 from .call_base import CallBase
 from .call_events import started_event
 from .call_quota import left_pacing, quota_sent
 from .call_spec import CallSpec
-from .call_state import ATTEMPT_OPEN
 from .endpoint_choice import breaker_permit, pick_endpoint, usable
-from .prompt_view import precheck_view
 
 if TYPE_CHECKING:
-    from .._core.precheck import Precheck
     from .._policies.routing.endpoint_state import EndpointState
     from .client_core import ClientCore
 
-
-PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
 
 __all__ = ["LogicalCall"]
 
 
 class LogicalCall(CallBase):
     """One logical call: its state (``CallBase``, every attribute declared there),
-    the steps a driver takes first (the pre-check, the fallback to the next model,
+    the steps a driver takes first (the fallback to the next model,
     the start of each attempt: its endpoint, its concurrency slot, its request),
     and the steps of the helpers below, each a function of the call's state in a
     module of one job (bound here as methods: no lookup costs more than one)."""
 
+    # The token pre-check (``_call/call_precheck.py``).
+    precheck_flow = call_precheck.precheck_flow
+    prechecked = call_precheck.prechecked
     # The call's telemetry (``_call/call_events.py``).
     observing = call_events.observing
     sending = call_events.sending
@@ -120,98 +125,6 @@ class LogicalCall(CallBase):
         if core.observer is not None:
             self._trace = core.observer.start_call(started_event(self))
 
-    def precheck_flow(self) -> PrecheckFlow | None:
-        """The token pre-check of this call (None when there is nothing to check): a
-        flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
-        raises ``ContextWindowExceededError`` before any attempt is made; where the
-        call goes then is the fallback's decision (``fall_back``), not the policy's."""
-        policy = self.core.token_policy
-        view = precheck_view(self.spec)  # what the check reads of the body (_call/prompt_view.py)
-        if policy is None or view is None or self.spec.model is None:
-            return None
-        kind, body = view
-        self.machine.step("precheck")
-        target = self._precheck_target(self.spec.model)
-        base_url: str = self.core.base_url
-        model = self.spec.model
-        if target is not None:
-            # Counted and looked up as the deployment the call will most likely go
-            # to knows the model: by its name for it, at its URL.
-            base_url, model = normalize_base_url(target.base_url)[0], target.model_for(model)
-        flow = policy.precheck_flow(model, kind, body, base_url=base_url, follow_fallbacks=False)
-        return self._with_client_headers(flow, target)
-
-    def _precheck_target(self, model: str) -> Deployment | None:
-        """The deployment of the best tier serving ``model`` (the first listed on a tie);
-        None when the first endpoint is a plain one."""
-        endpoints = self.core.endpoints
-        if not endpoints or not isinstance(endpoints[0], Deployment):
-            return None
-        serving = [e for e in endpoints if isinstance(e, Deployment) and e.serves(model)]
-        return min(serving, key=lambda e: e.tier) if serving else endpoints[0]
-
-    def _with_client_headers(self, flow: PrecheckFlow, target: Deployment | None) -> PrecheckFlow:
-        # The lookups (/models, /tokenize) need the credentials of the server they go
-        # to: a deployment's own (and its query), never the client's key; the flow
-        # itself knows nothing of them.
-        base: Mapping[str, str] = self.core.headers
-        names: tuple[str, ...] = ("authorization", "user-agent")
-        if target is not None:
-            base = self.core.provider_headers(target)
-            names = (*(n for n in base if is_account_header(n)), "user-agent")
-        try:
-            request = next(flow)
-            while True:
-                for name in names:
-                    if name in base and name not in request.headers:
-                        request.headers[name] = base[name]
-                if target is not None and target.query:
-                    request.url = httpx.URL(with_query(str(request.url), target.query))
-                request = flow.send((yield request))
-        except StopIteration as stop:
-            result: Precheck = stop.value
-            return result
-
-    def prechecked(self, check: Precheck) -> float:
-        """Apply a passed pre-check: reserve the token cost with the rate limiter.
-        Returns the seconds to wait for the rate limiter (raises
-        ``TokenRateLimitedError`` when that wait would pass the deadline)."""
-        moved = next(
-            (s for s in self.fallback_steps if s.kind is FallbackKind.CONTEXT_WINDOW), None
-        )
-        if check.model != self.spec.model or moved is not None:
-            # The logical model (the check ran under a deployment's name for it), and
-            # the model first asked for when a longer context serves the call.
-            check = replace(
-                check,
-                model=self.spec.model or check.model,
-                fallback_from=None if moved is None else moved.from_model,
-            )
-        self.precheck = check
-        if self._reservation is not None:  # a fallback model's check replaces the last one
-            self._reservation.cancel()
-            self._reservation = None
-        policy = self.core.token_policy
-        if policy is None:
-            return 0.0
-        remaining = self.deadline.remaining()
-        self._reservation = policy.reserve(
-            check, max_wait=remaining if math.isfinite(remaining) else None
-        )
-        wait = self._reservation.wait if self._reservation is not None else 0.0
-        if self._trace is not None:
-            self._trace.on_event(
-                PrecheckPassed(
-                    check.model,
-                    check.prompt_tokens,
-                    check.max_tokens,
-                    check.context_window,
-                    check.counter,
-                    wait,
-                )
-            )
-        return wait
-
     def fall_back(self, error: BaseException) -> bool:
         """Move the call to another model if ``error`` has a route (``_policies/fallback.py``:
         its servers could not serve, the request is too long for it, its content
@@ -232,9 +145,7 @@ class LogicalCall(CallBase):
         if step is None:
             return False
         model, kind = step
-        if self.machine.state in ATTEMPT_OPEN:
-            close_record(self, self.retry_stopped_by or StopReason.NOT_RETRYABLE)
-            self.machine.step("stop")
+        stop_open_attempt(self)
         self.machine.step("fall_back")
         from_model = self.spec.model
         if self._trace is not None:
