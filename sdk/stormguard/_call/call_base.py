@@ -72,7 +72,7 @@ class CallBase:
     #: because its own could not serve (not for a longer context or a content
     #: filter) (``pipeline.fall_back``).
     degraded_from: str | None = None
-    #: The passed token pre-check (``pipeline.prechecked``).
+    #: The passed token pre-check (``call_precheck.prechecked``).
     precheck: Precheck | None = None
     #: A stream's first-chunk, idle and overall bounds, held in ``deadline``
     #: (``_call/stream_timeouts.py``); None: the deadline alone bounds the call
@@ -157,7 +157,7 @@ class CallBase:
     _quota_refusal = False
 
     # -- The end of the call (``call_result``) ------------------------------------
-    #: The token rate limiter's reservation (``pipeline.prechecked``), settled or
+    #: The token rate limiter's reservation (``call_precheck.prechecked``), settled or
     #: given back once (``call_result``).
     _reservation: Reservation | None = None
     #: "response" mode: the final response rebuilt with its body, and its elapsed.
