@@ -65,7 +65,8 @@ if TYPE_CHECKING:
         UnprocessableEntityError,
     )
     from ._core.history import AttemptRecord, FallbackKind, FallbackStep
-    from ._core.models import (
+    from ._core.rate_limit_headers import RateLimit
+    from ._core.results import (
         CALL_INFO_EXTENSION,
         CallInfo,
         ChatCompletion,
@@ -87,7 +88,6 @@ if TYPE_CHECKING:
         ResponseStreamEvent,
         ResponseUsage,
     )
-    from ._core.rate_limit_headers import RateLimit
     from ._core.stop_reason import StopReason
     from ._io.deadline_transport import DeadlineTransport
     from ._policies.breaker.circuit import CircuitBreaker
@@ -299,26 +299,26 @@ _MODULES: dict[str, str] = {
     "AttemptRecord": "._core.history",
     "ConcurrencyLimiter": "._policies.limiter.limiter",
     "LimitSnapshot": "._policies.limiter.endpoint_limit",
-    "CALL_INFO_EXTENSION": "._core.models",
-    "CallInfo": "._core.models",
-    "ChatCompletion": "._core.models",
-    "ChatCompletionChunk": "._core.models",
-    "ChatCompletionMessage": "._core.models",
-    "Choice": "._core.models",
-    "ChoiceDelta": "._core.models",
-    "ChunkChoice": "._core.models",
-    "Completion": "._core.models",
-    "CompletionChoice": "._core.models",
-    "CompletionUsage": "._core.models",
-    "CreateEmbeddingResponse": "._core.models",
-    "Embedding": "._core.models",
-    "EmbeddingUsage": "._core.models",
-    "Model": "._core.models",
-    "ModelList": "._core.models",
-    "Record": "._core.models",
-    "Response": "._core.models",
-    "ResponseStreamEvent": "._core.models",
-    "ResponseUsage": "._core.models",
+    "CALL_INFO_EXTENSION": "._core.results",
+    "CallInfo": "._core.results",
+    "ChatCompletion": "._core.results",
+    "ChatCompletionChunk": "._core.results",
+    "ChatCompletionMessage": "._core.results",
+    "Choice": "._core.results",
+    "ChoiceDelta": "._core.results",
+    "ChunkChoice": "._core.results",
+    "Completion": "._core.results",
+    "CompletionChoice": "._core.results",
+    "CompletionUsage": "._core.results",
+    "CreateEmbeddingResponse": "._core.results",
+    "Embedding": "._core.results",
+    "EmbeddingUsage": "._core.results",
+    "Model": "._core.results",
+    "ModelList": "._core.results",
+    "Record": "._core.results",
+    "Response": "._core.results",
+    "ResponseStreamEvent": "._core.results",
+    "ResponseUsage": "._core.results",
     "Omit": "._call.openai_conventions",
     "TimeoutLike": "._call.openai_conventions",
     "omit": "._call.openai_conventions",

@@ -25,7 +25,7 @@ from .._io.decoding import send_failure
 from .body_reader import BodyReader
 
 if TYPE_CHECKING:
-    from .._core.models import Record
+    from .._core.results import Record
     from .._policies.limiter.slot_waiter import SlotWaiter
     from .pipeline import LogicalCall
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from .._core.deadline import Deadline
 from .._core.history import AttemptRecord
 from .._core.http import httpx
-from .._core.models import CallInfo
 from .._core.rate_limit_headers import RateLimit
+from .._core.results import CallInfo
 from .._core.stop_reason import StopReason
 from .._core.verdict import LimitOutcome
 from .._policies.limiter.lease import Lease

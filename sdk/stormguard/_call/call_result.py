@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from .._core.exceptions import APIError, StormguardError
 from .._core.http import httpx, response_types
-from .._core.models import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
+from .._core.results import CALL_INFO_EXTENSION, APIResult, CallInfo, output_text_of
 from .._io.body import read_response
 from .._io.decoding import (
     error_from_response,

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._core.models import APIResult, Record
+from .._core.results import APIResult, Record
 from .stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:

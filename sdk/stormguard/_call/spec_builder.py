@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .._core.models import (
+from .._core.results import (
     APIResult,
     ChatCompletion,
     ChatCompletionChunk,

@@ -26,8 +26,8 @@ from .._core.exceptions import (
     StreamInterruptedError,
 )
 from .._core.http import httpx, library_of, timeout_errors
-from .._core.models import CallInfo, Record, ResponseStreamEvent
 from .._core.record_shapes import shape_of
+from .._core.results import CallInfo, Record, ResponseStreamEvent
 from .._io.body import BodyLimit, BodyTooLargeError
 from .._io.decoding import request_id_of
 from .._io.sse import SSEDecoder

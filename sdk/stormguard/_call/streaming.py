@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, Generic
 import anyio
 
 from .._core.http import http_errors, httpx
-from .._core.models import CallInfo
 from .._core.redact import display_url
+from .._core.results import CallInfo
 from .._io.body import aiter_body, iter_body
 from .._io.read_within import anext_within
 from .stream_core import T

@@ -29,7 +29,7 @@ from .._call.openai_conventions import NOT_GIVEN, Unset, drop_omitted, is_omitte
 from .._call.spec_builder import GenerationEndpoint
 from .._call.stream_timeouts import StreamTimeouts
 from .._core.exceptions import APIResponseValidationError
-from .._core.models import (
+from .._core.results import (
     CallInfo,
     CreateEmbeddingResponse,
     Model,

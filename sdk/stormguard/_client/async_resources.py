@@ -21,7 +21,7 @@ from .._call.client_core import ClientCore
 from .._call.openai_conventions import NOT_GIVEN, Unset
 from .._call.stream_timeouts import StreamTimeouts
 from .._call.streaming import AsyncStream
-from .._core.models import (
+from .._core.results import (
     ChatCompletion,
     ChatCompletionChunk,
     Completion,

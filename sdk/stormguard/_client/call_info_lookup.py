@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .._core.exceptions import APIError, StormguardError
-from .._core.models import CALL_INFO_EXTENSION, CallInfo
+from .._core.results import CALL_INFO_EXTENSION, CallInfo
 
 __all__ = ["CALL_INFO_ATTRIBUTE", "call_info", "error_info"]
 

@@ -36,8 +36,8 @@ from .._core.http import httpx
 
 if TYPE_CHECKING:
     from .._core.history import AttemptRecord
-    from .._core.models import CallInfo
     from .._core.rate_limit_headers import RateLimit
+    from .._core.results import CallInfo
     from ..protocol import ServerLoad
 
 __all__ = ["LegacyAPIResponse", "async_to_raw_response_wrapper", "to_raw_response_wrapper"]

@@ -1,6 +1,6 @@
 """Whether a decoded 2xx body has the shape a record type declares (``shape_problem``).
 
-The records (``_core/models.py``) convert nothing until a field is read, so a body
+The records (``_core/results.py``) convert nothing until a field is read, so a body
 of the wrong shape (``"choices": {"0": 1}``, ``"total_tokens": "3"``) would
 surface as a ``KeyError`` or ``AttributeError`` wherever the caller first
 reads it. The call checks the body once instead, against the fields each
@@ -36,7 +36,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from .models import Record
+from .results import Record
 
 __all__ = ["misfit", "shape_of", "shape_problem"]
 

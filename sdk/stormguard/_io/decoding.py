@@ -22,9 +22,9 @@ from .._core.exceptions import (
     status_error_class,
 )
 from .._core.http import httpx, request_errors, timeout_errors
-from .._core.models import APIResult, CallInfo
 from .._core.record_shapes import shape_problem
 from .._core.redact import Redactor
+from .._core.results import APIResult, CallInfo
 from ..protocol import HEADER_REQUEST_ID, ServerLoad
 
 __all__ = [

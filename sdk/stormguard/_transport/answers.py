@@ -24,7 +24,7 @@ from .._core.exceptions import (
     TokenRateLimitedError,
 )
 from .._core.http import httpx, library_of, request_errors
-from .._core.models import CALL_INFO_EXTENSION
+from .._core.results import CALL_INFO_EXTENSION
 from .._io.body import decoded_headers, read_response
 from ..protocol import (
     HEADER_LOAD_SHED,

@@ -53,7 +53,7 @@ from .._client.client import Client
 from .._core.compat import Unpack
 from .._core.exceptions import StormguardError
 from .._core.http import httpx
-from .._core.models import CALL_INFO_EXTENSION
+from .._core.results import CALL_INFO_EXTENSION
 from .._policies.routing.deployment import Deployment
 from .answers import ERROR_EXTENSION, for_openai
 from .clients import async_http_client_over, http_client_over

@@ -15,7 +15,7 @@ from .._call.client_core import ClientCore
 from .._call.spec_builder import GenerationEndpoint
 from .._client.api_specs import EMBEDDINGS, RESPONSES
 from .._core.http import httpx
-from .._core.models import ModelList
+from .._core.results import ModelList
 from .._policies.routing.deployment import pin_from_headers
 
 __all__ = ["spec_from_request"]

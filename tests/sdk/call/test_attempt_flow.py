@@ -22,7 +22,7 @@ from stormguard._call.attempt_flow import (
 from stormguard._call.call_spec import CallSpec
 from stormguard._call.call_state import CallProtocolError, CallState
 from stormguard._call.pipeline import LogicalCall
-from stormguard._core.models import ChatCompletion
+from stormguard._core.results import ChatCompletion
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
 Perform = Callable[[Action], Any]

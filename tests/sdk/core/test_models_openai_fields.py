@@ -18,7 +18,7 @@ from openai.types.responses import ResponseStreamEvent as OpenAIResponseStreamEv
 from openai.types.responses import response_usage
 from pydantic import BaseModel
 
-from stormguard._core import models as sg
+from stormguard._core import results as sg
 from tests.sdk.helpers import chat_json
 
 #: Each stormguard record and the openai model(s) whose fields it must declare.

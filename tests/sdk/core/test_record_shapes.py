@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import stormguard
-from stormguard._core import models as _models
+from stormguard._core import results as _results
 from stormguard._core.record_shapes import shape_problem
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 
@@ -180,8 +180,8 @@ def test_openai_on_the_transport_gets_the_chunks_as_they_came() -> None:
 
 RECORDS = [
     cls
-    for cls in vars(_models).values()
-    if isinstance(cls, type) and issubclass(cls, _models.Record) and cls is not _models.Record
+    for cls in vars(_results).values()
+    if isinstance(cls, type) and issubclass(cls, _results.Record) and cls is not _results.Record
 ]
 
 
@@ -202,7 +202,7 @@ def _serves(record: Any, cls: type) -> None:
 
 
 def _is(value: Any, hint: Any, where: tuple[type, str]) -> None:
-    if where == (_models.Embedding, "embedding") and isinstance(value, str):
+    if where == (_results.Embedding, "embedding") and isinstance(value, str):
         return  # the base64 text, as documented
     options = [o for o in typing.get_args(hint) if o is not type(None)]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
@@ -220,7 +220,7 @@ def _is(value: Any, hint: Any, where: tuple[type, str]) -> None:
         assert isinstance(value, list), (where, value)
         (item,) = typing.get_args(hint)
         for entry in value:
-            if isinstance(item, type) and issubclass(item, _models.Record):
+            if isinstance(item, type) and issubclass(item, _results.Record):
                 assert isinstance(entry, item), (where, entry)
                 _serves(entry, item)
     else:
