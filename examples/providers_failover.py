@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import secrets
 import socket
 import subprocess
@@ -58,9 +59,12 @@ class ReferenceServer:
         command = [
             sys.executable, "-m", "stormguard_server", "--port", str(self.port),
             "--model", model, "--admin-port", str(self.admin_port),
-            "--admin-token", self.token, "--log-level", "warning",
+            "--log-level", "warning",
         ]  # fmt: skip
-        self.process = subprocess.Popen(command)
+        # The token goes in the environment: argv shows in ps (and a token starting
+        # with "-" would read as a flag there).
+        environment = {**os.environ, "STORMGUARD_ADMIN_TOKEN": self.token}
+        self.process = subprocess.Popen(command, env=environment)
 
     def wait_ready(self) -> None:
         started = time.monotonic()

@@ -337,6 +337,13 @@ def test_admin_token_flag_lands_in_the_config_and_not_in_repr() -> None:
     assert TOKEN not in repr(config)
 
 
+def test_a_token_that_starts_with_a_dash_is_read_in_the_equals_form() -> None:
+    """token_urlsafe starts one token in 64 with "-", which argparse reads as a flag."""
+    token = "-" + TOKEN
+    args = cli.build_parser().parse_args(["--admin-port", "9999", f"--admin-token={token}"])
+    assert cli.config_from_args(args).admin_token == token
+
+
 def test_a_weak_admin_token_flag_is_refused_without_quoting_it(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -205,7 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TOKEN",
         help="the admin endpoint's bearer token, 16+ visible ASCII characters; "
         f"${ADMIN_TOKEN_ENV} is better (argv shows in ps). Neither given: a random token, "
-        "logged once at start (event admin_token)",
+        "logged once at start (event admin_token). A token starting with '-' is written "
+        "--admin-token=TOKEN",
     )
     http.add_argument("--access-log", action="store_true", help="log every request (noisy)")
     http.add_argument(

@@ -47,7 +47,7 @@ def check_token(token: str, *, what: str = "an admin token") -> str:
     if len(token) < MIN_TOKEN_CHARS or not _TOKEN.fullmatch(token):
         raise ValueError(
             f"{what} is at least {MIN_TOKEN_CHARS} visible ASCII characters, no spaces"
-            " (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            " (e.g. python -c 'import secrets; print(secrets.token_hex(32))')"
         )
     return token
 
