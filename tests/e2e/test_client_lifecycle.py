@@ -1,5 +1,5 @@
 """``close()`` ends the calls in flight at once; an ``AsyncClient`` serves each event
-loop that uses it (``_pool_life``).
+loop that uses it (``_io/pool_life.py``).
 
 Closing is tested against a server that never answers (or stops in the middle of a
 stream), so that only the close can end a call before its deadline; event loops

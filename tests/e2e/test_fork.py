@@ -1,5 +1,5 @@
 """A client used before ``os.fork()`` serves the parent and every child, each on
-connections of its own (``_pool_life``), without disturbing the others.
+connections of its own (``_io/pool_life.py``), without disturbing the others.
 
 Children are made by ``multiprocessing`` with the fork start method, as gunicorn
 ``--preload`` and a fork-started process pool make them: the client, its pool and

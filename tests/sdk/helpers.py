@@ -107,13 +107,13 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 def local(transport: Any) -> Any:
     """The transport a transport of the client's own pool stands for in this process
-    (and event loop: ``_pool_life``); any other as it is."""
+    (and event loop: ``_io/pool_life.py``); any other as it is."""
     own = isinstance(transport, (ProcessTransport, LoopTransport))
     return transport.transport if own else transport
 
 
 def own_pools(client: stormguard.Client | stormguard.AsyncClient) -> list[Any]:
     """The httpx transports of a client's own pool: each of its shards'
-    (``_pool_shards``), or its one when its limits fit one."""
+    (``_io/pool_shards.py``), or its one when its limits fit one."""
     transport: Any = local(client._http._transport)
     return [shard.transport for shard in getattr(transport, "shards", ())] or [transport]

@@ -101,7 +101,7 @@ class ClientCore(SpecBuilder):
     """Resolved settings and shared state of one client (sync or async)."""
 
     #: Closes the client's own pool once nothing holds this core or a copy of it: the
-    #: client, its ``with_options`` copies, their calls (``_unclosed.PoolFinalizer``,
+    #: client, its ``with_options`` copies, their calls (``unclosed.PoolFinalizer``,
     #: set by the client). None: the pool was passed in.
     pool_finalizer: object | None = None
 

@@ -64,7 +64,7 @@ __all__ = [
 
 def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.Client:
     """The client's pool: ``given`` (its ``HTTPTransport`` s then held to the calls'
-    deadlines), else an ``httpx.Client`` of its own (``_own_pool.OwnClient``) with its
+    deadlines), else an ``httpx.Client`` of its own (``own_pool.OwnClient``) with its
     environment proxies, on ``DeadlineTransport`` s holding ``limits`` among them
     (``own_pool``)."""
     if given is None:
@@ -77,7 +77,7 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
 
 def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
     """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
-    (``_own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
+    (``own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
     among its transports (``own_pool``)."""
     if given is not None:
         given_pool(given)

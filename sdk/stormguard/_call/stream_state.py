@@ -3,7 +3,7 @@
 (transport mode, ``with_streaming_response``), and the call told when the stream
 is handed over, ends, fails or is closed.
 
-The bytes come decoded in pieces of at most 64 KiB (``_body.iter_body``), each
+The bytes come decoded in pieces of at most 64 KiB (``body.iter_body``), each
 counted against ``max_response_bytes``, and the deadline is checked before each
 piece and every 512 events of a piece: a compressed stream of blank lines or
 of tiny events ends at the cap or the deadline, however fast it inflates.

@@ -54,7 +54,7 @@ there was no response), ``rate_limit`` (its ``x-ratelimit-*`` headers),
 string attribute (``code``, ``param``, ``type`` and a text ``body`` included)
 ever contains a credential the client sends (``api_key``, credential headers, a
 password in the base URL): every text that came from the server, or from a
-library quoting it, is scrubbed (``_redact.Redactor``) before it is cut, and
+library quoting it, is scrubbed (``redact.Redactor``) before it is cut, and
 requests (with their headers) are never part of a message. ``request``,
 ``response`` and ``APIStatusError.raw_body`` are what was sent and what came
 back, credentials and echoes included: they are not for logging.

@@ -11,7 +11,7 @@ Objects of the other library, when both are installed, are still understood: a
 sending its httpx2 requests through ``stormguard.httpx2_client()``. Their
 exceptions and responses are recognised by the functions below, which look at
 every HTTP library loaded in the process (a library nobody imported has no
-objects about), as openai-python's own ``_httpx2`` module does for httpx.
+objects about), as openai-python's own ``openai._httpx2`` module does for httpx.
 What stormguard builds for such an object (a response, a stream, an error) is
 built from the object's own library: :func:`library_of`.
 

@@ -80,7 +80,7 @@ _RESTART_REASONS = frozenset(
 
 
 class RetryStatuses(Protocol):
-    """What ``classify`` reads of a retry policy (``_retry.RetryPolicy``): the statuses
+    """What ``classify`` reads of a retry policy (``retry.RetryPolicy``): the statuses
     worth another attempt. A protocol, so that the policy builds on the verdict and
     the verdict needs nothing of the policy's."""
 

@@ -3,7 +3,7 @@ closed so that the calls reading it end.
 
 A pooled connection belongs to the process that opened it, and an async one to the
 event loop too; httpx's pool knows neither. The pool a client builds for itself
-(``_own_pool.own_pool``) therefore holds its httpx transports through one of these:
+(``own_pool.own_pool``) therefore holds its httpx transports through one of these:
 
 - :class:`ProcessTransport` (sync) and :class:`LoopTransport` (async) check on each
   request that they run in the process that made them, as redis-py's
@@ -63,7 +63,7 @@ def _transports(transport: object) -> list[Any]:
 
 def _backends(transport: object) -> list[Any]:
     """The network backends of ``transport``'s pools that keep their streams
-    (``_deadline_backend.kept_backend``)."""
+    (``deadline_backend.kept_backend``)."""
     from .deadline_backend import kept_backend
 
     return [b for b in map(kept_backend, _transports(transport)) if b is not None]

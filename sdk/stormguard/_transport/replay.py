@@ -1,7 +1,7 @@
 """A started stream handed to the transport's caller: the bytes stormguard read to
 know it had started, then the rest, each read bounded by the call's deadline and
 its errors given as the caller's HTTP library's (to openai-python: the call's own
-error, as the class that is also openai's, as ``_transport_answers.raised_for``)."""
+error, as the class that is also openai's, as ``answers.raised_for``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ without a new call.
 
 A call that ends with no response to hand on (a refused connection, a timeout, a
 stream cut before its first event) is raised to openai-python as the call's error,
-an ``OpenAIError`` (``_transport_answers.raised_for``). openai-python 2.x and 3.x hand
+an ``OpenAIError`` (``answers.raised_for``). openai-python 2.x and 3.x hand
 such an error on as it is; 1.x retries any exception of a send, up to its
 ``max_retries`` (2 by default), each retry a new request through the transport, which
 would be a new logical call with its own retries: the retries multiply. openai marks

@@ -3,7 +3,7 @@
 A stream, a ``with_raw_response`` stream, a ``with_streaming_response`` response, a
 client: each, collected unclosed, gives back its concurrency slot and its connection,
 ends its call as cancelled, and warns (``ResourceWarning``, naming it). The
-finalizer hands its work over and returns (``_unclosed.py``): it runs in whatever
+finalizer hands its work over and returns (``_call/unclosed.py``): it runs in whatever
 thread drops the last reference, perhaps one that holds the very lock the clean-up
 needs, or after the event loop has closed; it must neither block nor raise there.
 The same against a real server and its pool: tests/e2e/test_left_unclosed.py.

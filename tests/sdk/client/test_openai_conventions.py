@@ -233,7 +233,7 @@ async def test_organization_and_project_from_arguments_or_environment(
 
 
 def _pool_limits(client: stormguard.Client | stormguard.AsyncClient) -> tuple[int, int]:
-    """The limits of the client's own pool, summed over its shards (``_pool_shards``)."""
+    """The limits of the client's own pool, summed over its shards (``_io/pool_shards.py``)."""
     connections = idle = 0
     for shard in own_pools(client):
         if isinstance(client, stormguard.Client):

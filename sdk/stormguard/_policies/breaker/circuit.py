@@ -5,7 +5,7 @@ The states and their names are resilience4j's (closed, open, half_open); when
 it trips and for how long is ``BreakerConfig`` (``_policies/breaker/config.py``).
 
 The caller decides what an outcome is: the client reads it from the outcome's
-``Verdict`` (``_verdict.classify``: connection errors, timeouts, 5xx but 503,
+``Verdict`` (``verdict.classify``: connection errors, timeouts, 5xx but 503,
 408; never a shed or a 429), and ``Permit`` records one call's outcome. Every
 method is thread-safe and usable from asyncio: one ``threading.Lock``, never
 held across I/O, a sleep or a listener.

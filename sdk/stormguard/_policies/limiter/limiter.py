@@ -72,14 +72,14 @@ def is_shed(error: BaseException | None) -> bool:
     as an error event inside a 200 stream before any content) or a 429 (the
     caller's rate, or the server's load). ``too_long`` is the caller's error, and
     a 429 out of quota (``insufficient_quota``) the caller's account's.
-    ``Verdict.shed`` (``_verdict.classify``)."""
+    ``Verdict.shed`` (``verdict.classify``)."""
     return classify(error).shed
 
 
 def limit_outcome(error: BaseException | None) -> LimitOutcome:
     """What an attempt's outcome (None: it succeeded) tells the concurrency limit:
     a shed is a drop (a restart shed, a pause), anything else served or says
-    nothing about load. ``Verdict.limit`` (``_verdict.classify``)."""
+    nothing about load. ``Verdict.limit`` (``verdict.classify``)."""
     return classify(error).limit
 
 

@@ -6,7 +6,7 @@ Its interface to the call (``reserve``, ``observe``, ``refused``, ``refund``,
 ``withdraw``) is the ``KeyState`` protocol (``_key_state``), which the state shared
 between processes in Redis (``_shared.SharedKeyQuota``) offers too. It never sleeps:
 ``reserve`` returns a ``Pace`` (sleep this long, then send or ask again), and the
-call flow sleeps it (``_call_flow.Sleep``). A ``Grant`` is what a reservation in the
+call flow sleeps it (``call_flow.Sleep``). A ``Grant`` is what a reservation in the
 shared state took; this one is handed it and has nothing to do with it.
 
 **Order.** Calls wait in ``x-priority`` order (critical, standard, sheddable),

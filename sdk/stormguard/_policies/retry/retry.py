@@ -22,7 +22,7 @@ Defaults, and the reasons for them (docs/retries.md has the long version):
   openai-python ignores these headers and backs off 0.5-8 s, which a spent
   minute's quota refuses again; the same clamp and deadline apply.
 * A 429 whose error ``code`` or ``type`` is ``insufficient_quota`` is not
-  retried (``_verdict.is_out_of_quota``): the account is out of credit, and no
+  retried (``verdict.is_out_of_quota``): the account is out of credit, and no
   wait of seconds brings it back; OpenAI says so in the body of an ordinary 429.
 """
 
@@ -96,6 +96,6 @@ class RetryPolicy:
 
     def decide(self, error: BaseException) -> RetryDecision:
         """Whether the failure of one attempt is worth another attempt: the retry
-        part of its ``Verdict`` (``_verdict.classify``, where the rule lives)."""
+        part of its ``Verdict`` (``verdict.classify``, where the rule lives)."""
         verdict = classify(error, self)
         return RetryDecision(verdict.retry, verdict.stop)

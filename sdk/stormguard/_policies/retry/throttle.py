@@ -65,7 +65,7 @@ class ThrottleSnapshot:
 
 def is_accept(error: BaseException | None) -> bool:
     """Whether an attempt's outcome shows the server accepted it (None: it
-    succeeded): ``Verdict.accepted`` (``_verdict.classify``). Refused in this
+    succeeded): ``Verdict.accepted`` (``verdict.classify``). Refused in this
     process, cancelled, a 429 or 503 refusal, or a breaker failure: not accepted."""
     return classify(error).accepted
 

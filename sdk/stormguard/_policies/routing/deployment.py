@@ -256,7 +256,7 @@ def with_query(url: str, query: Mapping[str, str] | None) -> str:
 
 
 class _Pinnable(Protocol):
-    """What a ``Pin`` judges of an endpoint (``_endpoint_state.EndpointState``, which
+    """What a ``Pin`` judges of an endpoint (``endpoint_state.EndpointState``, which
     imports this module): its tier and its name."""
 
     @property
