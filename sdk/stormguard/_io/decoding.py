@@ -1,7 +1,9 @@
 """Turning HTTP responses and transport failures into results and stormguard errors.
 
-One place for it, like httpx's ``map_httpcore_exceptions``: the pipeline, the
-streams and the httpx transport all go through these functions.
+One place for it, like httpx's ``map_httpcore_exceptions``: an attempt and its
+result (``_call/attempt_flow.py``, ``_call/call_result.py``), a stream and a body
+handed over unread all go through these functions, whichever client or transport
+made the call.
 """
 
 from __future__ import annotations
