@@ -56,7 +56,8 @@ def translate_transport_error(
     exc: Exception, *, response_started: bool = False, server_load: ServerLoad | None = None
 ) -> APIError:
     """The stormguard error for an httpx failure (or an anyio/asyncio timeout), with
-    the request httpx names (the pipeline adds the attempt's when it names none)."""
+    the request httpx names (the call's attempt record adds the attempt's when it
+    names none: ``_call/attempt_record.py``)."""
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     request = _request_of(exc)
     if isinstance(exc, (*timeout_errors(), TimeoutError)):

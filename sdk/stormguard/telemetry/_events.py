@@ -224,7 +224,7 @@ class Observer(Protocol):
     ejection changes."""
 
     def start_call(self, event: CallStarted) -> CallObserver | None:
-        """None: nothing to record for this call (the pipeline then emits nothing)."""
+        """None: nothing to record for this call (the call then emits nothing)."""
 
     def breaker_changed(self, transition: BreakerTransition) -> None:
         """A breaker of the client changed state (called in the thread that caused it)."""
