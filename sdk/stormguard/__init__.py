@@ -234,9 +234,8 @@ __all__ = [
 ]
 
 #: Public name -> the module it is imported from when the name is first used: the
-#: module that defines it or, for a module split by job (the breaker's, limiter's,
-#: ejection's, discovery's, endpoints', base client's, streamed response's), the one
-#: that re-exports it.
+#: module that defines it or, for a package whose modules are private
+#: (``_policies/quota/``, ``telemetry/``), the package, which re-exports it.
 _MODULES: dict[str, str] = {
     "AsyncClient": "._client.async_client",
     "DEFAULT_CONNECTION_LIMITS": "._client.base_client",

@@ -18,9 +18,9 @@ openai's is never called). The object is the same one: only its class changes.
 stormguard.RateLimitError`` is False), ``repr`` and ``str`` are unchanged.
 
 openai's tree has no class for a refusal made in this process (an open breaker,
-the throttle, a full local queue, the token rate limit): each takes the nearest
-openai class, ``APIConnectionError`` ("no response came back"), or
-``APITimeoutError`` for the two that are a wait past the deadline; a cut stream is
+the throttle, a full local queue, the token rate limit, the key's quota): each
+takes the nearest openai class, ``APIConnectionError`` ("no response came back"),
+or ``APITimeoutError`` for the two that are a wait past the deadline; a cut stream is
 an ``APIConnectionError``, a 503 an ``InternalServerError`` (openai's has no 503
 class). Those that are not stormguard ``APIError`` s read ``request``, ``body``,
 ``code``, ``param``, ``type`` and ``request_id`` as None. ``OPENAI_CLASSES`` is the

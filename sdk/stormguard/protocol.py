@@ -1,7 +1,8 @@
 """The stormguard wire protocol: header names, and how each value is read and written.
 
-This module is the one place where the SDK and the reference server meet (the
-server imports it; nothing here imports the server). docs/protocol.md is the
+This module is where the SDK and the reference server meet (the server imports
+it, and of the SDK besides only ``stormguard.__version__`` and
+``stormguard.telemetry.configure_otlp``; nothing here imports the server). docs/protocol.md is the
 prose version. Every parser is a pure function that returns ``None`` for a
 missing, malformed or absurd value: a header is advice from the server, and bad
 advice must never turn into an exception in the caller's code.

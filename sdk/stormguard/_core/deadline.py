@@ -1,8 +1,9 @@
 """The total time budget of one logical call: every attempt and every sleep.
 
 A driver makes the call's deadline the *current* one around the I/O it does
-(``with deadline.bound():``); the sync transport (``_io/deadline_transport.py``)
-reads it there and clips every socket operation to it, so the deadline reaches
+(``with deadline.bound():``); the network backend under the sync transport
+(``_io/deadline_backend.py``, under ``_io/deadline_transport.py``) reads it there
+and clips every socket operation to it, so the deadline reaches
 code the call does not run itself (httpx, httpcore) without being passed down.
 
 A stream's bounds (``_call/stream_timeouts.py``) move that one object with

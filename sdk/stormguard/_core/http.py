@@ -16,8 +16,9 @@ What stormguard builds for such an object (a response, a stream, an error) is
 built from the object's own library: :func:`library_of`.
 
 ``httpcore`` (``httpcore2`` under httpx2) is an attribute loaded on first use:
-only the sync client's deadline backend needs it, once it builds a pool, and
-httpx itself imports it no sooner.
+only the network backends of the client's own pools (``_io/deadline_backend.py``,
+sync and async) need it, once a pool is built, and httpx itself imports it no
+sooner.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Log lines of the retry loop, switched on as openai-python's ``OPENAI_LOG`` is.
+"""The SDK's log lines (retries, quotas, tiers, fallbacks), switched on as
+openai-python's ``OPENAI_LOG`` is.
 
 ``STORMGUARD_LOG=info`` (or ``debug``) in the environment, read at import, sets the
 ``stormguard`` logger to that level and gives the root logger a handler if it has
@@ -57,7 +58,8 @@ def setup_logging() -> None:
     level = _LEVELS.get(os.environ.get("STORMGUARD_LOG", "").strip().lower())
     if level is None:
         return
-    # e.g. [2024-10-05 14:12:26 - stormguard._core.logs:70 - INFO] Retrying ... (openai's format)
+    # openai's format, with the logger's name: [2024-10-05 14:12:26 - stormguard:<line>
+    # - INFO] POST /chat/completions attempt 1 failed (...); retrying in 0.412 s
     logging.basicConfig(
         format="[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s",
         datefmt="%Y-%m-%d %H:%M:%S",

@@ -413,8 +413,9 @@ def _breaker_rule(error: BaseException) -> bool:
     chunk, and a 2xx body that breaks the API. A 503 or a 429 is a server that
     answers: "alive, but full" (a shed, vLLM's queue-full answer, the caller's
     rate), or "not serving until Retry-After" (``engine_restart``, ``warming``,
-    ``draining``). Those pace the calls instead (``_policies/limiter/limiter.py``: the limit falls,
-    a restart pauses the endpoint for its Retry-After), and the calls wait within
+    ``draining``). Those pace the calls instead (the concurrency limit,
+    ``_policies/limiter/aimd.py``: the limit falls, a restart pauses the endpoint
+    for its Retry-After), and the calls wait within
     their deadlines rather than fail. Not failures either: the caller's own
     errors (other 4xx, ``too_long``), refusals made in this process,
     cancellation, and a stream cut after content arrived (the call already

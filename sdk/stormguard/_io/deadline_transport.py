@@ -2,13 +2,14 @@
 
 httpx's timeouts bound each socket operation, not a whole request: a server that
 drips its headers a byte a second satisfies a 2 s read timeout forever. The
-async client bounds an attempt with a cancel scope; a blocked sync ``recv`` has
-no such thing. So the sync client's connections are made by a network backend
-(httpcore's public ``NetworkBackend`` seam) whose streams clip the timeout of
-every ``connect``, ``read`` and ``write`` to the time left before the current
-call's deadline (``Deadline.bound()``, a context variable). A dripping server's
-reads each succeed, until the one that would cross the deadline times out *at*
-the deadline. No timer: the bound costs a clock read per socket operation. The
+async client bounds an attempt's send and its reads by the time left
+(``read_within.py``); a blocked sync ``recv`` cannot be cancelled. So the sync
+client's connections are made by a network backend (httpcore's public
+``NetworkBackend`` seam) whose streams clip the timeout of every ``connect``,
+``read`` and ``write`` to the time left before the current call's deadline
+(``Deadline.bound()``, a context variable). A dripping server's reads each
+succeed, until the one that would cross the deadline times out *at* the
+deadline. No timer: the bound costs a clock read per socket operation. The
 one blocking step that takes no timeout, resolving a host name, runs in a
 thread of its own that the connect waits for until the deadline (for a new
 connection to a name, not an IP address; pooled connections skip it).

@@ -1,7 +1,9 @@
 """Turning HTTP responses and transport failures into results and stormguard errors.
 
-One place for it, like httpx's ``map_httpcore_exceptions``: the pipeline, the
-streams and the httpx transport all go through these functions.
+One place for it, like httpx's ``map_httpcore_exceptions``: an attempt and its
+result (``_call/attempt_flow.py``, ``_call/call_result.py``), a stream and a body
+handed over unread all go through these functions, whichever client or transport
+made the call.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def translate_transport_error(
     exc: Exception, *, response_started: bool = False, server_load: ServerLoad | None = None
 ) -> APIError:
     """The stormguard error for an httpx failure (or an anyio/asyncio timeout), with
-    the request httpx names (the pipeline adds the attempt's when it names none)."""
+    the request httpx names (the call's attempt record adds the attempt's when it
+    names none: ``_call/attempt_record.py``)."""
     detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     request = _request_of(exc)
     if isinstance(exc, (*timeout_errors(), TimeoutError)):

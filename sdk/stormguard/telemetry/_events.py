@@ -1,7 +1,8 @@
 """What a logical call tells the outside world: events and the observer interface.
 
-The call pipeline (``_call/pipeline.py``) knows nothing of OpenTelemetry: at each
-decision it hands a frozen event to the call's observer, when there is one.
+A logical call (``_call/pipeline.py`` and the modules of its state, most events
+from ``_call/call_events.py``) knows nothing of OpenTelemetry: at each decision it
+hands a frozen event to the call's observer, when there is one.
 ``stormguard.telemetry.Telemetry`` is the observer that turns these events into
 spans and metrics; any object with the same methods can take its place
 (``Client(telemetry=MyObserver())``), and ``telemetry=None`` turns the events
@@ -223,7 +224,7 @@ class Observer(Protocol):
     ejection changes."""
 
     def start_call(self, event: CallStarted) -> CallObserver | None:
-        """None: nothing to record for this call (the pipeline then emits nothing)."""
+        """None: nothing to record for this call (the call then emits nothing)."""
 
     def breaker_changed(self, transition: BreakerTransition) -> None:
         """A breaker of the client changed state (called in the thread that caused it)."""

@@ -1,7 +1,9 @@
 """Token counting, context-window pre-checks and a client-side token rate limit.
 
-The pipeline runs :meth:`TokenPolicy.precheck_flow` before any attempt; the flow
-is I/O-free and driven by :func:`run_precheck_sync` or :func:`run_precheck_async`.
+A client's call runs :meth:`TokenPolicy.precheck_flow` before its first attempt
+(``_call/call_precheck.py``); the flow is I/O-free, and the call's driver does its
+lookups within the call's deadline. On its own a flow is driven by
+:func:`run_precheck_sync` or :func:`run_precheck_async`.
 Counting works offline: the BPE files come from an installed package and are
 checked against tiktoken's own hashes (see docs/tokens.md).
 

@@ -1,4 +1,5 @@
-"""I/O-free flows and their two drivers: the only place where sync and async differ.
+"""I/O-free flows and their two drivers: the only place where the pre-check's sync
+and async differ.
 
 A flow is a generator in the style of httpx's ``Auth.auth_flow``: it yields the
 ``httpx.Request`` it needs, is sent back the ``httpx.Response`` (or None when the

@@ -30,8 +30,8 @@ from .states import BreakerListener, BreakerSnapshot, BreakerTransition, Circuit
 
 __all__ = ["CircuitBreaker", "Permit"]
 
-#: The breaker's documented logger (docs/breakers.md), named for the module users
-#: import the breaker from, not for this one.
+#: The breaker's documented logger (docs/breakers.md): named for the module the
+#: breaker was first written in, the name users filter on.
 logger = logging.getLogger("stormguard._breaker")
 
 

@@ -37,7 +37,7 @@ success-rate rule and why it differs from Envoy's), and **probation** on
 return: the first ``probation_successes`` (2) calls are a test, and a failure
 among them ejects the endpoint again at once, for longer. The concurrency limit
 restarts from its floor on every ejection, so those calls go one at a time at
-first (``_policies/limiter/limiter.py``, ``went_down``).
+first (``EndpointLimit.went_down``, ``_policies/limiter/endpoint_limit.py``).
 
 This module holds the tracker: the records, the lock and the status changes.
 The rules it asks are ``_policies/routing/ejection_rules.py``, its settings
@@ -93,7 +93,8 @@ class EjectionTracker:
     connect check (a thread of its own by default; a test runs it inline).
 
     >>> from stormguard.testing import FakeClock
-    >>> from stormguard._policies.routing.picker import Endpoint, EndpointState
+    >>> from stormguard._policies.routing.endpoint_config import Endpoint
+    >>> from stormguard._policies.routing.endpoint_state import EndpointState
     >>> states = [EndpointState(Endpoint(f"http://gpu-{i}:8000/v1")) for i in (1, 2)]
     >>> tracker = EjectionTracker(EjectionConfig(), states=lambda: states, clock=FakeClock())
     >>> tracker.record(states[0], Evidence.UNREACHABLE)

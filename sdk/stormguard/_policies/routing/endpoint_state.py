@@ -65,7 +65,8 @@ class EndpointState:
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
-        #: Its ejection record (``_policies/routing/ejection.py``), made on first use.
+        #: Its ejection record (``_Record``, ``_policies/routing/ejection_status.py``),
+        #: made by the tracker (``_policies/routing/ejection.py``) on first use.
         self.ejection: _Record | None = None
 
     def serves(self, model: str | None) -> bool:
