@@ -8,10 +8,11 @@ runs it for each attempt of a call. A driver (``_call/drivers.py``) performs eac
 action with its own I/O and sends the result back, or throws the I/O's
 exception into the flow, which maps it (``run_sync``/``run_async``, here for
 any flow). The drivers differ only in how they bound the I/O by the call's
-deadline: the async one runs the send and the body read in ``anyio.fail_after``
-cancel scopes (a bare ``TimeoutError`` comes back); the sync one holds every
-socket operation to the deadline through the deadline-clipping transport,
-whose timeouts come back as httpx timeouts.
+deadline: the async one bounds the send and the body read each by the time left
+(``_io/read_within.py``: ``asyncio.timeout`` from their first wait on asyncio,
+``anyio.fail_after`` elsewhere; a bare ``TimeoutError`` comes back); the sync one
+holds every socket operation to the deadline through the deadline-clipping
+transport, whose timeouts come back as httpx timeouts.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
     request = call.begin_attempt(http)
     try:
         response = yield Send(request)
-    except TimeoutError as exc:  # the async driver's cancel scope: the deadline passed
+    except TimeoutError as exc:  # the async driver's bound: the deadline passed
         raise call.deadline_passed("while waiting for the response") from exc
     except http_errors(RuntimeError) as exc:  # RuntimeError: a closed pool, another loop's
         error = send_failure(exc, http)

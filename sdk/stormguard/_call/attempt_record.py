@@ -179,10 +179,10 @@ def stop_open_attempt(call: CallBase) -> None:
 def _settle_attempt(
     call: CallBase, outcome: str | None, error: BaseException | None = None
 ) -> None:
-    """Tell the breaker and the throttle how the attempt in flight went, once: as
-    soon as it failed (so the retry decision sees an opened breaker) or when it
-    ended. Nothing is told of a cancelled attempt: that says nothing about the
-    server."""
+    """Tell the lease, the breaker, ejection and the throttle how the attempt in
+    flight went, once: as soon as it failed (so the retry decision sees an opened
+    breaker) or when it ended. Nothing is told of a cancelled attempt: that says
+    nothing about the server."""
     permit, call._permit = call._permit, None
     if outcome == "cancelled":
         if permit is not None:

@@ -9,10 +9,11 @@ order of the call's steps is written down once.
 
 The retry loop is tenacity's own (``Retrying.iter``, the step its
 ``__iter__`` repeats), driven here instead of inside tenacity, so that a
-backoff is a ``Sleep`` the driver performs: ``time.sleep`` or ``await
-anyio.sleep``, with the same strategies either way. The loop is built when
-the first attempt has failed, and that attempt's outcome enters it as the
-loop's own first: a call that succeeds at once never pays for it.
+backoff is a ``Sleep`` the driver performs on the client's clock (``time.sleep``
+or ``await anyio.sleep``, or a ``FakeClock``'s), with the same strategies either
+way. The loop is built when the first attempt has failed, and that attempt's
+outcome enters it as the loop's own first: a call that succeeds at once never
+pays for it.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ PrecheckFlow = Generator[httpx.Request, "httpx.Response | None", "Precheck"]
 
 def precheck_flow(call: CallBase) -> PrecheckFlow | None:
     """The token pre-check of this call (None when there is nothing to check): a
-    flow the driver runs with ``run_precheck_sync``/``run_precheck_async``. It
+    flow the driver runs within the call's deadline (``drive_precheck_sync``/
+    ``drive_precheck_async``, ``tokens/_flow.py``). It
     raises ``ContextWindowExceededError`` before any attempt is made; where the
     call goes then is the fallback's decision (``fall_back``), not the policy's."""
     policy = call.core.token_policy

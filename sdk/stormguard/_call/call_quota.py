@@ -241,7 +241,7 @@ def quota_observed(call: CallBase, status: int) -> None:
     """The response's ``x-ratelimit-*`` headers, for the key's pacer: a charged
     request (a success, or a 5xx the provider admitted) counts in this process's
     share; a refusal or a caller's error does not. An answer the provider did not
-    charge (a 4xx; a 429 once ``_quota_refused`` has judged it) gives back what a
+    charge (a 4xx; a 429 once ``quota_refused`` has judged it) gives back what a
     shared bucket took for it."""
     gate = call.core.quota
     if gate is None:

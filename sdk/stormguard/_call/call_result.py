@@ -51,7 +51,8 @@ R = TypeVar("R", bound=APIResult)
 @dataclass(slots=True)
 class Delivery:
     """What a call in a hand-over mode returns to the facade: the final attempt's
-    response and what it carries (``_client/raw_response.py`` wraps it for the caller)."""
+    response and what it carries (``_client/raw_response.py`` and
+    ``_client/streamed_response.py`` wrap it for the caller)."""
 
     call: CallBase
     #: The final attempt's response: its body read ("response" mode, a non-stream),

@@ -9,9 +9,10 @@ bounded by the call's deadline:
   connection keeps it for a stream's later reads; timeouts come back as
   httpx timeouts. A transport of another kind keeps httpx's per-operation
   timeouts.
-- async: the send and the body read run in ``anyio.fail_after`` cancel scopes
-  (a bare ``TimeoutError`` comes back), and a failed attempt's response is
-  closed shielded from cancellation.
+- async: the send and the body read are each bounded by the time left
+  (``_io/read_within.py``: ``asyncio.timeout`` from their first wait on asyncio,
+  ``anyio.fail_after`` elsewhere; a bare ``TimeoutError`` comes back), and a failed
+  attempt's response is closed shielded from cancellation.
 
 Everything else in ``Client`` and ``AsyncClient`` is one text
 (``_client/client.py`` is generated from ``_client/async_client.py``: scripts/unasync.py).

@@ -2,10 +2,10 @@
 
 ``LogicalCall`` makes every decision of a call: the deadline, the headers and
 timeout of each attempt, whether a failure is retried, how long to wait, when
-to stop and why, and the attempt history. tenacity runs the loop: the call
-hands ``tenacity.Retrying`` (sync) or ``tenacity.AsyncRetrying`` (async) its
-``retry``/``wait``/``stop`` strategies, so the drivers in ``_client/client.py`` and
-``_client/async_client.py`` contain only I/O: send, read, sleep.
+to stop and why, and the attempt history. The retry loop is tenacity's: the call
+gives ``tenacity.Retrying`` its ``retry``/``wait``/``stop`` strategies, and
+``call_flow`` (``_call/call_flow.py``) steps it for both drivers, so the drivers
+(``_call/drivers.py``) contain only I/O: send, read, sleep.
 
 ``LogicalCall`` is one class over one state (``call_base.CallBase``, where each
 attribute is declared with the modules that set it). Its decisions sit in
@@ -128,7 +128,7 @@ class LogicalCall(CallBase):
     def fall_back(self, error: BaseException) -> bool:
         """Move the call to another model if ``error`` has a route (``_policies/fallback.py``:
         its servers could not serve, the request is too long for it, its content
-        filter refused it) and time is left; the driver then runs a fresh retry loop
+        filter refused it) and time is left; ``call_flow`` then runs a fresh retry loop
         (attempt numbers restart at 1, on the new model: it is not a retry of the old
         one). False: raise ``error``."""
         if self.deadline.expired:

@@ -43,7 +43,8 @@ __all__ = ["attempt_judged", "retrying_kwargs"]
 
 
 def retrying_kwargs(call: CallBase) -> dict[str, Any]:
-    """Strategies for ``tenacity.Retrying``/``AsyncRetrying``; the driver adds ``sleep``."""
+    """Strategies for the ``tenacity.Retrying`` that ``call_flow`` steps (it adds a
+    ``sleep`` never called: a backoff is a ``Sleep`` its driver performs)."""
     return {
         "retry": partial(_retry, call),
         "wait": partial(_wait, call),

@@ -260,7 +260,7 @@ class StreamCore(Generic[T]):
         if isinstance(exc, timeout_errors(TimeoutError)):
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return self._timed_out(
-                # A bare TimeoutError is the cancel scope of the call's deadline (async).
+                # A bare TimeoutError is the async read's bound: the call's deadline.
                 "The call's deadline passed during the stream"
                 if isinstance(exc, TimeoutError)
                 else f"Timed out during the stream ({detail})"

@@ -19,13 +19,13 @@ stream has started; after that the stream lives as long as chunks keep coming,
 up to ``max_duration``. With neither, the stream stays bounded by ``timeout``.
 
 How: every read of a call is held to its ``Deadline`` object (the sync
-connection clips each socket read to it; async readers open a cancel scope from
-it), so ``StreamBounds`` moves that one object as the call goes: to the first
+connection clips each socket read to it; async readers bound each wait by it,
+``_io/read_within.py``), so ``StreamBounds`` moves that one object as the call goes: to the first
 chunk's bound while an attempt waits for it, back to the total for the retry
 decision, then to the cap once the stream is handed over. The idle bound is
 renewed before each read: sync by moving the deadline again (the wait, not the
-caller's own time between reads, is what is bounded), async with a cancel scope
-around the read (an async reader computes its scope before the read starts, so
+caller's own time between reads, is what is bounded), async with a bound of its
+own on the read (an async reader computes its bound before the read starts, so
 the deadline itself stays at the cap).
 """
 
@@ -223,7 +223,7 @@ class StreamBounds:
         """Before each wait for more of the stream: with ``idle``, the wait may last
         that long. ``clip`` (sync): the deadline moves to the wait's end, where the
         connection cuts its reads; else the seconds are returned, for the async
-        reader's cancel scope (None: no idle bound, or the cap comes first)."""
+        reader's bound (None: no idle bound, or the cap comes first)."""
         idle = self.timeouts.idle
         if not self._streaming or idle is None:
             return None

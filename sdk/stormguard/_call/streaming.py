@@ -311,8 +311,9 @@ def _bounded(pieces: Iterator[bytes], state: StreamState[Any]) -> Iterator[bytes
 
 async def _abounded(pieces: AsyncIterator[bytes], state: StreamState[Any]) -> AsyncIterator[bytes]:
     """``pieces`` read within the stream's bounds (async): each read after the
-    hand-over in a cancel scope of the idle bound (the reader's own scope, computed
-    before the read, holds the deadline: the first chunk's, the total or the cap)."""
+    hand-over held to the idle bound (``anext_within``; the reader's own bound,
+    computed before the read, holds the deadline: the first chunk's, the total or
+    the cap)."""
     bounds = state.bounds
     assert bounds is not None
     while True:

@@ -1,10 +1,10 @@
 """What ``embeddings.create``, ``responses.create`` and ``models.retrieve`` send.
 
 The call specs of the endpoints beyond chat and completions, built on the same
-``ClientCore`` helpers as theirs (model, body, timeout, headers, query), so
-every one runs the whole pipeline. One function each, used by ``Client`` and
-``AsyncClient`` alike, and the endpoint descriptions that transport mode
-(``_transport/transport.py``) matches openai-python's requests against.
+helpers as theirs (``SpecBuilder``'s, which ``ClientCore`` is: model, body,
+timeout, headers, query), so every one runs the whole pipeline. One function each,
+used by ``Client`` and ``AsyncClient`` alike, and the endpoint descriptions that
+transport mode (``_transport/spec.py``) matches openai-python's requests against.
 
 Span operation names are OpenTelemetry's GenAI values: ``embeddings``, and
 ``chat`` for the Responses API (a model generating from a conversation, as

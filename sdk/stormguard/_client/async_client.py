@@ -2,10 +2,11 @@
 
 Its resources (``client.chat.completions`` ...) and their
 ``with_raw_response``/``with_streaming_response`` views are in the
-``resources`` module beside it, which it imports and which never imports it
+``async_resources`` module beside it, which it imports and which never imports it
 (each resource holds its client typed as ``AsyncResourceClient``). Each
 method builds a ``CallSpec`` (``ClientCore``) and runs it as one logical call
-(``_call/drivers.py``: the call's I/O; ``_call/call_flow.py``: its every decision). The
+(``_call/drivers.py``: the call's I/O; ``_call/call_flow.py``: the order of its
+steps; ``_call/pipeline.py``: its decisions). The
 sync and async clients are one text: ``_client/client.py`` and ``_client/resources.py`` are
 generated from their async twins by scripts/unasync.py (``make unasync``; a
 test checks it).

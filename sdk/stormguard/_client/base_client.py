@@ -2,8 +2,9 @@
 construction, ``with_options``, introspection (``stats()``, the settings as
 properties), and the checks of their HTTP client options.
 
-Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` share one
-``ClientCore`` and repeat only a thin chain of same-named I/O methods. The core is
+Shaped like httpx's ``BaseClient``: ``Client`` and ``AsyncClient`` each hold a
+``ClientCore`` (one class for both) and repeat only a thin chain of same-named
+I/O methods. The core is
 a stack, one job per module, each building on the one before: the options it is
 given (``_call/arguments.py``), its calls' settings (``_call/settings.py``), the
 call specs (``_call/spec_builder.py``) and the state its calls share

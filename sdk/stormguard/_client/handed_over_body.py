@@ -59,7 +59,7 @@ class _Body:
 
     def transport_failed(self, exc: Exception) -> APIError:
         call = self.delivery.call
-        if isinstance(exc, TimeoutError):  # the cancel scope of the call's deadline
+        if isinstance(exc, TimeoutError):  # the async read's bound: the call's deadline
             error = deadline_error(call, "while reading the response", response_started=True)
         else:
             error = translate_transport_error(

@@ -63,7 +63,7 @@ def raised_for(error: StormguardError, request: httpx.Request) -> Exception:
 
     To openai-python: ``error`` itself, as the class that is also openai's
     (``stormguard.openai_errors``). openai-python hands an ``OpenAIError`` raised
-    under it on as it is, without a retry of its own (its ``_client/base_client.py``,
+    under it on as it is, without a retry of its own (its ``openai/_base_client.py``,
     2.x and 3.x): stormguard has retried already, within its budget, and the caller
     gets the very error ``stormguard.Client(openai_errors=True)`` raises. To any
     other caller: an error of its HTTP library (:func:`httpx_error_for`)."""

@@ -44,7 +44,7 @@ Retry-After, fallback models. What comes back is plain httpx (or httpx2):
 
 The call's deadline bounds what the caller reads of a stream too: the replayed
 stream raises ``httpx.ReadTimeout`` when the deadline passes (sync: at the
-socket read that would cross it; async: a cancel scope around each read), and
+socket read that would cross it; async: a bound on each read that waits), and
 ``httpx.DecodingError`` past ``max_response_bytes`` of decoded bytes; to
 openai-python, again, the call's own error.
 
@@ -57,6 +57,7 @@ reason (openai-python: ``client.chat.completions.with_raw_response.create(...)
 The pieces: ``_transport/spec.py`` (a request as one call),
 ``_transport/answers.py`` (the call's outcome as the caller's response or
 exception), ``_transport/replay.py`` (a started stream's bytes),
+``_transport/retries.py`` (openai-python's own retry of a failure, answered),
 ``_transport/httpx2.py`` (the transports on httpx2's base classes),
 ``_transport/clients.py`` (the clients built on the transports, of either
 library); this module holds the transports.
