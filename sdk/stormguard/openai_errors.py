@@ -33,10 +33,10 @@ fails with an ``ImportError`` that says so.
 
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ._core import exceptions as sg
+from ._core.fork import fork_safe_lock
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -78,7 +78,7 @@ OPENAI_CLASSES: dict[type[sg.StormguardError], str] = {
 #: openai's ``APIError`` attributes that a stormguard error outside ``APIError`` lacks.
 _NO_API_FIELDS = {name: None for name in ("request", "body", "code", "param", "type", "request_id")}
 
-_lock = threading.Lock()
+_lock = fork_safe_lock()
 #: stormguard class -> its class that is also openai's; None until a client asks.
 _built: dict[type[sg.StormguardError], type[sg.StormguardError]] | None = None
 

@@ -30,12 +30,12 @@ about 1 µs for a chat chunk, a quarter of its ``json.loads`` (docs/benchmarks.m
 from __future__ import annotations
 
 import math
-import threading
 import types
 import typing
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from .fork import fork_safe_lock
 from .results import Record
 
 __all__ = ["misfit", "shape_of", "shape_problem"]
@@ -71,7 +71,7 @@ class _Shape:
 
 
 _shapes: dict[type[Record], _Shape] = {}
-_lock = threading.Lock()
+_lock = fork_safe_lock()
 _NONE = type(None)
 _WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 

@@ -22,11 +22,11 @@ error (its traceback holds the call).
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections import OrderedDict
 from typing import NamedTuple
 
 from .._core.clock import Clock
+from .._core.fork import fork_safe_lock
 from .._core.http import httpx, library_of
 from ..protocol import HEADER_STAINLESS_RETRY_COUNT, parse_non_negative_int
 
@@ -69,7 +69,7 @@ class FailedCalls:
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = fork_safe_lock()  # the transport outlives a fork
         self._failures: OrderedDict[bytes, _Failure] = OrderedDict()
 
     def remember(self, request: httpx.Request, raised: httpx.HTTPError) -> None:
