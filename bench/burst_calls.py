@@ -3,7 +3,8 @@ the chat call each sync client makes (stormguard's, openai-python's as it comes 
 inside a tenacity retry), the tally of what the application saw, a batch of calls
 from threads released at once, the p99 of latencies and a server's count once it
 stops moving. The model is the drill's (``stormguard_drill.clients.drill_client``);
-LiteLLM is imported the drill's way (``stormguard_drill.clients.litellm_client``).
+the scripts that run LiteLLM import it the drill's way
+(``stormguard_drill.clients.litellm_client``), not through this module.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -310,23 +310,34 @@ WINGS = [
 ]
 
 
-def _wing(module: str) -> int | None:
-    """The rank of ``module``'s package in WINGS (the innermost that holds it)."""
-    ranks = [i for i, w in enumerate(WINGS) if module == w or module.startswith(w + ".")]
-    return max(ranks, key=lambda i: len(WINGS[i])) if ranks else None
+def _wing(module: str, layers: Sequence[Collection[str]]) -> tuple[int, str] | None:
+    """The layer and the wing of ``module``: the innermost wing (a package or a module
+    named in ``layers``) that holds it."""
+    held = [(rank, w) for rank, wings in enumerate(layers) for w in wings]
+    held = [(rank, w) for rank, w in held if module == w or module.startswith(w + ".")]
+    return max(held, key=lambda found: len(found[1])) if held else None
 
 
-def test_each_sdk_package_imports_only_the_ones_below_it() -> None:
-    package = PACKAGES[0]
+def upward_imports(package: Path, layers: Sequence[Collection[str]]) -> list[str]:
+    """Each import, of any kind and anywhere, from a module to a wing of its own layer or
+    one above (``layers`` lowest first), as ``file:line: module -> imported``. A module
+    imports freely inside its own wing; a module in no wing is not judged."""
     modules = _modules(package)
     upward = []
     for name, imported in import_lines(package, every=True).items():
-        mine = _wing(name)
+        mine = _wing(name, layers)
         for other, line in imported.items():
-            theirs = _wing(other)
-            if mine is not None and theirs is not None and theirs > mine:
+            theirs = _wing(other, layers)
+            if mine is None or theirs is None or theirs[1] == mine[1]:
+                continue
+            if theirs[0] >= mine[0]:
                 upward.append(f"{_shown(modules[name])}:{line}: {name} -> {other}")
-    assert upward == []
+    return upward
+
+
+def test_each_sdk_package_imports_only_the_ones_below_it() -> None:
+    upward = upward_imports(PACKAGES[0], [{wing} for wing in WINGS])
+    assert not upward, "imports up or across:\n" + "\n".join(upward)
 
 
 #: What reads a drill run's results: the figures, and the records they read. None of

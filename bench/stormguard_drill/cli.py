@@ -5,10 +5,10 @@ burst against a server that sheds, or the rebound after a cold start. Each has i
 engine flags, schedule, patience, default clients and server modes; the calibration,
 the replay, the sampler and the summary are the same code for all three. The fourth,
 ``fleet`` (a partial outage of several replicas under several client processes), has
-its own runner, figures and plots (the ``fleet`` subpackage) and shares the rest; so
-do the fifth, ``quota`` (a batch job of several processes on one API key against a
-hosted API's quota, ``quota/``), and the sixth, ``outage`` (a primary provider in
-partial outage and a secondary, ``outage/``).
+its own runner, figures and plots (the ``fleet`` subpackage) and shares the rest; the
+fifth, ``quota`` (a batch job of several processes on one API key against a hosted
+API's quota, ``quota/``), and the sixth, ``outage`` (a primary provider in partial
+outage and a secondary, ``outage/``), have their own runner and figures, and no plots.
 """
 
 from __future__ import annotations

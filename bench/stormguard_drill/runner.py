@@ -5,12 +5,13 @@ not wait for earlier calls, as users do not), samples the server's metrics while
 runs, then waits at most ``grace_s`` after the last arrival before giving up on
 calls still running (they count as failures). Client and server are always closed.
 
-The scenarios differ only in what they hand this one replay: the schedule, the
-server's flags (the fleet's), the patience, and for the rebound a mid-run action,
-the engine crash (``POST /admin/crash`` at ``crash_at_s``, on a server started with
-its admin endpoint). An action is part of the replay: the calls due at or after its
-time are released once it is done, so however slow the machine, no call of the
-backlog reaches the engine before the crash it is meant to wait through.
+The avalanche, the burst and the rebound differ only in what they hand this one
+replay: the schedule, the server's engine flags (its ``ServerFleet``'s), the patience,
+and for the rebound a mid-run action, the engine crash (``POST /admin/crash`` at
+``crash_at_s``, on a server started with its admin endpoint). An action is part of
+the replay: the calls due at or after its time are released once it is done, so
+however slow the machine, no call of the backlog reaches the engine before the crash
+it is meant to wait through.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Parsed with prometheus-client's own text parser. A scrape that fails (the server
 busy) is skipped, not fatal: the plots show a gap rather than the drill stopping.
 
 Each engine has its parser (``Parse``): the sim server exports the drill's
-``stormguard_*`` series itself; for vLLM, ``drill.vllm`` maps vLLM's own gauges and
+``stormguard_*`` series itself; for vLLM, ``vllm.py`` maps vLLM's own gauges and
 the admission layer's load headers onto the same names. Every sample also holds
 the client's own attempt count (``CLIENT_ATTEMPTS``), which is the only attempt
 count there is where the server exports none (a client that counts none, LiteLLM,

@@ -1,7 +1,7 @@
 """Every knob of the reference server in one place, as plain frozen dataclasses.
 
 The CLI builds these from flags (cli/); tests build them directly with small
-sizes and fast speeds. Defaults are chosen so that the seed's failure shows
+sizes and fast speeds. Defaults are chosen so that the OOM avalanche shows
 within seconds on a 2-core laptop: a KV cache of 8192 tokens fills with a
 handful of 2k-token prompts, a step takes milliseconds, a cold restart takes
 a few seconds.
@@ -30,7 +30,7 @@ class SimEngineConfig:
     prefill_token_s: float = 0.00002
     decode_seq_s: float = 0.0002
     # When a running sequence needs a KV block and none is free: True = the
-    # engine "OOMs" and crashes (the seed's failure); False = vLLM's
+    # engine "OOMs" and crashes (the OOM avalanche); False = vLLM's
     # recompute preemption of the newest running sequence.
     oom_crash: bool = True
     # Cold restart after a crash, then a warm-up probe, then a slow-start ramp

@@ -1,6 +1,7 @@
 """What a client under test is to the drill: its name, the ``DrillClient`` protocol
 every one of them follows, the ``CallOutcome`` of one call, and ``ClientUnavailable``
-for one that cannot run here. The clients themselves: ``clients.py``."""
+for one that cannot run here. The clients themselves: the package's other modules
+(``registry.py`` builds one by name)."""
 
 from __future__ import annotations
 

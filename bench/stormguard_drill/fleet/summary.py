@@ -15,7 +15,7 @@ Definitions (docs/benchmarks.md repeats them):
   caller's patience, the app's second call included);
 - **recovery**: from the recovery (faults cleared, the dead replica restarting) until
   the success rate of the logical requests ending in each 1 s bin is >= 95% for 5
-  bins in a row (``summary.recovered_after``); 0 when it never dropped;
+  bins in a row (``figures.recovered_after``); 0 when it never dropped;
 - **rejoin**: from the dead replica's new process being ready until the first 1 s bin
   in which it got at least half of its fair share (1 / replicas) of the attempts the
   clients sent;

@@ -19,7 +19,7 @@ OUTAGE_SHAPE = PromptShape(min_prompt_tokens=20, max_prompt_tokens=60, max_token
 
 @dataclass(frozen=True, slots=True)
 class OutageTargets:
-    """The task's targets, for stormguard's row."""
+    """The outage's targets, checked on stormguard's row."""
 
     min_outage_success: float = 0.999
     max_outage_attempts_per_call: float = 1.1
@@ -88,7 +88,7 @@ class OutageConfig:
 
 
 def outage_preset(mode: Mode, *, seed: int = 0, concurrency: int | None = None) -> OutageConfig:
-    """The full run (the task's 60 s outage and 30 s recovery), ``--quick`` (under
+    """The full run (a 60 s outage and a 30 s recovery), ``--quick`` (under
     two minutes, its pairings at once) and the e2e test's ``--tiny``."""
     if mode == "full":
         return OutageConfig(mode, seed=seed, concurrency=concurrency or 1)

@@ -1,7 +1,7 @@
 """Token-weighted admission with a bounded priority queue, in front of any engine.
 
-A request's cost is its prompt tokens plus its ``max_tokens`` (the seed's
-token_admission_load). It is admitted while the admitted cost fits the budget
+A request's cost is its prompt tokens plus its ``max_tokens``: the KV tokens it
+may hold. It is admitted while the admitted cost fits the budget
 (the engine's KV capacity x a watermark, scaled down during slow start);
 otherwise it waits in a queue ordered by priority, then arrival, that is
 bounded in requests, tokens and wait (``queue.py``). When something
@@ -15,7 +15,7 @@ The controller knows no HTTP and no engine internals: it reads the engine's
 ``EngineLoad`` through a callable, and its clock (``clock.py``) is injectable,
 so every decision, and the queue's timeouts, are unit-tested without sleeping.
 The values it trades in (``Ticket``, ``Grant``, ``Shed``, ``ShedError``) live in
-``tickets.py``, and ``DrainMeter`` in ``drain_meter.py``.
+``tickets.py``.
 """
 
 from __future__ import annotations

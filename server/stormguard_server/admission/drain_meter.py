@@ -1,4 +1,5 @@
-"""``DrainMeter``: amounts released per second over a recent period."""
+"""``DrainMeter``: amounts released per second over a recent period, behind the
+request limits' Retry-After (``http/request_limits.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ class DrainMeter:
         self._started: float | None = None
 
     def start(self) -> None:
-        """Begin measuring (at the first admission): the rate's span starts here."""
+        """Begin measuring: the rate's span starts here (at the first release, unless
+        called sooner)."""
         if self._started is None:
             self._started = self._clock.now()
 
@@ -32,7 +34,7 @@ class DrainMeter:
         self._trim(now)
 
     def rate(self) -> float | None:
-        """Tokens per second, or None before anything was released."""
+        """Amounts per second, or None before anything was released."""
         now = self._clock.now()
         self._trim(now)
         if self._started is None or not self._events:

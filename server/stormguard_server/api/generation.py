@@ -8,7 +8,7 @@ engine) -> run it in the engine, racing the client's disconnect, with what is le
 of its deadline (the engine aborts it when that passes: a 504, or an error event in
 the stream) -> answer as JSON or as an SSE stream, in the shape of the request's API (its
 ``answer.Answer``: chat, completions, embeddings, Responses).
-However it ends, ``_Flight.end`` runs exactly once: it releases the admission
+However it ends, ``_Flight.end`` runs exactly once: it releases the
 admission grant and hands the finished ``RequestRecord`` to the observers.
 """
 
@@ -96,7 +96,7 @@ class GenerationCall:
 
     @property
     def cost(self) -> int:
-        """Admission cost: prompt tokens + max_tokens (the seed's token_admission_load)."""
+        """Admission cost: prompt tokens + max_tokens, the KV tokens the request may hold."""
         return self.prompt_tokens + self.max_tokens
 
 

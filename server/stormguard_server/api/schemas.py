@@ -66,11 +66,11 @@ class ChatMessage(_Lenient):
         return said + calls
 
 
-# -- tools and structured output (structured.py reads them) ----------------------------
+# -- tools and structured output (tool_requests.py checks them) ------------------------
 
 
 class FunctionDefinition(_Lenient):
-    """A chat tool's function. Its name is checked by ``structured.py``, which can name
+    """A chat tool's function. Its name is checked by ``tool_requests.py``, which can name
     the field in OpenAI's words; ``parameters`` is a JSON Schema (``schema_check.py``)."""
 
     name: str
@@ -238,7 +238,7 @@ InputItem = Annotated[
 
 class ResponsesTool(_Lenient):
     """A Responses API tool: a function is flat (``name``, ``parameters`` beside
-    ``type``); other types (web search, files...) are refused by ``structured.py``."""
+    ``type``); other types (web search, files...) are refused by ``tool_requests.py``."""
 
     type: str
     name: str | None = None

@@ -303,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--oom",
         action=argparse.BooleanOptionalAction,
         default=_ENGINE.oom_crash,
-        help="a KV allocation that does not fit crashes the engine (the seed's OOM); "
+        help="a KV allocation that does not fit crashes the engine (the OOM avalanche); "
         "--no-oom preempts like vLLM instead",
     )
     engine.add_argument(

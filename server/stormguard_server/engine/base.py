@@ -1,12 +1,13 @@
 """The engine seam: what the HTTP layer and the admission layer need from an engine.
 
-Two engines sit behind it: the embedded simulator (``sim_engine.SimEngine``)
-and, later, real vLLM. Everything above this seam (routes, admission,
-headers, metrics) only sees these types, so the same admission layer can
-front either one. An engine streams ``TokenDelta`` for a ``GenerationRequest``,
-aborts on request or when the request's deadline passes (within one step), and
-reports its live load and lifetime counters (``EngineLoad``, ``EngineStats``)
-for headers, budget and metrics.
+The embedded simulator (``sim_engine.SimEngine``) sits behind it, and
+everything above (routes, admission, headers, metrics) only sees these types.
+Admission reads nothing but ``EngineLoad``, which real vLLM's gauges fill too
+(``vllm/engine_load.py``), so the same admission layer fronts either one. An
+engine streams ``TokenDelta`` for a ``GenerationRequest``, aborts on request or
+when the request's deadline passes (within one step), and reports its live load
+and lifetime counters (``EngineLoad``, ``EngineStats``) for headers, budget and
+metrics.
 """
 
 from __future__ import annotations

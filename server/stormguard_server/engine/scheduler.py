@@ -12,7 +12,7 @@ in arrival order while the batch has room. KV slots come from the
 - ``oom_crash=True``: the engine "runs out of memory". Like an engine that
   trusts its memory profile, it starts waiting sequences without checking
   that they will fit, and any allocation that fails raises ``KVExhausted``;
-  the engine turns that into a crash. This is the seed's failure.
+  the engine turns that into a crash: the OOM avalanche's crash.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
 moment its status line goes out: errors, 404s, validation failures and SSE
 streams included. ``BodyLimitMiddleware`` refuses bodies over the size limit
 with a 413 before any route reads them; ``ErrorBoundaryMiddleware`` turns a
-bug into a logged, OpenAI-shaped 500 that still carries the load headers.
+bug into a logged, OpenAI-shaped 500 that still carries the load headers;
+``ResponseCountMiddleware``, outermost, counts every status a client gets.
 """
 
 from __future__ import annotations

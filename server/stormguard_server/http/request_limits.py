@@ -1,13 +1,13 @@
 """How many requests the server serves at once, and how many body bytes they hold.
 
-The outermost middleware but the response count (so its refusals are counted as
-every answer is): a request enters when its headers are complete, before any of
-its body is read, and holds a place and its body's
-bytes (``Content-Length``, capped at the body-size limit; the whole limit for
-a chunked body, whose size is unknown) until its answer is sent or its client
-has gone. Past either limit it gets an OpenAI-shaped 503 with a Retry-After
-(and the load headers, with ``x-load-shed: queue_full``, when admission is on),
-then the connection closes, so a refused client frees its connection at once.
+Outside every middleware but the request id and the response count (so its refusals
+are named and counted as every answer is): a request enters when its headers are
+complete, before any of its body is read, and holds a place and its body's bytes
+(``Content-Length``, capped at the body-size limit; the whole limit for a chunked
+body, whose size is unknown) until its answer is sent or its client has gone.
+Past either limit it gets an OpenAI-shaped 503 with a Retry-After (and the load
+headers, with ``x-load-shed: queue_full``, when admission is on), then the
+connection closes, so a refused client frees its connection at once.
 
 With admission on, its queue refuses in steady overload long before this
 limit is reached (it holds 256 by default); this is the backstop for a burst of

@@ -12,8 +12,9 @@ KV capacity x the watermark; what does not fit waits in the bounded priority que
 shed with the same 503, ``x-load-shed``, ``x-should-retry`` and a Retry-After
 from the measured hold times and the requests still running. A request whose
 ``x-request-deadline-ms`` cannot be met is refused at once; one whose caller
-leaves while queued never reaches vLLM; once running, vLLM itself aborts it
-when the client goes (about 0.1 s). Every response carries the load headers.
+leaves while queued never reaches vLLM; once running, the middleware cancels
+vLLM's handler when the client goes, and vLLM aborts the request in the engine
+(about 0.1 s). Every response carries the load headers.
 
 vLLM instantiates the middleware with the app only, so its settings come from
 the environment: ``STORMGUARD_ADMISSION`` holds the ``AdmissionConfig`` as
