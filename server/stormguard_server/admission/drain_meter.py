@@ -21,8 +21,8 @@ class DrainMeter:
         self._started: float | None = None
 
     def start(self) -> None:
-        """Begin measuring: the rate's span starts here (at the first release, unless
-        called sooner)."""
+        """Begin measuring: the rate's span starts here (the request limits' pools
+        call it at their first take; else it starts at the first release)."""
         if self._started is None:
             self._started = self._clock.now()
 

@@ -87,6 +87,7 @@ class _Pool:
 
     def take(self, amount: int) -> None:
         self.held += amount
+        self._meter.start()  # a release's rate counts the time since the first take
 
     def give_back(self, amount: int) -> None:
         self.held -= amount

@@ -124,6 +124,25 @@ async def test_retry_after_comes_from_the_rate_requests_finish_at() -> None:
     await held[0]
 
 
+async def test_the_first_release_is_measured_from_when_requests_were_first_taken() -> None:
+    """One request that took 4 s to finish is 0.25 per second, not ten (a span
+    floored at 0.1 s from its own release): the first refusals' Retry-After is not
+    too short by the request's whole duration."""
+    clock = FakeClock()
+    app = Blocking()
+    gate = limits(app, clock, max_requests=1)
+    first = await started(app, gate, [])
+    clock.advance(4.0)
+    app.release.set()
+    await first[0]
+    app.release.clear()
+    held = await started(app, gate, [])
+    _, headers, _ = await call(gate)
+    assert headers["retry-after"] == "4"  # one place frees in 1 / (0.25 per s)
+    app.release.set()
+    await held[0]
+
+
 async def test_body_bytes_are_held_from_the_content_length_and_given_back() -> None:
     app = Blocking()
     gate = limits(app, max_requests=10)
