@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from stormguard_drill.app import sleep_until
 from stormguard_drill.fleet.config import Fault, FleetTimeline
 from stormguard_drill.fleet.records import FaultLog, Samples
 from stormguard_drill.sampler import MetricsSampler
@@ -233,12 +234,6 @@ async def _until_ready(http: httpx.AsyncClient, server: ServerProcess, ready: bo
         await asyncio.sleep(_READY_POLL_S)
 
 
-async def _sleep_until(when: float) -> None:
-    delay = when - time.monotonic()
-    if delay > 0:
-        await asyncio.sleep(delay)
-
-
 async def _crash_loop(
     http: httpx.AsyncClient, replicas: Replicas, fault: Fault, t0: float, up_s: float, log: FaultLog
 ) -> None:
@@ -265,7 +260,7 @@ async def run_timeline(
     async with httpx.AsyncClient(timeout=10.0) as http:
         try:
             for fault in timeline.faults:
-                await _sleep_until(t0 + fault.start_s)
+                await sleep_until(t0 + fault.start_s)
                 try:
                     if fault.kind == "dead":
                         await replicas.kill(fault.replica)
@@ -284,7 +279,7 @@ async def run_timeline(
                         slow = fault
                 except (httpx.HTTPError, OSError, RuntimeError) as exc:
                     log.errors.append(f"{fault.kind} at {fault.start_s} s: {exc!r}")
-            await _sleep_until(t0 + timeline.recover_at_s)
+            await sleep_until(t0 + timeline.recover_at_s)
             log.recovered_s = round(time.monotonic() - t0, 3)
             for task in loops:
                 task.cancel()

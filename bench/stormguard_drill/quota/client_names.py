@@ -28,16 +28,6 @@ REDIS_CLIENTS: frozenset[QuotaClientName] = frozenset(
 THREADED_CLIENTS: frozenset[QuotaClientName] = frozenset(
     {"stormguard-sync", "stormguard-sync+redis"}
 )
-# The rows the targets are for (every row is checked against them).
-STORMGUARD_CLIENTS: frozenset[QuotaClientName] = frozenset(
-    {
-        "stormguard-sync",
-        "stormguard-async",
-        "stormguard-sync+redis",
-        "stormguard-async+redis",
-        "openai+sg-httpx",
-    }
-)
 QUOTA_CLIENT_TITLES: dict[str, str] = {
     "stormguard-sync": "stormguard.Client (defaults), threads",
     "stormguard-async": "stormguard.AsyncClient (defaults), tasks",
