@@ -60,8 +60,11 @@ def _asyncio_running() -> bool:
     return asyncio is not None and asyncio._get_running_loop() is not None
 
 
-def _mapped(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
-    """The httpx error httpcore raises for the wire event aiohttp reported as ``exc``."""
+def _mapped(
+    exc: BaseException, request: httpx.Request, response: aiohttp.ClientResponse | None = None
+) -> httpx.TransportError:
+    """The httpx error httpcore raises for the wire event aiohttp reported as ``exc``
+    (while reading ``response``'s body, if given)."""
     error: type[httpx.TransportError]
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         error = httpx.ConnectTimeout  # the pool wait or the connect (aiohttp's ``connect``)
@@ -76,7 +79,7 @@ def _mapped(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
     elif isinstance(exc, aiohttp.ClientPayloadError):
         # The body ended early: a reset is httpcore's ReadError, a close before the
         # framing said the body ends (or a broken chunk) its RemoteProtocolError.
-        error = httpx.ReadError if _reset(exc) else httpx.RemoteProtocolError
+        error = httpx.ReadError if _reset(response) else httpx.RemoteProtocolError
     elif isinstance(exc, aiohttp.ClientConnectionResetError):
         error = httpx.WriteError  # the request written to a closing connection
     elif isinstance(exc, (aiohttp.ClientOSError, aiohttp.ClientConnectionError)):
@@ -88,15 +91,14 @@ def _mapped(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
     return error(str(exc) or type(exc).__name__, request=request)
 
 
-def _reset(exc: BaseException) -> bool:
-    """Whether ``exc`` was caused by the socket failing (a reset), not by the framing."""
-    seen = 0
-    cause = exc.__cause__ or exc.__context__
-    while cause is not None and seen < 8:
-        if isinstance(cause, OSError) and not isinstance(cause, TimeoutError):
-            return True
-        cause, seen = cause.__cause__ or cause.__context__, seen + 1
-    return False
+def _reset(response: aiohttp.ClientResponse | None) -> bool:
+    """Whether ``response``'s connection was lost to a socket error (a reset), not
+    closed by the server: aiohttp names the socket's error only in the message of the
+    body's error, and keeps it on the connection's protocol."""
+    connection = None if response is None else response.connection
+    protocol = None if connection is None else connection.protocol
+    lost = None if protocol is None else protocol.exception()
+    return isinstance(lost, OSError) and not isinstance(lost, TimeoutError)
 
 
 class _Body(httpx.AsyncByteStream):
@@ -117,7 +119,7 @@ class _Body(httpx.AsyncByteStream):
         try:
             piece = await self._response.content.readany()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise _mapped(exc, self._request) from exc
+            raise _mapped(exc, self._request, self._response) from exc
         if not piece:
             raise StopAsyncIteration
         return piece
