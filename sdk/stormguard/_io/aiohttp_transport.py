@@ -27,7 +27,7 @@ httpx_aiohttp) is the same idea; this one differs where stormguard needs it:
   deque and wakes one waiter, whatever the pool's size.
 
 aiohttp runs on asyncio only: off asyncio (trio) the transport hands every request
-to httpx's own transport instead, made at its first request (``_fallback``).
+to httpx's own transport instead, made at its first request (``_off_asyncio``).
 """
 
 from __future__ import annotations
