@@ -1,7 +1,7 @@
 """Many concurrent calls on one event loop: stormguard's CPU and added latency at 1,000.
 
     .venv/bin/python bench/bench_concurrency.py [--calls 1000] [--rounds 5]
-        [--http httpx2,httpx,mock,mock-given] [--profile N] [--handoff SLOTS]
+        [--http httpx2,httpx,aiohttp,mock,mock-given] [--profile N] [--handoff SLOTS]
 
 A local server in its own process (``--serve``, below: raw asyncio, no framework,
 file limit raised, backlog 4096) answers every chat completion after ``--delay``
@@ -18,7 +18,11 @@ sockets, no pool) under stormguard's default pool, or ``mock-given``, the same
 transport in a plain ``httpx.AsyncClient`` passed as ``http_client`` (which takes
 httpx's whole ``Client.send``, as raw httpx does). At 1,000 connections
 httpcore's pool scans every connection per request and costs far more than
-either client, so only the mock shows the clients' own work.
+either client, so only the mock shows the clients' own work. ``aiohttp``:
+stormguard with ``http_backend="aiohttp"`` against raw aiohttp
+(``ClientSession.post`` and ``json.loads``, a connector of the same size), with a
+third client in the same interleaved rounds: openai-python over
+``openai.DefaultAioHttpClient`` (same limits, openai's defaults otherwise).
 
 A cold round of new clients comes first, the calls at once: its connections are
 new and stormguard's limiter starts at ``initial_limit`` (20), so calls queue
@@ -145,6 +149,8 @@ async def _answer_later(delay: float, request: httpx.Request) -> httpx.Response:
 def raw_client(
     base_url: str, calls: int, library: str, delay: float
 ) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    if library == "aiohttp":
+        return _raw_aiohttp(base_url, calls)
     library = library.removesuffix("-given")  # raw httpx has no pool but the one it is given
     client = _pool(library, calls, delay=delay, headers={"authorization": f"Bearer {KEY}"})
     url = f"{base_url}/chat/completions"
@@ -153,6 +159,44 @@ def raw_client(
         return json.loads((await client.post(url, json=BODY)).content)
 
     return call, client.aclose
+
+
+def _raw_aiohttp(base_url: str, calls: int) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """aiohttp's ``ClientSession.post`` and ``json.loads``, on a connector sized as
+    the other pools."""
+    import aiohttp
+
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=calls + 24),
+        headers={"authorization": f"Bearer {KEY}"},
+    )
+    url = f"{base_url}/chat/completions"
+
+    async def call() -> object:
+        async with session.post(url, json=BODY) as response:
+            return json.loads(await response.read())
+
+    return call, session.close
+
+
+def openai_client(base_url: str, calls: int) -> tuple[Call, Callable[[], Awaitable[None]]]:
+    """openai-python over ``openai.DefaultAioHttpClient`` (its aiohttp transport, on
+    httpx2 in openai 3.x), sized as the other pools. openai's own defaults otherwise
+    (``max_retries=2``): the server never fails, so no retry is ever made."""
+    import openai
+
+    limits = httpx2.Limits(max_connections=calls + 24, max_keepalive_connections=calls + 24)
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key=KEY,
+        timeout=60,
+        http_client=openai.DefaultAioHttpClient(limits=limits),
+    )
+
+    def call() -> Awaitable[object]:
+        return client.chat.completions.create(model="slow", messages=MESSAGES, max_tokens=16)  # type: ignore[arg-type]
+
+    return call, client.close
 
 
 def guard_client(
@@ -166,7 +210,7 @@ def guard_client(
     ``Client.send``). The same limits either way."""
     http: httpx.AsyncClient | None = None
     limits = None
-    if library == "httpx":
+    if library in ("httpx", "aiohttp"):
         limits = httpx.Limits(max_connections=calls + 24, max_keepalive_connections=calls + 24)
     elif library == "mock":
         # The default pool's class over the mock's transport: stormguard builds this
@@ -181,6 +225,7 @@ def guard_client(
         timeout=60,
         http_client=http,
         connection_limits=limits,
+        http_backend="aiohttp" if library == "aiohttp" else None,
     )
 
     async def close() -> None:
@@ -270,8 +315,15 @@ async def run(args: argparse.Namespace, base_url: str, library: str) -> None:
     if limiter is not None:
         print(f"  stormguard's limiter after it: {limiter.state()}")
 
+    peers: dict[str, Call] = {}
+    closes = [raw_close, guard_close]
+    if library == "aiohttp":
+        openai_call, openai_close = openai_client(base_url, calls)
+        await one_round(openai_call, calls, delay)  # cold, like the others
+        peers["openai+aiohttp"] = openai_call
+        closes.append(openai_close)
     for spread in (0.0, delay):
-        await warm_rounds(args, raw_call, guard_call, spread)
+        await warm_rounds(args, raw_call, guard_call, spread, peers)
     if limiter is not None:
         print(f"  stormguard's limiter after them: {limiter.state()}")
     print(f"  load average at end: {_loadavg()}")
@@ -284,23 +336,35 @@ async def run(args: argparse.Namespace, base_url: str, library: str) -> None:
         out = io.StringIO()
         pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.profile)
         print(out.getvalue())
-    await raw_close()
-    await guard_close()
+    for close in closes:
+        await close()
 
 
 async def warm_rounds(
-    args: argparse.Namespace, raw_call: Call, guard_call: Call, spread: float
+    args: argparse.Namespace,
+    raw_call: Call,
+    guard_call: Call,
+    spread: float,
+    peers: dict[str, Call] | None = None,
 ) -> None:
-    """Interleaved rounds of the same (warm) clients; the medians and the targets."""
+    """Interleaved rounds of the same (warm) clients (and ``peers``, other clients
+    measured alongside); the medians, the spread and the targets."""
     calls, delay = args.calls, args.delay
-    per: dict[str, list[Round]] = {"raw": [], "stormguard": []}
+    each = {"raw": raw_call, "stormguard": guard_call, **(peers or {})}
+    per: dict[str, list[Round]] = {name: [] for name in each}
     for _ in range(args.rounds):
-        per["raw"].append(await one_round(raw_call, calls, delay, spread))
-        per["stormguard"].append(await one_round(guard_call, calls, delay, spread))
+        for name, call in each.items():
+            per[name].append(await one_round(call, calls, delay, spread))
     how = f"arriving over {spread:g} s" if spread else "at once"
     print(f"warm rounds ({args.rounds} interleaved, {calls} calls {how} each):")
     for name, rounds in per.items():
         print(line(name, rounds))
+        print(f"    cpu/call per round (us): {[round(r.cpu_per_call * 1e6) for r in rounds]}")
+    for name in per:
+        if name not in ("raw", "stormguard"):
+            peer = zip(per["raw"], per[name], strict=True)
+            ratio = statistics.median(p.cpu_per_call / r.cpu_per_call for r, p in peer)
+            print(f"  cpu {name} / raw = {ratio:.2f}")
     pairs = zip(per["raw"], per["stormguard"], strict=True)
     ratios = [g.cpu_per_call / r.cpu_per_call for r, g in pairs]
     ratio = statistics.median(ratios)
@@ -356,7 +420,7 @@ def main() -> None:
     parser.add_argument(
         "--http",
         default="httpx2,httpx",
-        help="pools under both clients, comma-separated (httpx, httpx2, mock, mock-given)",
+        help="pools under both clients, comma-separated (httpx, httpx2, aiohttp, mock, mock-given)",
     )
     parser.add_argument(
         "--profile",

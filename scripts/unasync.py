@@ -1,8 +1,9 @@
 """Generate the sync client from the async one, as httpcore generates its sync code.
 
 ``sdk/stormguard/_client/client.py`` is ``async_client.py`` with its async words
-replaced by their sync twins (the table below), then sorted and formatted by
-ruff; so is ``resources.py``. Edit the async files
+replaced by their sync twins (the table below) and its lines marked
+``# async only`` left out, then sorted and formatted by ruff; so is
+``resources.py``. Edit the async files
 and run ``make unasync``; ``--check`` (run by tests/sdk/client/test_unasync.py) fails
 when a sync file is not what its async twin generates. The I/O that truly
 differs lives outside both (``_call/drivers.py``).
@@ -42,10 +43,16 @@ SUBS = [
     ("([a-z][a-z0-9_]*)_async", r"\1_sync"),
 ]
 COMPILED = [(re.compile(rf"\b{pattern}\b"), repl) for pattern, repl in SUBS]
+#: A line that ends with this comment has no sync twin: it is left out of the sync
+#: file (an option only the async client has: ``http_backend``).
+ASYNC_ONLY = "# async only"
 
 
 def unasync(source: str) -> str:
-    """``source`` with every async word replaced by its sync twin (unformatted)."""
+    """``source`` with every async word replaced by its sync twin, and the lines
+    marked ``ASYNC_ONLY`` left out (unformatted)."""
+    lines = source.splitlines(keepends=True)
+    source = "".join(line for line in lines if not line.rstrip().endswith(ASYNC_ONLY))
     for pattern, repl in COMPILED:
         source = pattern.sub(repl, source)
     return source

@@ -30,7 +30,7 @@ from stormguard._call.unclosed import reaped, settled
 from stormguard.telemetry._events import CallEnded
 from tests.e2e.flaky_server import FlakyServer, running, wait_for
 from tests.e2e.server_process import RunningServer, run_server
-from tests.sdk.helpers import own_pools
+from tests.sdk.helpers import local, own_pools
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +99,11 @@ def options(server: FlakyServer, ends: Ends) -> dict[str, Any]:
 
 
 def held_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
-    """Requests the client's pool still holds: 0 once nothing was left in it."""
+    """Requests the client's pool still holds: 0 once nothing was left in it (on the
+    aiohttp backend, the connections its connector has handed out)."""
+    session = getattr(local(client._http._transport), "_session", None)
+    if session is not None:
+        return len(session.connector._acquired)
     shards = getattr(client._http._transport, "shards", ())
     held = sum(len(pool._pool._requests) for pool in own_pools(client))
     return int(held + sum(shard.in_flight for shard in shards))

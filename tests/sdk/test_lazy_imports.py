@@ -48,6 +48,9 @@ LAZY = (
     # first call.
     "redis",
     "stormguard._policies.quota._redis",
+    # The async client's aiohttp backend: only with http_backend="aiohttp".
+    "aiohttp",
+    "stormguard._io.aiohttp_transport",
 )
 
 #: A program that only makes sync calls never loads these (asyncio costs ~15 ms).

@@ -20,8 +20,9 @@ Everything else in ``Client`` and ``AsyncClient`` is one text
 
 from __future__ import annotations
 
+import os
 from functools import partial
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import anyio
 
@@ -55,7 +56,10 @@ if TYPE_CHECKING:
     from .client_core import ClientCore
 
 __all__ = [
+    "BACKEND_VARIABLE",
+    "HTTPBackend",
     "closed_error",
+    "http_backend",
     "http_pool_async",
     "http_pool_sync",
     "run_call_async",
@@ -76,13 +80,54 @@ def http_pool_sync(given: SyncHTTPClient | None, limits: httpx.Limits) -> httpx.
     return cast("httpx.Client", given)
 
 
-def http_pool_async(given: AsyncHTTPClient | None, limits: httpx.Limits) -> httpx.AsyncClient:
+#: The HTTP library under the async client's own pool: httpx's (httpcore's) or aiohttp's.
+HTTPBackend: TypeAlias = Literal["httpx", "aiohttp"]
+#: The backend of an ``AsyncClient`` not given ``http_backend`` (unset: httpx).
+BACKEND_VARIABLE = "STORMGUARD_HTTP_BACKEND"
+_BACKENDS = ("httpx", "aiohttp")
+
+
+def http_backend(asked: str | None, given: object) -> HTTPBackend:
+    """The backend of an async client asked for ``asked`` (None: the environment's,
+    else httpx), with ``given`` as its ``http_client``; a clear error for a name of
+    none, or for both a backend and an ``http_client``."""
+    if asked is not None and given is not None:
+        raise TypeError(
+            "http_backend chooses the library of the client's own pool: with your own"
+            " http_client, pass one or the other"
+        )
+    if asked is None:
+        asked = os.environ.get(BACKEND_VARIABLE) or "httpx"
+        if given is not None:
+            return "httpx"  # your pool is used as it is
+        if asked not in _BACKENDS:
+            raise ValueError(f"{BACKEND_VARIABLE} must be httpx or aiohttp, got {asked[:50]!r}")
+    if asked not in _BACKENDS:
+        raise ValueError(f"http_backend must be 'httpx' or 'aiohttp', got {asked!r:.50}")
+    return cast("HTTPBackend", asked)
+
+
+def http_pool_async(
+    given: AsyncHTTPClient | None, limits: httpx.Limits, backend: str | None = None
+) -> httpx.AsyncClient:
     """The async client's pool: ``given``, else an ``httpx.AsyncClient`` of its own
     (``own_pool.OwnAsyncClient``) with its environment proxies, holding ``limits``
-    among its transports (``own_pool``)."""
+    among its transports (``own_pool``): httpx's, or with ``backend`` "aiohttp"
+    (``http_backend``) aiohttp's (``_io/aiohttp_transport.py``)."""
+    chosen = http_backend(backend, given)
     if given is not None:
         given_pool(given)
         return cast("httpx.AsyncClient", given)
+    if chosen == "aiohttp":
+        try:
+            from .._io.aiohttp_transport import aiohttp_pool
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("aiohttp", "multidict", "yarl"):
+                raise
+            raise ImportError(
+                "http_backend='aiohttp' needs aiohttp: pip install 'stormguard[aiohttp]'"
+            ) from exc
+        return own_pool(OwnAsyncClient, aiohttp_pool, limits, shard=False)
     return own_pool(OwnAsyncClient, httpx.AsyncHTTPTransport, limits)
 
 

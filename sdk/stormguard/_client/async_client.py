@@ -33,6 +33,7 @@ from .async_resources import (
 from .base_client import DEFAULT_CONNECTION_LIMITS, BaseClient, check_http_options
 
 if TYPE_CHECKING:
+    from .._call.drivers import HTTPBackend  # async only
     from .._core.http import AsyncHTTPClient, LimitsLike
 
 __all__ = ["AsyncClient", "AsyncClientWithRawResponse", "AsyncClientWithStreamingResponse"]
@@ -58,16 +59,24 @@ class AsyncClient(BaseClient):
         *,
         http_client: AsyncHTTPClient | None = None,
         connection_limits: LimitsLike | None = None,
+        http_backend: HTTPBackend | None = None,  # async only
         **options: Unpack[ClientOptions],
     ) -> None:
         """``http_client``: your own ``httpx.AsyncClient`` or ``httpx2.AsyncClient``, which
         ``close()`` then leaves open; ``connection_limits``: the pool limits of the
         client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
+        ``http_backend`` (the async client only): the library of that pool, "httpx" or
+        "aiohttp" (``pip install 'stormguard[aiohttp]'``; docs/deploy.md, "The aiohttp
+        backend"); by default ``$STORMGUARD_HTTP_BACKEND``, else httpx.
         The other options: ``ClientOptions``."""
         limits = check_http_options(http_client, "AsyncClient", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = http_pool_async(http_client, limits or DEFAULT_CONNECTION_LIMITS)
+        self._http = http_pool_async(
+            http_client,
+            limits or DEFAULT_CONNECTION_LIMITS,
+            http_backend,  # async only
+        )
         if self._owns_http:  # left unclosed, the pool closes once nothing uses it
             self._core.pool_finalizer = PoolFinalizer(self._http, repr(self))
         self._bind_resources()

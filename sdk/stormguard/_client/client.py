@@ -63,11 +63,17 @@ class Client(BaseClient):
         """``http_client``: your own ``httpx.Client`` or ``httpx2.Client``, which
         ``close()`` then leaves open; ``connection_limits``: the pool limits of the
         client's own (``DEFAULT_CONNECTION_LIMITS``, openai-python's, by default).
+        ``http_backend`` (the async client only): the library of that pool, "httpx" or
+        "aiohttp" (``pip install 'stormguard[aiohttp]'``; docs/deploy.md, "The aiohttp
+        backend"); by default ``$STORMGUARD_HTTP_BACKEND``, else httpx.
         The other options: ``ClientOptions``."""
         limits = check_http_options(http_client, "Client", connection_limits)
         super().__init__(**options)
         self._owns_http = http_client is None
-        self._http = http_pool_sync(http_client, limits or DEFAULT_CONNECTION_LIMITS)
+        self._http = http_pool_sync(
+            http_client,
+            limits or DEFAULT_CONNECTION_LIMITS,
+        )
         if self._owns_http:  # left unclosed, the pool closes once nothing uses it
             self._core.pool_finalizer = PoolFinalizer(self._http, repr(self))
         self._bind_resources()

@@ -271,10 +271,13 @@ def _proxy_mounts(transport_for: Callable[[str], _T]) -> dict[str, _T | None]:
     }
 
 
-def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits) -> _Own:
+def own_pool(
+    client: type[_Own], make: Callable[..., Any], limits: httpx.Limits, *, shard: bool = True
+) -> _Own:
     """``client`` on the transports ``make(proxy=, limits=, verify=)`` builds (an httpx
     ``HTTPTransport`` class or a subclass): one for direct requests and one for each
-    proxy of the environment, each split into shards of ``limits`` (``pool_shards.py``),
+    proxy of the environment, each split into shards of ``limits`` (``pool_shards.py``;
+    not with ``shard=False``: the aiohttp transport, whose pool needs none),
     all on one TLS context (each transport would load the CA bundle for its own,
     about 20 ms), and each made again for a forked child (and, async, for each event
     loop: ``pool_life.py``). A forked child makes its own TLS context too: the locks of
@@ -293,6 +296,8 @@ def own_pool(client: type[_Own], make: Callable[..., Any], limits: httpx.Limits)
     local = ProcessTransport if issubclass(client, OwnClient) else LoopTransport
 
     def transport(proxy: str | None = None) -> Any:
+        if not shard:
+            return local(lambda: make(proxy=proxy, limits=limits, verify=tls()))
         return local(
             lambda: pool_transport(
                 lambda each: make(proxy=proxy, limits=each, verify=tls()), limits

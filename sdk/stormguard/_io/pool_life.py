@@ -51,12 +51,16 @@ from .._core import fork as _fork
 from .._core.fork import fork_safe_lock
 from .._core.http import httpx
 
-__all__ = ["LoopTransport", "ProcessTransport", "given_pool", "used_given_pool"]
+__all__ = ["LoopTransport", "ProcessTransport", "given_pool", "keeping", "used_given_pool"]
 
 
 def _transports(transport: object) -> list[Any]:
     """The httpx transports ``transport`` is made of: its shards' (``pool_shards.py``),
-    or itself."""
+    or itself; for the aiohttp transport off asyncio, those of httpx's it hands the
+    requests to (``aiohttp_transport.py``)."""
+    fallback = getattr(transport, "fallback", None)
+    if fallback is not None:
+        transport = fallback
     shards = getattr(transport, "shards", None)
     return [shard.transport for shard in shards] if shards is not None else [transport]
 
@@ -70,8 +74,10 @@ def _backends(transport: object) -> list[Any]:
 
 
 def _sockets(transport: object) -> list[Any]:
-    """The sockets of the connections ``transport``'s pools hold."""
-    found = []
+    """The sockets of the connections ``transport``'s pools hold (an aiohttp
+    transport lists its own)."""
+    own = getattr(transport, "sockets", None)
+    found = own() if callable(own) else []
     for backend in _backends(transport):
         for stream in list(backend.streams):
             sock = stream.get_extra_info("socket")
@@ -87,7 +93,7 @@ def _closing(transport: object) -> None:
         backend.closed = True
 
 
-def _keeping(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+def keeping(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
     """``transport``, its pools keeping the streams they make (the sync ones'
     ``DeadlineBackend`` keeps them already)."""
     from .deadline_backend import keep_streams
@@ -127,6 +133,9 @@ def _let_go(transport: object) -> None:
         if _null_fd < 0:
             _null_fd = os.open(os.devnull, os.O_RDWR)
         os.dup2(_null_fd, fd, inheritable=False)
+    forget = getattr(transport, "forget", None)
+    if callable(forget):
+        forget()  # an aiohttp session, told it is closed, with no I/O
 
 
 class ProcessTransport(httpx.BaseTransport):
@@ -184,7 +193,7 @@ class LoopTransport(httpx.AsyncBaseTransport):
     their own."""
 
     def __init__(self, make: Callable[[], httpx.AsyncBaseTransport]) -> None:
-        self._make: Callable[[], httpx.AsyncBaseTransport] = lambda: _keeping(make())
+        self._make: Callable[[], httpx.AsyncBaseTransport] = lambda: keeping(make())
         self._lock = fork_safe_lock()
         #: The loop that used this one last and its transport, in one tuple: a loop in
         #: another thread reads both at once. The first transport waits for a loop.
