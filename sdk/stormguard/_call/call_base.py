@@ -93,7 +93,7 @@ class CallBase:
     _endpoint: EndpointState | None = None
     _last_endpoint: str | None = None
     #: Whether the endpoint last chosen is its affinity key's home ("hit") or
-    #: another ("overflow": the home was full, shedding, out or tried); None: no
+    #: another ("overflow": the home was full, shedding or tried); None: no
     #: key, or no choice to make (``endpoint_choice.pick_endpoint``); and that of
     #: the attempt in flight (``pipeline.begin_attempt``: a retry's endpoint is
     #: chosen before the failed attempt's record is closed).

@@ -61,7 +61,7 @@ class CallStats:
     #: deployments all out of rotation) and have not returned yet.
     tiers_left: tuple[tuple[str | None, int], ...] = ()
     #: Attempts that went to their prefix-cache affinity key's home, and attempts
-    #: with a key that went elsewhere (its home full, shedding, out or tried).
+    #: with a key that went elsewhere (its home full, shedding or tried).
     affinity_hits: int = 0
     affinity_overflows: int = 0
 

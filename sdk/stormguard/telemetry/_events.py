@@ -117,7 +117,7 @@ class AttemptStarted:
     deployment: str | None = None
     tier: int | None = None
     #: ``"hit"``: it goes to its prefix-cache affinity key's home; ``"overflow"``: to
-    #: another endpoint (the home full, shedding, out or tried); None: no key.
+    #: another endpoint (the home full, shedding or tried); None: no key.
     affinity: str | None = None
 
 
