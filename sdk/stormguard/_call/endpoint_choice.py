@@ -55,7 +55,7 @@ def pick_endpoint(
     else:
         avoid = set()
     key, affinity = call.spec.affinity_key, core.affinity
-    choice = core.picker.choose(
+    candidates, home = core.picker.choose(
         model=call.spec.model,
         priority=call.priority,
         spill=core.spill_over,
@@ -64,7 +64,6 @@ def pick_endpoint(
         affinity_key=None if affinity is None else key,
         epsilon=DEFAULT_EPSILON if affinity is None else affinity.epsilon,
     )
-    candidates = choice.candidates
     if call.spec.pin is not None:
         _serving(call)  # a clear error when the pin leaves none of the model's
     elif core.tiered:
@@ -75,8 +74,10 @@ def pick_endpoint(
     if not candidates:
         raise _refusal(call)
     chosen = _with_room(call, candidates)
-    home = choice.home
-    call._affinity = None if home is None else ("hit" if chosen is home else "overflow")
+    if home is not None:
+        call._affinity = "hit" if chosen is home else "overflow"
+    elif call._affinity is not None:
+        call._affinity = None
     return chosen
 
 

@@ -249,9 +249,11 @@ class LogicalCall(CallBase):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
-        affinity = self._attempt_affinity = self._affinity
-        if affinity is not None:
-            self.core.stats.affinity(hit=affinity == "hit")
+        affinity = self._affinity
+        if affinity is not None or self._attempt_affinity is not None:
+            self._attempt_affinity = affinity
+            if affinity is not None:
+                self.core.stats.affinity(hit=affinity == "hit")
         quota_sent(self)
         # Lower-case names, as the client's own: a call's "Authorization" replaces the
         # client's "authorization" instead of going out beside it.

@@ -153,19 +153,24 @@ def short_hash(key: bytes) -> str:
     return key[:4].hex()
 
 
-def _score(key: bytes, state: EndpointState) -> float:
-    """Weighted rendezvous score of ``state`` for ``key`` (higher wins)."""
-    digest = hashlib.blake2b(
-        state.name.encode("utf-8", "surrogatepass"), digest_size=8, key=key
-    ).digest()
-    u = ((int.from_bytes(digest, "big") >> 12) + 0.5) * _UNIT
-    return -state.weight / math.log(u)
+def _ranked(key: bytes, states: Sequence[EndpointState]) -> list[tuple[float, str, int]]:
+    """``(-score, name, index)`` of each of ``states``: sorted, the key's ranking.
+    The score is weighted rendezvous hashing's ``-weight / ln(u)`` (higher wins),
+    ``u`` from BLAKE2b keyed with ``key`` over the endpoint's name; the name breaks a
+    tie, so every process ranks alike."""
+    keyed = hashlib.blake2b(digest_size=8, key=key)  # copied per name: cheaper than a new key
+    ranked = []
+    for index, state in enumerate(states):
+        hasher = keyed.copy()
+        hasher.update(state.name.encode("utf-8", "surrogatepass"))
+        u = ((int.from_bytes(hasher.digest(), "big") >> 12) + 0.5) * _UNIT
+        ranked.append((state.weight / math.log(u), state.name, index))
+    return ranked
 
 
 def ranking(key: bytes, states: Sequence[EndpointState]) -> list[EndpointState]:
-    """``states`` in the key's order of preference (its home first); the name breaks
-    a tie, so every process ranks alike."""
-    return sorted(states, key=lambda s: (-_score(key, s), s.name))
+    """``states`` in the key's order of preference (its home first)."""
+    return [states[index] for _, _, index in sorted(_ranked(key, states))]
 
 
 def load_bound(total_in_flight: int, weight_share: float, epsilon: float) -> int:
@@ -186,12 +191,19 @@ def affinity_choice(
     the call goes to: the first of the ranking not ``skip``-ped (shedding, tried
     by this call) whose attempts in flight are below its ``load_bound``. None: none
     fits, and the caller orders ``states`` by load instead."""
-    ranked = ranking(key, states)
+    scored = _ranked(key, states)
     total = sum(s.in_flight for s in states)
     weights = sum(s.weight for s in states)
-    for state in ranked:
+
+    def fits(state: EndpointState) -> bool:
         if skip(state):
-            continue
-        if state.in_flight < load_bound(total, state.weight / weights, epsilon):
-            return ranked[0], state
-    return ranked[0], None
+            return False
+        return state.in_flight < load_bound(total, state.weight / weights, epsilon)
+
+    home = states[min(scored)[2]]
+    if fits(home):  # most calls: their home, found without sorting
+        return home, home
+    for _, _, index in sorted(scored)[1:]:
+        if fits(states[index]):
+            return home, states[index]
+    return home, None

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Collection, Sequence
-from typing import NamedTuple
 
 from ..._core.clock import Clock
 from ..._core.fork import forget_in_child, fork_safe_lock
@@ -51,18 +50,16 @@ from .endpoint_config import SpillOver as SpillOver
 from .endpoint_config import _none_serves
 from .endpoint_state import EndpointState as EndpointState
 
-__all__ = ["DEFAULT_STALE_AFTER", "Choice", "EndpointPicker"]
+__all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker", "Ranked"]
 
 
 DEFAULT_STALE_AFTER = 5.0
 
 
-class Choice(NamedTuple):
-    """The endpoints to try, in order, and the affinity key's home among them (the
-    first of its ranking; None: no key, or no choice to make)."""
-
-    candidates: list[EndpointState]
-    home: EndpointState | None = None
+#: The endpoints to try, in order, and the affinity key's home among them (the first
+#: of its ranking; None: no key, or no choice to make). A plain tuple: one is made
+#: for every attempt of every call.
+Ranked = tuple[list[EndpointState], "EndpointState | None"]
 
 
 class EndpointPicker:
@@ -172,7 +169,7 @@ class EndpointPicker:
             usable=usable,
             affinity_key=affinity_key,
             epsilon=epsilon,
-        ).candidates
+        )[0]
 
     def choose(
         self,
@@ -184,8 +181,8 @@ class EndpointPicker:
         usable: Callable[[EndpointState], bool] = lambda s: True,
         affinity_key: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
-    ) -> Choice:
-        """``candidates``, with the affinity key's home (``Choice``)."""
+    ) -> Ranked:
+        """``candidates``, with the affinity key's home (``Ranked``)."""
         own, others = self._pools(model, priority, spill)
         avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
         # Outside the lock: ``usable`` may probe.
@@ -193,7 +190,7 @@ class EndpointPicker:
         usable_others = [s for s in others if usable(s)]
         if not usable_others and len(usable_own) <= 1:
             # One endpoint (the common client) or none: no order to find.
-            return Choice(usable_own)
+            return usable_own, None
         tiers = sorted({s.tier for s in usable_own} | {s.tier for s in usable_others})
         home: EndpointState | None = None
         keyed = affinity_key is not None
@@ -210,7 +207,7 @@ class EndpointPicker:
                 else:
                     ordered += self._ordered(own_tier, avoided, now)
                 ordered += self._ordered([s for s in usable_others if s.tier == tier], avoided, now)
-            return Choice(ordered, home)
+            return ordered, home
 
     def _by_affinity(
         self,

@@ -143,32 +143,31 @@ def test_a_shedding_endpoint_is_skipped_while_its_report_is_fresh() -> None:
     k = key("chat-7")
     home, second = ranking(k, pick.states)[:2]
     pick.observe(home, ServerLoad(queue_depth=9, load_shed="queue_full"))
-    choice = pick.choose(affinity_key=k)
-    assert choice.candidates[0] is second and choice.home is home
+    order, chosen_home = pick.choose(affinity_key=k)
+    assert order[0] is second and chosen_home is home
     clock.advance(6.0)  # its report is stale: the key goes home again
-    assert pick.choose(affinity_key=k).candidates[0] is home
+    assert pick.choose(affinity_key=k)[0][0] is home
 
 
 def test_an_endpoint_out_of_rotation_is_not_ranked_and_its_keys_go_to_their_next() -> None:
     pick, _ = picker(*fleet(3))
     k = key("chat-8")
     home, second, _ = ranking(k, pick.states)
-    choice = pick.choose(affinity_key=k, usable=lambda s: s is not home)  # ejected, open breaker
-    assert choice.candidates[0] is second and choice.home is second
-    assert home not in choice.candidates
+    order, new_home = pick.choose(affinity_key=k, usable=lambda s: s is not home)  # ejected
+    assert order[0] is second and new_home is second
+    assert home not in order
 
 
 def test_a_retry_avoids_the_endpoint_it_tried() -> None:
     pick, _ = picker(*fleet(3))
     k = key("chat-9")
     home, second, third = ranking(k, pick.states)
-    choice = pick.choose(affinity_key=k, avoid={home.name})
-    assert choice.candidates[0] is second and choice.home is home
-    assert choice.candidates[-1] is home  # avoided: last, as without a key
-    both = pick.choose(affinity_key=k, avoid={home.name, second.name})
-    assert both.candidates[0] is third
-    every = pick.choose(affinity_key=k, avoid={s.name for s in pick.states})
-    assert len(every.candidates) == 3  # none fits: by load, as without a key
+    order, same_home = pick.choose(affinity_key=k, avoid={home.name})
+    assert order[0] is second and same_home is home
+    assert order[-1] is home  # avoided: last, as without a key
+    assert pick.choose(affinity_key=k, avoid={home.name, second.name})[0][0] is third
+    every, _ = pick.choose(affinity_key=k, avoid={s.name for s in pick.states})
+    assert len(every) == 3  # none fits: by load, as without a key
 
 
 def test_no_fit_falls_back_to_the_order_without_a_key() -> None:
@@ -192,11 +191,9 @@ def test_without_a_key_the_order_and_the_draws_are_unchanged() -> None:
         pick.observe(state, ServerLoad(queue_depth=i % 3))
         reference.observe(reference.states[i], ServerLoad(queue_depth=i % 3))
     for _ in range(50):
-        got = pick.choose(avoid="r1.test:80")
-        assert got.home is None
-        assert [s.name for s in got.candidates] == [
-            s.name for s in reference.candidates(avoid="r1.test:80")
-        ]
+        got, no_home = pick.choose(avoid="r1.test:80")
+        assert no_home is None
+        assert [s.name for s in got] == [s.name for s in reference.candidates(avoid="r1.test:80")]
 
 
 def test_affinity_stays_in_the_own_pool_and_its_best_tier() -> None:
@@ -223,8 +220,8 @@ def test_affinity_stays_in_the_own_pool_and_its_best_tier() -> None:
         order = tiered.candidates(affinity_key=key(f"job-{i}"))
         assert {s.tier for s in order[:2]} == {1} and {s.tier for s in order[2:]} == {2}
     # The best tier with one endpoint of the own pool in rotation: nothing to rank.
-    solo = tiered.choose(affinity_key=key("x"), usable=lambda s: s.name != "r0.test:80")
-    assert solo.home is None and solo.candidates[0].name == "r1.test:80"
+    solo, no_home = tiered.choose(affinity_key=key("x"), usable=lambda s: s.name != "r0.test:80")
+    assert no_home is None and solo[0].name == "r1.test:80"
 
 
 def test_affinity_choice_alone_over_states() -> None:
