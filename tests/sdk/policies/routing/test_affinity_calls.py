@@ -236,3 +236,16 @@ def test_weighted_endpoints_keep_their_share_of_keys() -> None:
             )
     counts = Counter(answer.hosts)
     assert 160 < counts["h0"] < 240 and 60 < counts["h1"] < 140 and 60 < counts["h2"] < 140
+
+
+def test_stormguard_openai_takes_the_affinity_option() -> None:
+    off = stormguard.OpenAI(base_url=URLS, api_key="sk-x", affinity=None)
+    derived = stormguard.OpenAI(
+        base_url=URLS, api_key="sk-x", affinity=AffinityPolicy(derive_from_prompt=True)
+    )
+    default = stormguard.OpenAI(base_url=URLS, api_key="sk-x")
+    assert off.stormguard._core.affinity is None
+    assert derived.stormguard._core.affinity == AffinityPolicy(derive_from_prompt=True)
+    assert default.stormguard._core.affinity == AffinityPolicy()
+    for client in (off, derived, default):
+        client.close()
