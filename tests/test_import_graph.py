@@ -47,6 +47,8 @@ DECISION_MODULES = [
     "stormguard._policies.limiter.endpoint_limit",
     "stormguard._policies.limiter.lease",
     "stormguard._policies.limiter.slot_waiter",
+    "stormguard._policies.routing.affinity",
+    "stormguard._policies.routing.affinity_config",
     "stormguard._policies.routing.ejection_config",
     "stormguard._policies.routing.ejection_rules",
     "stormguard._policies.routing.ejection_status",

@@ -101,6 +101,7 @@ if TYPE_CHECKING:
     from ._policies.retry.budget import BudgetSnapshot, RetryBudget
     from ._policies.retry.retry import RetryPolicy
     from ._policies.retry.throttle import AdaptiveThrottle
+    from ._policies.routing.affinity_config import AffinityPolicy
     from ._policies.routing.deployment import Deployment, Pin
     from ._policies.routing.discovery import DiscoveryError
     from ._policies.routing.discovery_config import DiscoveryConfig
@@ -130,6 +131,7 @@ __all__ = [
     "APIStatusError",
     "APITimeoutError",
     "AdaptiveThrottle",
+    "AffinityPolicy",
     "AsyncAPIResponse",
     "AsyncClient",
     "AsyncOpenAI",
@@ -253,6 +255,7 @@ _MODULES: dict[str, str] = {
     "Client": "._client.client",
     "Clock": "._core.clock",
     "DeadlineTransport": "._io.deadline_transport",
+    "AffinityPolicy": "._policies.routing.affinity_config",
     "Deployment": "._policies.routing.deployment",
     "Pin": "._policies.routing.deployment",
     "DeploymentSnapshot": "._policies.routing.tiers",

@@ -22,6 +22,7 @@ from .._policies.quota import QuotaPolicy
 from .._policies.retry.budget import RetryBudget
 from .._policies.retry.retry import RetryPolicy
 from .._policies.retry.throttle import AdaptiveThrottle
+from .._policies.routing.affinity_config import DEFAULT_AFFINITY, AffinityPolicy
 from .._policies.routing.ejection_config import EjectionConfig
 from .._policies.routing.ejection_status import EjectionListener
 from .._policies.routing.endpoint_config import Endpoint, SpillOver
@@ -87,6 +88,7 @@ class CallSettings:
     token_policy: TokenPolicy | None
     fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None = None
+    affinity: AffinityPolicy | None = DEFAULT_AFFINITY
 
 
 def checked_stream_timeouts(value: object) -> StreamTimeouts | None:
@@ -126,6 +128,7 @@ class StormguardOptions(TypedDict, total=False):
     spill_over: SpillOver | None
     stream_timeouts: StreamTimeouts | None
     quota: QuotaPolicy | None
+    affinity: AffinityPolicy | None
 
 
 class ClientOptions(StormguardOptions, total=False):
@@ -174,7 +177,11 @@ class ClientOptions(StormguardOptions, total=False):
     also per call; docs/retries.md). ``quota`` paces every call to its API key's
     quota (tokens and requests per minute), learned from the provider's
     ``x-ratelimit-*`` headers and 429s (``QuotaPolicy()`` by default; None turns it
-    off; docs/quotas.md).
+    off; docs/quotas.md). ``affinity`` sends calls that share a prompt prefix to
+    the same endpoint of several, for its prefix cache: a call's
+    ``prompt_cache_key``, or with ``derive_from_prompt`` the start of its prompt,
+    picks the endpoint while its load stays within a bound (``AffinityPolicy()`` by
+    default; None turns it off; docs/resilience.md, "Prefix-cache affinity").
     """
 
     base_url: BaseURL | None
@@ -206,3 +213,4 @@ class ClientChanges(TypedDict, total=False):
     token_policy: TokenPolicy | None
     fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None
+    affinity: AffinityPolicy | None

@@ -160,6 +160,7 @@ def close_record(call: CallBase, outcome: str) -> None:
             quota_wait=quota_wait,
             deployment=deployment,
             tier=tier,
+            affinity=call._attempt_affinity if endpoint is not None else None,
         )
     )
     if deployment is not None and tier is not None:

@@ -92,6 +92,13 @@ class CallBase:
     _endpoint_choice: EndpointState | None = None
     _endpoint: EndpointState | None = None
     _last_endpoint: str | None = None
+    #: Whether the endpoint last chosen is its affinity key's home ("hit") or
+    #: another ("overflow": the home was full, shedding or tried); None: no
+    #: key, or no choice to make (``endpoint_choice.pick_endpoint``); and that of
+    #: the attempt in flight (``pipeline.begin_attempt``: a retry's endpoint is
+    #: chosen before the failed attempt's record is closed).
+    _affinity: str | None = None
+    _attempt_affinity: str | None = None
     #: The breaker's permit of the attempt in flight (``pipeline.begin_attempt``;
     #: settled once by ``attempt_record``).
     _permit: Permit | None = None

@@ -52,6 +52,9 @@ class CallSpec:
     stream_timeouts: StreamTimeouts | None = None
     #: The tier or deployment the call is held to (None: the best that can take it).
     pin: Pin | None = None
+    #: Its prefix-cache affinity key (``_policies/routing/affinity.py``), read once
+    #: from the body when the spec is made; None: it goes by load.
+    affinity_key: bytes | None = None
 
     @property
     def replays_stream(self) -> bool:

@@ -25,6 +25,7 @@ from .._policies.quota import QuotaGate, QuotaPolicy
 from .._policies.retry.budget import RetryBudget
 from .._policies.retry.retry import RetryPolicy
 from .._policies.retry.throttle import AdaptiveThrottle
+from .._policies.routing.affinity_config import DEFAULT_AFFINITY, AffinityPolicy
 from .._policies.routing.base_url import normalize_base_url, split_dns_scheme
 from .._policies.routing.deployment import Deployment
 from .._policies.routing.ejection import EjectionTracker
@@ -139,6 +140,7 @@ class ClientCore(SpecBuilder):
         openai_errors: bool = False,
         stream_timeouts: StreamTimeouts | None = None,
         quota: QuotaPolicy | None = DEFAULT_QUOTA,
+        affinity: AffinityPolicy | None = DEFAULT_AFFINITY,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -153,6 +155,7 @@ class ClientCore(SpecBuilder):
         #: sends its deployment's credential, model name and query (docs/providers.md).
         self.tiered = any(isinstance(endpoint, Deployment) for endpoint in self.endpoints)
         discovered = any(dns for _, dns in entries)
+        self.several_endpoints = len(entries) > 1 or discovered
         if discovery is not None:
             from .._policies.routing.discovery_config import DiscoveryConfig
 
@@ -204,6 +207,7 @@ class ClientCore(SpecBuilder):
                 token_policy=token_policy,
                 fallback_models=fallback_models,
                 stream_timeouts=stream_timeouts,
+                affinity=affinity,
             )
         )
         #: Receives every call's events (spans, metrics); None: no events at all.

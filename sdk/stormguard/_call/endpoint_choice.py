@@ -9,6 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .._core.exceptions import CircuitOpenError, QuotaWaitError
+from .._policies.routing.affinity import DEFAULT_EPSILON
 from .call_base import CallBase
 from .call_quota import answered_key, credential, current_key, left_pacing, pace_key
 
@@ -43,7 +44,9 @@ def pick_endpoint(
     concurrency slot comes first, else the one with the shortest queue. With
     deployments of several tiers, the best tier that can take the call: one
     with a free slot, else one whose queue fits the call's deadline and is not
-    ramping back up (``_tier_choice``)."""
+    ramping back up (``_tier_choice``). With an affinity key, the key's endpoint
+    comes first (``EndpointPicker.choose``), and ``call._affinity`` says whether
+    the attempt goes to the key's home."""
     core = call.core
     if retry:
         avoid: set[str] = call._tried
@@ -51,12 +54,15 @@ def pick_endpoint(
         avoid = {call._last_endpoint}
     else:
         avoid = set()
-    candidates = core.picker.candidates(
+    key, affinity = call.spec.affinity_key, core.affinity
+    candidates, home = core.picker.choose(
         model=call.spec.model,
         priority=call.priority,
         spill=core.spill_over,
         avoid=avoid,
         usable=partial(usable, call),
+        affinity_key=None if affinity is None else key,
+        epsilon=DEFAULT_EPSILON if affinity is None else affinity.epsilon,
     )
     if call.spec.pin is not None:
         _serving(call)  # a clear error when the pin leaves none of the model's
@@ -67,10 +73,21 @@ def pick_endpoint(
         candidates = untried if untried or untried_only else candidates
     if not candidates:
         raise _refusal(call)
-    limiter = core.limiter
+    chosen = _with_room(call, candidates)
+    if home is not None:
+        call._affinity = "hit" if chosen is home else "overflow"
+    elif call._affinity is not None:
+        call._affinity = None
+    return chosen
+
+
+def _with_room(call: CallBase, candidates: list[EndpointState]) -> EndpointState:
+    """Of ``candidates`` (in order), the first with a free concurrency slot; with
+    tiers, ``_tier_choice``; with none, the own pool's shortest queue."""
+    limiter = call.core.limiter
     if limiter is None or len(candidates) == 1:
         return candidates[0]
-    if core.tiered and candidates[0].tier != candidates[-1].tier:
+    if call.core.tiered and candidates[0].tier != candidates[-1].tier:
         chosen = _tier_choice(call, candidates)
         if chosen is not None:
             return chosen

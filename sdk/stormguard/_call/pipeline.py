@@ -249,6 +249,11 @@ class LogicalCall(CallBase):
         self.attempt_number += 1
         self.total_attempts += 1
         self.core.stats.attempt(retry=not self._resending and self.attempt_number > 1)
+        affinity = self._affinity
+        if affinity is not None or self._attempt_affinity is not None:
+            self._attempt_affinity = affinity
+            if affinity is not None:
+                self.core.stats.affinity(hit=affinity == "hit")
         quota_sent(self)
         # Lower-case names, as the client's own: a call's "Authorization" replaces the
         # client's "authorization" instead of going out beside it.
@@ -341,6 +346,7 @@ class LogicalCall(CallBase):
             quota_remaining_requests=requests,
             deployment=None if endpoint.provider is None else endpoint.name,
             tier=None if endpoint.provider is None else endpoint.tier,
+            affinity=self._attempt_affinity,
         )
 
     def _check_throttle(self) -> None:

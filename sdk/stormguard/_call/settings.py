@@ -16,6 +16,7 @@ from .._core.redact import Redactor
 from .._io.body import ACCEPT_ENCODING
 from .._policies.fallback import Fallbacks
 from .._policies.retry.retry import RetryPolicy
+from .._policies.routing.affinity_config import checked_affinity
 from .._policies.routing.deployment import Deployment, is_account_header
 from .._policies.routing.endpoint_config import Endpoint, check_served
 from .._version import __version__
@@ -49,10 +50,14 @@ _MAX_PROVIDERS = 256
 
 class ClientSettings:
     """The settings of one client's calls, resolved; ``ClientCore`` builds on it and
-    sets ``endpoints`` and ``clock`` before it applies the first ``CallSettings``."""
+    sets ``endpoints``, ``clock`` and ``several_endpoints`` before it applies the
+    first ``CallSettings``."""
 
     endpoints: list[Endpoint]
     clock: Clock
+    #: More than one endpoint, or a DNS name that may stand for several: only then
+    #: is a call's affinity key worth reading.
+    several_endpoints: bool
 
     def _configure(self, settings: CallSettings) -> None:
         """Apply what a client's calls send and how long they may take: the part of
@@ -87,6 +92,11 @@ class ClientSettings:
         self.fallback_models = self.fallbacks.models
         #: First-chunk, idle and overall bounds of every stream (None: the timeout only).
         self.stream_timeouts = checked_stream_timeouts(settings.stream_timeouts)
+        #: Prefix-cache affinity (None: turned off).
+        self.affinity = checked_affinity(settings.affinity)
+        #: The policy that reads each call's affinity key: None with one endpoint,
+        #: where there is no choice to make (and nothing to compute).
+        self.affinity_keys = self.affinity if self.several_endpoints else None
         default_headers = drop_omitted(settings.default_headers or {})
         priority = settings.priority
         #: The class of the client's calls (its ``x-priority``), which picks their pool.

@@ -156,7 +156,8 @@ class SpecBuilder(ClientSettings):
     ) -> CallSpec:
         """The spec with what every endpoint takes: the timeout, the headers and the
         query (``default_query`` and ``extra_query``, in the URL as openai sends it),
-        and the tier or deployment it is pinned to (``pin``, or its headers)."""
+        the tier or deployment it is pinned to (``pin``, or its headers), and its
+        affinity key (with several endpoints)."""
         total, limits = self._timeout_for(extras.timeout)
         pinned, headers = pin_from_headers(
             {
@@ -171,6 +172,9 @@ class SpecBuilder(ClientSettings):
             pinned = pin
         if pinned is not None:
             self.check_pin(pinned)
+        keys = self.affinity_keys
+        if keys is not None:
+            fields["affinity_key"] = keys.key_of(fields.get("body"))
         return CallSpec(
             path=path_with_query(path, self.default_query, extras.extra_query),
             timeout=total,

@@ -60,6 +60,10 @@ class CallStats:
     #: ``(model, tier)`` for each model whose calls left their preferred tier (its
     #: deployments all out of rotation) and have not returned yet.
     tiers_left: tuple[tuple[str | None, int], ...] = ()
+    #: Attempts that went to their prefix-cache affinity key's home, and attempts
+    #: with a key that went elsewhere (its home full, shedding or tried).
+    affinity_hits: int = 0
+    affinity_overflows: int = 0
 
     @property
     def retry_amplification(self) -> float:
@@ -74,6 +78,7 @@ class StatsRecorder:
         self._lock = fork_safe_lock()
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
         self._requeues = self._requeues_refused = self._failovers = self._paced = 0
+        self._affinity_hits = self._affinity_overflows = 0
 
     def call(self) -> None:
         with self._lock:
@@ -104,6 +109,13 @@ class StatsRecorder:
     def failover(self) -> None:
         with self._lock:
             self._failovers += 1
+
+    def affinity(self, *, hit: bool) -> None:
+        with self._lock:
+            if hit:
+                self._affinity_hits += 1
+            else:
+                self._affinity_overflows += 1
 
     def requeue_refusal(self) -> None:
         with self._lock:
@@ -140,4 +152,6 @@ class StatsRecorder:
                 quota,
                 deployments,
                 tiers_left,
+                self._affinity_hits,
+                self._affinity_overflows,
             )

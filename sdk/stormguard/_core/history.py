@@ -25,7 +25,12 @@ class AttemptRecord:
     it was sent, on the client's clock (``time.monotonic()`` unless a test's clock
     was given); ``quota_wait`` the seconds it waited for its share of its key's
     quota (docs/quotas.md); ``deployment`` and ``tier`` the ``Deployment`` it went
-    to and that deployment's tier (None: a plain endpoint, docs/providers.md).
+    to and that deployment's tier (None: a plain endpoint, docs/providers.md);
+    ``affinity`` whether its endpoint was its prefix-cache affinity key's home
+    (``"hit"``: the first of the key's ranking of the endpoints in rotation) or
+    another because the home was full, shedding or already tried by the call
+    (``"overflow"``); None: the call had no key, or there was no choice to make
+    (docs/resilience.md, "Prefix-cache affinity").
     """
 
     number: int
@@ -42,6 +47,7 @@ class AttemptRecord:
     quota_wait: float = 0.0
     deployment: str | None = None
     tier: int | None = None
+    affinity: str | None = None
 
 
 class FallbackKind(str, enum.Enum):

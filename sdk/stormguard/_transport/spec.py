@@ -60,6 +60,7 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
     pin, headers = pin_from_headers(headers)
     if pin is not None:
         core.check_pin(pin)
+    keys = core.affinity_keys
     return CallSpec(
         method=request.method,
         path=relative if relative is not None else url.path,
@@ -75,6 +76,7 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
         absolute_url=None if relative is not None else str(url),
         content=content or None,
         pin=pin,
+        affinity_key=None if keys is None else keys.key_of(body),
     )
 
 

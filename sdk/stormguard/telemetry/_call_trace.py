@@ -190,6 +190,8 @@ class CallTrace:
                 attributes[n.ATTEMPT_QUEUED] = event.queued
             if event.failover:
                 attributes[n.ATTEMPT_FAILOVER] = True
+            if event.affinity is not None:
+                attributes[n.AFFINITY] = event.affinity
             if deployment is not None and event.tier is not None:
                 attributes[n.DEPLOYMENT] = deployment
                 attributes[n.TIER] = event.tier

@@ -116,6 +116,9 @@ class AttemptStarted:
     #: The ``Deployment`` it goes to and that deployment's tier (None: a plain endpoint).
     deployment: str | None = None
     tier: int | None = None
+    #: ``"hit"``: it goes to its prefix-cache affinity key's home; ``"overflow"``: to
+    #: another endpoint (the home full, shedding or tried); None: no key.
+    affinity: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,8 @@ ATTEMPT_FAILOVER = "stormguard.attempt.failover"
 #: call's span, those of its last attempt.
 DEPLOYMENT = "stormguard.deployment"
 TIER = "stormguard.tier"
+#: ``hit`` or ``overflow``: whether an attempt went to its affinity key's home.
+AFFINITY = "stormguard.affinity"
 ENDPOINT_STATUS = "stormguard.endpoint.status"
 ENDPOINT_FROM_STATUS = "stormguard.endpoint.from_status"
 ENDPOINT_REASON = "stormguard.endpoint.reason"

@@ -21,6 +21,12 @@ endpoint's fresh load report shows headroom (no shed, no queue, token and KV
 use under a share). No fresh report is no headroom: an endpoint this client
 has not heard from lately may be full.
 
+**Prefix-cache affinity.** A call with an affinity key (``_policies/routing/affinity.py``)
+goes first, within its own pool's best tier, to the key's endpoint by rendezvous
+hashing with bounded loads, skipping one that sheds or that a retry avoids; the
+rest follow in the order above. When none of the key's endpoints fits, the call
+goes by load as one without a key.
+
 The set of endpoints may change (DNS discovery, ``_policies/routing/discovery.py``): ``replace``
 swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
 
@@ -38,15 +44,22 @@ from collections.abc import Callable, Collection, Sequence
 from ..._core.clock import Clock
 from ..._core.fork import forget_in_child, fork_safe_lock
 from ...protocol import Priority, ServerLoad
+from .affinity import DEFAULT_EPSILON, affinity_choice
 from .endpoint_config import Endpoint as Endpoint
 from .endpoint_config import SpillOver as SpillOver
 from .endpoint_config import _none_serves
 from .endpoint_state import EndpointState as EndpointState
 
-__all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker"]
+__all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker", "Ranked"]
 
 
 DEFAULT_STALE_AFTER = 5.0
+
+
+#: The endpoints to try, in order, and the affinity key's home among them (the first
+#: of its ranking; None: no key, or no choice to make). A plain tuple: one is made
+#: for every attempt of every call.
+Ranked = tuple[list[EndpointState], "EndpointState | None"]
 
 
 class EndpointPicker:
@@ -137,28 +150,91 @@ class EndpointPicker:
         spill: SpillOver | None = None,
         avoid: str | Collection[str] | None = None,
         usable: Callable[[EndpointState], bool] = lambda s: True,
+        affinity_key: bytes | None = None,
+        epsilon: float = DEFAULT_EPSILON,
     ) -> list[EndpointState]:
         """Usable endpoints serving ``model`` for ``priority`` in the order to try
         them: of the call's own pool, the power-of-two-choices winner first, then the
         rest by load; then, the same way, the other pools' endpoints that ``spill``
         lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
         in their pool while another usable one exists. With deployments of several
-        tiers, tier by tier (1 first), each in that order."""
+        tiers, tier by tier (1 first), each in that order. With an ``affinity_key``,
+        the key's endpoint (bounded loads with ``epsilon``) comes first in the own
+        pool's best tier (``choose``)."""
+        return self.choose(
+            model=model,
+            priority=priority,
+            spill=spill,
+            avoid=avoid,
+            usable=usable,
+            affinity_key=affinity_key,
+            epsilon=epsilon,
+        )[0]
+
+    def choose(
+        self,
+        *,
+        model: str | None = None,
+        priority: Priority | None = None,
+        spill: SpillOver | None = None,
+        avoid: str | Collection[str] | None = None,
+        usable: Callable[[EndpointState], bool] = lambda s: True,
+        affinity_key: bytes | None = None,
+        epsilon: float = DEFAULT_EPSILON,
+    ) -> Ranked:
+        """``candidates``, with the affinity key's home (``Ranked``)."""
         own, others = self._pools(model, priority, spill)
         avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
         # Outside the lock: ``usable`` may probe.
         usable_own = [s for s in own if usable(s)]
         usable_others = [s for s in others if usable(s)]
         if not usable_others and len(usable_own) <= 1:
-            return usable_own  # one endpoint (the common client) or none: no order to find
+            # One endpoint (the common client) or none: no order to find.
+            return usable_own, None
         tiers = sorted({s.tier for s in usable_own} | {s.tier for s in usable_others})
+        home: EndpointState | None = None
+        keyed = affinity_key is not None
         with self._lock:
             now = self._clock.now()
             ordered: list[EndpointState] = []
             for tier in tiers:
-                ordered += self._ordered([s for s in usable_own if s.tier == tier], avoided, now)
+                own_tier = [s for s in usable_own if s.tier == tier]
+                if keyed and own_tier:
+                    keyed = False  # the own pool's best tier only
+                    assert affinity_key is not None
+                    home, first = self._by_affinity(own_tier, affinity_key, epsilon, avoided, now)
+                    ordered += first
+                else:
+                    ordered += self._ordered(own_tier, avoided, now)
                 ordered += self._ordered([s for s in usable_others if s.tier == tier], avoided, now)
-            return ordered
+            return ordered, home
+
+    def _by_affinity(
+        self,
+        states: list[EndpointState],
+        key: bytes,
+        epsilon: float,
+        avoided: set[str],
+        now: float,
+    ) -> tuple[EndpointState | None, list[EndpointState]]:
+        """The key's home among ``states`` and ``states`` in order: the key's choice
+        first (neither avoided nor shedding, within its load bound), the rest by
+        load; with no choice, the order without a key."""
+        if len(states) <= 1:
+            return None, self._ordered(states, avoided, now)
+        home, chosen = affinity_choice(
+            key,
+            states,
+            epsilon=epsilon,
+            skip=lambda s: s.name in avoided or s.shedding(now, self._stale_after),
+        )
+        if chosen is None:
+            return home, self._ordered(states, avoided, now)
+        rest = sorted(
+            (s for s in states if s is not chosen),
+            key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+        )
+        return home, [chosen, *rest]
 
     def _ordered(
         self, usable_states: list[EndpointState], avoided: set[str], now: float

@@ -1,0 +1,209 @@
+"""Prefix-cache affinity: the endpoint a call's prompt prefix belongs to.
+
+Calls that share a long prefix (a system prompt, a few-shot block, a
+conversation's history, a document asked several questions) are far cheaper on
+the replica that already holds that prefix in its KV cache: vLLM's automatic
+prefix caching skips its prefill. A call's **affinity key** names its prefix
+(``key_of``); the key's **ranking** of the endpoints is weighted rendezvous
+(highest-random-weight) hashing, and the call goes to the first endpoint of the
+ranking whose load stays within the **bound** of consistent hashing with bounded
+loads (``affinity_choice``). No I/O and no lock here: the picker
+(``_policies/routing/picker.py``) calls it under its own lock.
+
+**Rendezvous hashing** (Thaler and Ravishankar): each endpoint scores
+``-weight / ln(u)``, ``u`` uniform in (0, 1) from a keyed hash of its name, and
+the highest score wins: an endpoint wins a share of the keys equal to its share
+of the weights, and a change in the set (discovery adding or removing a replica)
+moves only the keys of the endpoint that came or went. The hash is BLAKE2b, the
+same in every process and on every run (Python's ``hash()`` of a string is
+salted per process, so two clients, or one client restarted, would disagree).
+
+**Bounded loads** (Mirrokni, Thorup and Zadimoghaddam, "Consistent Hashing with
+Bounded Loads", 2018): an endpoint takes the call only while its attempts in
+flight are below ``ceil((1 + epsilon) * (total in flight + 1) * its weight
+share)``; past it the call walks on down the key's ranking. One hot key then
+spills over onto its next endpoints instead of piling onto one replica, and no
+endpoint ever holds more than ``1 + epsilon`` times its fair share of this
+client's calls. The paper's trade-off: the bound is ``1 + epsilon`` times the
+average, and the calls an arrival or departure moves grow as ``1/epsilon**2``,
+so a tighter bound moves calls off their home far more often.
+``epsilon = 0.25`` (``AffinityPolicy``'s default) is the factor the paper's
+users settled on (HAProxy's ``hash-balance-factor 125``, written for Vimeo's
+deployment of it; brpc's bounded-load balancer's default 1.25): a replica gets
+at most a quarter over its share, the most one client should add to a replica
+that is already the busiest, and keys stay home while the load is even.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .endpoint_state import EndpointState
+
+__all__ = [
+    "DEFAULT_EPSILON",
+    "DEFAULT_PREFIX_CHARS",
+    "affinity_choice",
+    "key_of",
+    "load_bound",
+    "ranking",
+    "short_hash",
+]
+
+#: How far over its fair share of this client's calls in flight an endpoint may go
+#: before a call walks on to the key's next endpoint (``AffinityPolicy.epsilon``).
+DEFAULT_EPSILON = 0.25
+#: How much of a prompt a derived key reads: 16,384 characters, the horizon of the
+#: Gateway API Inference Extension's prefix-cache scorer (256 blocks of 16 tokens at
+#: about 4 characters a token), past which two prompts that share their start count
+#: as one prefix. A document longer than this asked several questions is one key.
+DEFAULT_PREFIX_CHARS = 16_384
+
+#: 2**-52: ``u = (h + 0.5) * 2**-52`` of a 52-bit hash is exact and never 0 or 1.
+_UNIT = 2.0**-52
+#: What the caller's key and a derived one are hashed under: never the same key.
+_GIVEN, _DERIVED = b"prompt_cache_key\x00", b"prefix\x00"
+
+
+def key_of(body: Mapping[str, Any] | None, *, derive: bool, prefix_chars: int) -> bytes | None:
+    """The call's affinity key (a 16-byte digest), or None: the body's
+    ``prompt_cache_key`` when it has one (OpenAI's name for exactly this routing
+    hint); else, with ``derive``, the leading part of its prompt (``prefix_material``).
+    Never raises: a body it cannot read has no key, and the call goes by load."""
+    if body is None:
+        return None
+    try:
+        given = body.get("prompt_cache_key")
+        if isinstance(given, str) and given:
+            return _digest(_GIVEN, given[:prefix_chars])
+        if not derive:
+            return None
+        material = prefix_material(body, prefix_chars)
+    except Exception:  # a routing hint never fails a call: hostile input has no key
+        return None
+    return None if material is None else _digest(_DERIVED, material)
+
+
+def prefix_material(body: Mapping[str, Any], prefix_chars: int) -> str | None:
+    """The leading part of the prompt, canonical and at most ``prefix_chars`` long:
+    of chat ``messages``, those from the start through the first user message (the
+    system prompt, a few-shot block and the conversation's opening, which every
+    later turn of the conversation repeats); of a completion's ``prompt`` and of the
+    Responses API's ``instructions`` and ``input``, their start. None: no prompt."""
+    messages = body.get("messages")
+    if isinstance(messages, Sequence) and not isinstance(messages, (str, bytes)):
+        lead: list[Any] = []
+        for message in messages:
+            lead.append(message)
+            if isinstance(message, Mapping) and message.get("role") == "user":
+                break
+            if len(lead) >= prefix_chars:  # each message is at least one character
+                break
+        value: Any = lead
+    elif "prompt" in body:
+        value = body["prompt"]
+    elif "input" in body:
+        value = [body.get("instructions"), body["input"]]
+    else:
+        return None
+    if not value:
+        return None
+    if isinstance(value, str):
+        return value[:prefix_chars]
+    # Strings cut, lists shortened and nesting bounded first: the canonical form's
+    # first ``prefix_chars`` characters are the same, at a cost bounded by them.
+    text = json.dumps(
+        _bounded(value, prefix_chars, 0),
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return text[:prefix_chars]
+
+
+def _bounded(value: Any, room: int, depth: int) -> Any:
+    """``value`` with each string cut to ``room`` characters and each list to its
+    first ``room`` items; what JSON cannot hold, or nesting past 32 levels, raises
+    (the caller's ``key_of`` then gives no key)."""
+    if depth > 32:
+        raise ValueError("nested too deep for an affinity key")
+    if isinstance(value, str):
+        return value[:room]
+    if isinstance(value, Mapping):
+        return {str(k): _bounded(v, room, depth + 1) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray)):
+        return [_bounded(item, room, depth + 1) for item in list(value[:room])]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    raise TypeError(f"{type(value).__name__} has no canonical form")
+
+
+def _digest(domain: bytes, text: str) -> bytes:
+    data = domain + text.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def short_hash(key: bytes) -> str:
+    """A short, stable name of a key for logs and tests (never the prompt)."""
+    return key[:4].hex()
+
+
+def _ranked(key: bytes, states: Sequence[EndpointState]) -> list[tuple[float, str, int]]:
+    """``(-score, name, index)`` of each of ``states``: sorted, the key's ranking.
+    The score is weighted rendezvous hashing's ``-weight / ln(u)`` (higher wins),
+    ``u`` from BLAKE2b keyed with ``key`` over the endpoint's name; the name breaks a
+    tie, so every process ranks alike."""
+    keyed = hashlib.blake2b(digest_size=8, key=key)  # copied per name: cheaper than a new key
+    ranked = []
+    for index, state in enumerate(states):
+        hasher = keyed.copy()
+        hasher.update(state.name.encode("utf-8", "surrogatepass"))
+        u = ((int.from_bytes(hasher.digest(), "big") >> 12) + 0.5) * _UNIT
+        ranked.append((state.weight / math.log(u), state.name, index))
+    return ranked
+
+
+def ranking(key: bytes, states: Sequence[EndpointState]) -> list[EndpointState]:
+    """``states`` in the key's order of preference (its home first)."""
+    return [states[index] for _, _, index in sorted(_ranked(key, states))]
+
+
+def load_bound(total_in_flight: int, weight_share: float, epsilon: float) -> int:
+    """The attempts in flight an endpoint may hold before it takes one more:
+    ``ceil((1 + epsilon) * (total + 1) * share)`` (the ``+ 1`` is the call being
+    placed; rounded to 9 places first, so that 1.25 * 4 * 0.25 is 1.25, not above)."""
+    return math.ceil(round((1.0 + epsilon) * (total_in_flight + 1) * weight_share, 9))
+
+
+def affinity_choice(
+    key: bytes,
+    states: Sequence[EndpointState],
+    *,
+    epsilon: float,
+    skip: Callable[[EndpointState], bool],
+) -> tuple[EndpointState, EndpointState | None]:
+    """The key's home among ``states`` (the first of its ranking), and the endpoint
+    the call goes to: the first of the ranking not ``skip``-ped (shedding, tried
+    by this call) whose attempts in flight are below its ``load_bound``. None: none
+    fits, and the caller orders ``states`` by load instead."""
+    scored = _ranked(key, states)
+    total = sum(s.in_flight for s in states)
+    weights = sum(s.weight for s in states)
+
+    def fits(state: EndpointState) -> bool:
+        if skip(state):
+            return False
+        return state.in_flight < load_bound(total, state.weight / weights, epsilon)
+
+    home = states[min(scored)[2]]
+    if fits(home):  # most calls: their home, found without sorting
+        return home, home
+    for _, _, index in sorted(scored)[1:]:
+        if fits(states[index]):
+            return home, states[index]
+    return home, None
