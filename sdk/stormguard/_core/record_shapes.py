@@ -22,7 +22,7 @@ An absent field is fine: it reads as ``None``. Fields a record does not declare
 are not looked at (servers add their own). Hand-built records are not checked.
 
 Streamed chunks are checked one by one, so the check is a table lookup per key
-of the body (``_fits``), the message found again only for a body that fails:
+of the body (``fits``), the message found again only for a body that fails:
 about 1 µs for a chat chunk, a quarter of its ``json.loads`` (docs/benchmarks.md,
 "Streaming").
 """
@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 from .fork import fork_safe_lock
 from .results import Record
 
-__all__ = ["misfit", "shape_of", "shape_problem"]
+__all__ = ["Shape", "fits", "misfit", "shape_of", "shape_problem"]
 
 
 class _Field(NamedTuple):
@@ -54,7 +54,7 @@ class _Field(NamedTuple):
     wanted: str
 
 
-class _Shape:
+class Shape:
     """One record type's fields, as the check reads them: a field's plain JSON types
     first (nearly every value is one), then the shape of a nested record."""
 
@@ -70,7 +70,7 @@ class _Shape:
         }
 
 
-_shapes: dict[type[Record], _Shape] = {}
+_shapes: dict[type[Record], Shape] = {}
 _lock = fork_safe_lock()
 _NONE = type(None)
 _WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
@@ -83,18 +83,19 @@ def shape_problem(record_type: type[Record], data: Mapping[str, Any]) -> str | N
     return misfit(_shape(record_type), data)
 
 
-def shape_of(record_type: type[Record]) -> _Shape:
+def shape_of(record_type: type[Record]) -> Shape:
     """``record_type``'s shape, for a reader that checks many bodies (a stream)."""
     return _shape(record_type)
 
 
-def misfit(shape: _Shape, data: Mapping[str, Any]) -> str | None:
+def misfit(shape: Shape, data: Mapping[str, Any]) -> str | None:
     """``shape_problem`` of a shape already found."""
-    return None if _fits(shape, data) else _misfit(shape, data, "")
+    return None if fits(shape, data) else _misfit(shape, data, "")
 
 
-def _fits(shape: _Shape, data: Mapping[str, Any]) -> bool:
-    """Whether ``data`` fits: the fast path, run on every body and streamed chunk."""
+def fits(shape: Shape, data: Mapping[str, Any]) -> bool:
+    """Whether ``data`` fits: the fast path, run on every body and streamed chunk
+    (``misfit`` says what does not fit, found again the slow way)."""
     plain = shape.plain
     for name, value in data.items():
         ok = plain.get(name)
@@ -105,18 +106,18 @@ def _fits(shape: _Shape, data: Mapping[str, Any]) -> bool:
             return False
         inner, many = deep
         if not many:
-            if type(value) is not dict or not _fits(inner, value):
+            if type(value) is not dict or not fits(inner, value):
                 return False
         elif type(value) is not list:
             return False
         else:
             for item in value:
-                if type(item) is not dict or not _fits(inner, item):
+                if type(item) is not dict or not fits(inner, item):
                     return False
     return True
 
 
-def _misfit(shape: _Shape, data: Mapping[str, Any], path: str) -> str | None:
+def _misfit(shape: Shape, data: Mapping[str, Any], path: str) -> str | None:
     """What does not fit in ``data``, found again the slow way for the message."""
     for name, value in data.items():
         field = shape.fields.get(name)
@@ -140,7 +141,7 @@ def _misfit(shape: _Shape, data: Mapping[str, Any], path: str) -> str | None:
     return None
 
 
-def _items_misfit(shape: _Shape, items: list[Any], path: str) -> str | None:
+def _items_misfit(shape: Shape, items: list[Any], path: str) -> str | None:
     for index, item in enumerate(items):
         where = f"{path}[{index}]"
         if type(item) is not dict:
@@ -151,14 +152,14 @@ def _items_misfit(shape: _Shape, items: list[Any], path: str) -> str | None:
     return None
 
 
-def _shape(record_type: type[Record]) -> _Shape:
+def _shape(record_type: type[Record]) -> Shape:
     """The shape of ``record_type``, made once per type (a fixed set: the record
     classes; their nesting has no cycle)."""
     shape = _shapes.get(record_type)
     if shape is not None:
         return shape
     overrides: Mapping[str, object] = getattr(record_type, "_field_shapes", {})
-    shape = _Shape(
+    shape = Shape(
         {
             name: _field(overrides.get(name, hint))
             for name, hint in typing.get_type_hints(record_type).items()
