@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.exceptions import APIError, APIResponseValidationError
-from .._core.record_shapes import Shape, fits, misfit
+from .._core.record_shapes import Shape, misfit
 from .._io.decoding import error_from_payload, parse_json_object
 from .._io.sse import ServerSentEvent
 from ..protocol import parse_non_negative_int
@@ -94,9 +94,9 @@ class StreamEvents(StreamCore[T]):
             return self._response_event(event, payload)
         if "error" in payload or event.event == "error":  # ``names_error``, inline
             return self._error_event(payload)
-        shape = self.chunk_shape
-        if shape is not None and not fits(shape, payload):
-            return self._misfit(shape, payload)
+        check = self.chunk_check
+        if check is not None and not check.fits(data, payload):
+            return self._misfit(check.shape, payload)
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
@@ -120,9 +120,9 @@ class StreamEvents(StreamCore[T]):
         if kind in RESPONSE_FAILURES or event.event == "error":
             failure = response_failure(kind or "error", payload)
             return self._error_event(failure, response_failure_status(failure))
-        shape = self.chunk_shape
-        if shape is not None and not fits(shape, payload):
-            return self._misfit(shape, payload)
+        check = self.chunk_check
+        if check is not None and not check.fits(event.data, payload):
+            return self._misfit(check.shape, payload)
         response = payload.get("response")
         if isinstance(response, Mapping):
             usage = response.get("usage")
