@@ -150,7 +150,7 @@ class ChunkCheck:
         self.shape = shape
         self._head: str | None = None
         self._tail = ""
-        self._last: list[str] | None = None  # the last chunk that fit, split at quotes
+        self._last: str | None = None  # the text of the last chunk that fit
         self._looks = 0
 
     def fits(self, text: str, data: Mapping[str, Any]) -> bool:
@@ -178,12 +178,15 @@ class ChunkCheck:
         last, self._last = self._last, None
         if len(text) > _REMEMBERED_CHARS or '\\"' in text:
             return  # only a text without \" splits at quotes into strings and the rest
-        parts = text.split('"')  # between strings, a string, between, a string, ...
         if self._looks < _MAX_LOOKS:  # else the last look: nothing kept
-            self._last = parts
-        if last is None or len(last) != len(parts) or last[0::2] != parts[0::2]:
+            self._last = text  # the text, not its parts: a tenth of the memory
+        if last is None:
             return
-        changed = [at for at in range(1, len(parts), 2) if parts[at] != last[at]]
+        parts = text.split('"')  # between strings, a string, between, a string, ...
+        before = last.split('"')
+        if len(before) != len(parts) or before[0::2] != parts[0::2]:
+            return
+        changed = [at for at in range(1, len(parts), 2) if parts[at] != before[at]]
         if len(changed) != 1 or parts[changed[0] + 1].lstrip().startswith(":"):
             return  # more strings than one changed, or a key did
         at = changed[0]
