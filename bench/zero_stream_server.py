@@ -7,9 +7,14 @@ HTTP chunk per SSE event, as vLLM's and FastAPI's streaming responses send them.
 Any POST gets ``max_tokens`` chunks (one token each; the first carries the role,
 the last the finish reason), then ``data: [DONE]``; the bytes of each length are
 built once, so the server's own cost stays small beside the client's. A POST for
-the model ``hold`` gets its first chunk and then nothing until the client closes
-the connection: an open stream, for measuring the client's memory per stream.
-Loopback only.
+the model ``bulk`` gets the same events in HTTP chunks of 64 KiB, each cut
+wherever the 64 KiB fall (mid-event, mid-line): what a buffering proxy in front
+of the engine sends (nginx with ``proxy_buffering on`` passes the upstream's
+bytes on a buffer at a time, whatever the event boundaries), and what a replay
+or an engine faster than the network delivers, many events per read. A POST
+for the model ``hold`` gets its first chunk and then nothing until the client
+closes the connection: an open stream, for measuring the client's memory per
+stream. Loopback only.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 
 from zero_server import NOT_FOUND, in_process, read_request
 
+#: The HTTP chunk of a ``bulk`` stream: a buffering proxy's buffer.
+BULK_CHUNK = 1 << 16
 _HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -52,10 +59,14 @@ def _event(payload: object) -> bytes:
 
 
 @cache
-def stream_bytes(chunks: int) -> bytes:
-    """The whole answer of a stream of ``chunks`` chunks, head to last empty HTTP chunk."""
+def stream_bytes(chunks: int, bulk: bool = False) -> bytes:
+    """The whole answer of a stream of ``chunks`` chunks, head to last empty HTTP
+    chunk: one HTTP chunk per event, or (``bulk``) the events cut in 64 KiB chunks."""
     events = [_event(_chunk(i, i == chunks - 1)) for i in range(chunks)]
     events.append(b"data: [DONE]\n\n")
+    if bulk:
+        body = b"".join(events)
+        events = [body[at : at + BULK_CHUNK] for at in range(0, len(body), BULK_CHUNK)]
     return _HEAD + b"".join(_http_chunk(e) for e in events) + b"0\r\n\r\n"
 
 
@@ -77,7 +88,8 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 await writer.drain()
                 await reader.read()  # until the client closes the stream
                 return
-            writer.write(stream_bytes(int(request.get("max_tokens") or 16)))
+            chunks = int(request.get("max_tokens") or 16)
+            writer.write(stream_bytes(chunks, bulk=request.get("model") == "bulk"))
             await writer.drain()
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         pass

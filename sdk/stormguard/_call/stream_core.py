@@ -26,7 +26,7 @@ from .._core.exceptions import (
     StreamInterruptedError,
 )
 from .._core.http import httpx, library_of, timeout_errors
-from .._core.record_shapes import shape_of
+from .._core.record_shapes import ChunkCheck, shape_of
 from .._core.results import CallInfo, Record, ResponseStreamEvent
 from .._io.body import BodyLimit, BodyTooLargeError
 from .._io.decoding import request_id_of
@@ -113,9 +113,9 @@ class StreamCore(Generic[T]):
         #: ended so far: a body that ends cleanly once all have ended is complete.
         self.choices_asked = choices_asked(call.spec.body)
         self.choices_finished: set[int] = set()
-        #: The shape each chunk is checked against (``_core/record_shapes.py``); None in
-        #: transport mode, whose caller decodes the events itself.
-        self.chunk_shape = None if call.spec.raw else shape_of(chunk_type)
+        #: The check of each chunk against its shape (``_core/record_shapes.py``); None
+        #: in transport mode, whose caller decodes the events itself.
+        self.chunk_check = None if call.spec.raw else ChunkCheck(shape_of(chunk_type))
         self.info = CallInfo(
             server_load=call.server_load,
             attempt_history=(),

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._core.exceptions import APIError, APIResponseValidationError
-from .._core.record_shapes import misfit
+from .._core.record_shapes import Shape, misfit
 from .._io.decoding import error_from_payload, parse_json_object
 from .._io.sse import ServerSentEvent
 from ..protocol import parse_non_negative_int
@@ -94,14 +94,20 @@ class StreamEvents(StreamCore[T]):
             return self._response_event(event, payload)
         if "error" in payload or event.event == "error":  # ``names_error``, inline
             return self._error_event(payload)
-        if self.chunk_shape is not None:
-            problem = misfit(self.chunk_shape, payload)
-            if problem is not None:
-                return self._misfit(problem)
+        check = self.chunk_check
+        if check is not None and not check.fits(data, payload):
+            return self._misfit(check.shape, payload)
         usage = payload.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        self.note_finishes(payload.get("choices"))
+        choices = payload.get("choices")
+        if type(choices) is list:
+            # A choice with a finish reason is rare (its last chunk): only then is
+            # ``note_finishes`` called, 0.2 us a chunk less.
+            for choice in choices:
+                if type(choice) is dict and choice.get("finish_reason") is not None:
+                    self.note_finishes(choices)
+                    break
         self.pending.append(self.chunk_type(payload))
         return None
 
@@ -114,10 +120,9 @@ class StreamEvents(StreamCore[T]):
         if kind in RESPONSE_FAILURES or event.event == "error":
             failure = response_failure(kind or "error", payload)
             return self._error_event(failure, response_failure_status(failure))
-        if self.chunk_shape is not None:
-            problem = misfit(self.chunk_shape, payload)
-            if problem is not None:
-                return self._misfit(problem)
+        check = self.chunk_check
+        if check is not None and not check.fits(event.data, payload):
+            return self._misfit(check.shape, payload)
         response = payload.get("response")
         if isinstance(response, Mapping):
             usage = response.get("usage")
@@ -135,9 +140,10 @@ class StreamEvents(StreamCore[T]):
             self.done = True
         return None
 
-    def _misfit(self, problem: str) -> APIError:
-        """The error of an event whose fields its chunk type cannot serve
-        (``problem``: which, and how)."""
+    def _misfit(self, shape: Shape, payload: Mapping[str, Any]) -> APIError:
+        """The error of an event whose fields its chunk type cannot serve (the
+        message says which, and how)."""
+        problem = misfit(shape, payload)
         return APIResponseValidationError(
             f"A stream event does not fit {self.chunk_type.__name__}: {problem}",
             status_code=self.response.status_code,

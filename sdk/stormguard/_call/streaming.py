@@ -135,6 +135,9 @@ class Stream(_StreamBase[T]):
 
     def __next__(self) -> T:
         state = self._state
+        if state.pending:  # a chunk decoded already (most calls): ``take``, inline
+            state.delivered += 1
+            return state.pending.popleft()
         try:
             while not state.pending:
                 state.raise_failure()
@@ -216,6 +219,9 @@ class AsyncStream(_StreamBase[T]):
 
     async def __anext__(self) -> T:
         state = self._state
+        if state.pending:  # a chunk decoded already (most calls): ``take``, inline
+            state.delivered += 1
+            return state.pending.popleft()
         try:
             while not state.pending:
                 state.raise_failure()

@@ -120,9 +120,26 @@ def _request_of(exc: Exception) -> httpx.Request | None:
         return None
 
 
+#: The standard decoder's ``raw_decode``: what ``json.loads`` ends in, without its
+#: checks around it.
+_raw_decode = json.JSONDecoder().raw_decode
+
+
 def parse_json_object(body: bytes | str) -> Mapping[str, Any] | None:
     """The JSON object in ``body`` (bytes, or text already decoded: a stream
     event's data), or None when it is not one."""
+    if type(body) is str:
+        # Text that is one JSON value from its first character to its last (every
+        # stream event a server sends): ``raw_decode`` alone, which skips the
+        # wrapper ``json.loads`` puts around it (its type and BOM checks and two
+        # whitespace matches): about 0.9 us of a chat chunk's 2.2 us. Anything else
+        # (whitespace around the value, no JSON) goes to ``json.loads`` below.
+        try:
+            value, end = _raw_decode(body)
+        except (ValueError, RecursionError):
+            end = -1
+        if end == len(body):
+            return value if isinstance(value, dict) else None
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):

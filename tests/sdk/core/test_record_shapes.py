@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import stormguard
 from stormguard._core import results as _results
-from stormguard._core.record_shapes import shape_problem
+from stormguard._core.record_shapes import ChunkCheck, fits, shape_of, shape_problem
 from tests.sdk.helpers import BASE, MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 SECRET = "sk-test-secret-key"
@@ -400,3 +400,118 @@ def test_output_text_skips_a_message_whose_content_is_not_a_list() -> None:
         {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
     ]
     assert stormguard.Response({"output": output}).output_text == "hi"
+
+
+def _chunk_text(content: Any, **extra: Any) -> str:
+    body = json.loads(chunk("x", **extra))
+    body["choices"][0]["delta"]["content"] = content
+    return json.dumps(body, separators=(",", ":"))
+
+
+def _learned_check() -> ChunkCheck:
+    """A stream's check after a role chunk and two content chunks: it knows the one
+    string its chunks differ in."""
+    check = ChunkCheck(shape_of(stormguard.ChatCompletionChunk))
+    first = json.loads(_chunk_text(""))
+    first["choices"][0]["delta"]["role"] = "assistant"
+    for text in (json.dumps(first), _chunk_text("a"), _chunk_text("b")):
+        assert check.fits(text, json.loads(text))
+    return check
+
+
+# What a server could put where the token goes: quotes, escapes, a cut escape,
+# a value of another type, another field.
+_MIDDLES = st.lists(
+    st.sampled_from(
+        [
+            *["a", " ", '"', "\\", '\\"', "\\\\", "\\n", "\\u00e9", "\\u00", "1", ",", ":"],
+            *["{", "}", '"x":"', '", "content": 5, "y":"', '"},"finish_reason":7,"x":{"a":"'],
+            '":null,"z":"',
+        ]
+    ),
+    max_size=6,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_MIDDLES)
+def test_a_chunk_that_differs_in_the_remembered_string_only_fits_as_the_fields_say(
+    middle: str,
+) -> None:
+    """The check skips the fields of a chunk that is the remembered text around the
+    token's string with anything in between; whatever the between, its answer is the
+    field-by-field one, for every text that decodes."""
+    check = _learned_check()
+    head, tail = check._head, check._tail
+    assert head is not None and head.endswith('"content":"') and tail.startswith('"}')
+    text = head + middle + tail
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return  # not JSON: the stream refuses it before any check
+    assert check.fits(text, data) == fits(check.shape, data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.data(), min_size=1, max_size=8))
+def test_the_check_of_a_stream_of_odd_chunks_agrees_with_the_field_by_field_one(
+    draws: list[st.DataObject],
+) -> None:
+    """Chunks of a stream, some the same but for their token, some with a field of
+    another type, added or gone: each answer is the field-by-field one."""
+    check = _learned_check()
+    valid = json.loads(_chunk_text("t"))
+    for data in draws:
+        body = _mutated(valid, data) if data.draw(st.booleans()) else copy.deepcopy(valid)
+        if data.draw(st.booleans()):
+            body["choices"] = [{"index": 0, "delta": {"content": data.draw(st.text())}}]
+        text = json.dumps(body, separators=(",", ":"), ensure_ascii=data.draw(st.booleans()))
+        assert check.fits(text, json.loads(text)) == fits(check.shape, json.loads(text))
+
+
+def test_a_stream_whose_chunks_differ_in_more_than_one_string_stops_looking() -> None:
+    """Chunks that differ in two strings (OpenAI adds an ``obfuscation`` one) are
+    checked field by field; the stream looks for one changing string a few times,
+    then keeps nothing."""
+    check = ChunkCheck(shape_of(stormguard.ChatCompletionChunk))
+    for index in range(20):
+        text = _chunk_text(f"t{index}", obfuscation=f"o{index}")
+        assert check.fits(text, json.loads(text))
+    assert check._head is None and check._last is None
+    bad = _chunk_text("t", obfuscation=5)
+    assert not check.fits(bad, json.loads(bad))
+
+
+async def test_a_bad_chunk_amid_a_piece_of_many_is_named_after_those_before_it(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    """Chunks that arrive many in one piece (a buffering proxy) take the decoder's and
+    the check's short ways; the one that does not fit is still named where it is."""
+    good = [chunk(f"t{i}") for i in range(300)]
+    bad = chunk("t", choices=[{"index": "0", "delta": {"content": "t"}}])
+    body = sse(*good, bad, *good)
+    mock.post("/chat/completions").mock(return_value=event_stream(body))
+    stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
+    got: list[Any] = []
+    with pytest.raises(stormguard.APIResponseValidationError) as info:
+        if api.mode == "sync":
+            got.extend(stream)
+        else:
+            async for item in stream:
+                got.append(item)
+    assert [c.choices[0].delta.content for c in got] == [f"t{i}" for i in range(300)]
+    assert str(info.value) == (
+        "A stream event does not fit ChatCompletionChunk:"
+        " choices[0].index must be an integer, got a string"
+    )
+
+
+def test_chunks_that_differ_in_a_key_are_each_checked_field_by_field() -> None:
+    """Two chunks that differ in one key only (``"x1"`` and ``"x2"``, undeclared) teach
+    the check nothing: a key is not a value, and another key may take another type."""
+    check = ChunkCheck(shape_of(stormguard.ChatCompletionChunk))
+    for key in ("x1", "x2", "x3"):
+        text = json.dumps({"choices": [{"index": 0, "delta": {key: 5}}]})
+        assert check.fits(text, json.loads(text))
+    bad = json.dumps({"choices": [{"index": 0, "delta": {"content": 5}}]})
+    assert not check.fits(bad, json.loads(bad))

@@ -186,3 +186,79 @@ def test_a_whole_event_past_the_limit_is_refused_with_what_came_before_it() -> N
     assert decoder.feed(b": " + b"c" * 30 + b"\n") == []  # a comment counts as well
     with pytest.raises(EventTooLargeError):
         decoder.feed(b"data: " + b"x" * 40 + b"\n\n")
+
+
+_BULK_PARTS = st.one_of(
+    st.text(max_size=12)  # any text: multi-byte characters too, cut anywhere below
+    .filter(lambda t: "\n" not in t and "\r" not in t)
+    .map(lambda t: f"data: {t}\n\n".encode()),
+    st.sampled_from(
+        [
+            b"data: \xc3\n\n",  # a cut UTF-8 sequence: replaced, alone or in a piece
+            b"data: x\n\n\n\n",  # blank lines in a run
+            b"data:x\n\n",  # no space after the colon
+            b"data: a\ndata: b\n\n",  # two lines of one event
+            b": keep-alive\n\n",
+            b"event: note\ndata: x\n\n",
+            b"id: 7\n\n",
+            b"data: cr\r\n\r\n",
+            b"\n",
+        ]
+    ),
+)
+
+
+@given(
+    st.lists(_BULK_PARTS, max_size=30),
+    st.lists(st.integers(min_value=0, max_value=600), max_size=6),
+)
+def test_a_piece_of_many_events_decodes_as_the_spec_says(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    """Many events in one piece (a buffering proxy, a replay) take a way of their own
+    when each is one data line; a piece with any other line in it, or cut anywhere
+    (mid-line, mid-character, between the two LFs of an event), must decode as the
+    spec's algorithm says."""
+    stream = b"".join(parts)
+    points = sorted({c for c in cuts if c <= len(stream)})
+    decoder = SSEDecoder()
+    got = []
+    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
+        got.extend((e.data, e.event, e.id) for e in decoder.feed(stream[a:b]))
+    assert got == reference_events(stream)
+
+
+def test_a_piece_of_events_cut_mid_event_or_between_its_line_ends() -> None:
+    decoder = SSEDecoder()
+    assert [e.data for e in decoder.feed(b"data: a\n\ndata: b\n\ndata: c")] == ["a", "b"]
+    assert decoder.has_partial_event
+    assert [e.data for e in decoder.feed(b"\n\ndata: d\n")] == ["c"]  # d's line, no blank
+    assert [e.data for e in decoder.feed(b"\ndata: e\n\n")] == ["d", "e"]
+    assert not decoder.has_partial_event
+
+
+def test_an_event_of_another_shape_in_a_piece_of_many_is_read_in_order() -> None:
+    events = SSEDecoder().feed(
+        b"id: 1\n\ndata: a\n\nevent: error\ndata: {}\n\ndata: b\ndata: c\n\ndata: d\n\n"
+    )
+    assert [(e.data, e.event, e.id) for e in events] == [
+        ("a", None, "1"),
+        ("{}", "error", "1"),
+        ("b\nc", None, "1"),
+        ("d", None, "1"),
+    ]
+
+
+def test_an_event_past_the_limit_in_a_piece_of_many_is_refused() -> None:
+    decoder = SSEDecoder(max_event_bytes=64)
+    with pytest.raises(EventTooLargeError):
+        decoder.feed(b"data: a\n\n" * 5 + b"data: " + b"x" * 60 + b"\n\n" + b"data: b\n\n")
+    small = SSEDecoder(max_event_bytes=64)  # many small events: no event is too large
+    assert len(small.feed(b"data: a\n\n" * 50)) == 50
+
+
+def test_a_piece_of_100k_tiny_events_is_decoded_whole() -> None:
+    decoder = SSEDecoder()
+    events = decoder.feed(b"data: x\n\n" * 100_000)
+    assert len(events) == 100_000 and {e.data for e in events} == {"x"}
+    assert not decoder.has_partial_event
