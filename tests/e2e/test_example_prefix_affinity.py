@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e.test_examples import run
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]  # starts three servers: ~6 s
 
 
 def lines(out: str, part: int) -> dict[str, list[str]]:
