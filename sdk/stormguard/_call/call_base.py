@@ -110,8 +110,9 @@ class CallBase:
     #: The request of the current (or last) attempt: the ``request`` of its errors
     #: (``pipeline.begin_attempt``).
     _request: httpx.Request | None = None
-    #: The pool the current (or last) attempt went through: a stream read when it is
-    #: closed ends with ``ClientClosedError`` (``pipeline.begin_attempt``).
+    #: The pool the call's I/O goes through, the driver's (``pipeline``'s ``__init__``),
+    #: and that of the current (or last) attempt: a stream read when it is closed
+    #: ends with ``ClientClosedError`` (``pipeline.begin_attempt``).
     http: httpx.Client | httpx.AsyncClient | None = None
     #: When the attempt was sent, on the client's clock (``pipeline.begin_attempt``).
     _started = 0.0

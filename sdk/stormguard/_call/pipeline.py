@@ -120,8 +120,15 @@ class LogicalCall(CallBase):
     finish = call_result.finish
     annotate = call_result.annotate
 
-    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+    def __init__(
+        self,
+        core: ClientCore,
+        spec: CallSpec,
+        http: httpx.Client | httpx.AsyncClient | None = None,
+    ) -> None:
         super().__init__(core, spec)
+        if http is not None:
+            self.http = http  # the driver's pool: what it performs the call's I/O with
         if core.observer is not None:
             self._trace = core.observer.start_call(started_event(self))
 
