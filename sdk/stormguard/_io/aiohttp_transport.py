@@ -49,9 +49,6 @@ __all__ = ["AiohttpTransport", "aiohttp_pool"]
 #: Headers aiohttp adds to a request that lacks them: a request carries those the
 #: pipeline and httpx's client gave it, and no more (``Host`` it always has).
 _NOT_ADDED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-#: URLs parsed for yarl, at most this many, keyed by the httpx URL object the own
-#: pool reuses for every attempt to the same URL (``own_pool._AttemptRequests``).
-_CACHED = 256
 _HTTP_10 = (1, 0)
 
 
@@ -168,7 +165,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._fallback_make = fallback
         #: httpx's transport, serving the requests of a loop that is not asyncio's.
         self.fallback: httpx.AsyncBaseTransport | None = None
-        self._urls: dict[int, tuple[httpx.URL, URL]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -186,16 +182,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             timeout=aiohttp.ClientTimeout(total=None),  # each request brings its own
         )
         return self._session
-
-    def _url(self, url: httpx.URL) -> URL:
-        cached = self._urls.get(id(url))
-        if cached is not None:
-            return cached[1]
-        if len(self._urls) >= _CACHED:
-            self._urls.clear()
-        parsed = URL(str(url), encoded=True)
-        self._urls[id(url)] = (url, parsed)  # the key's object held: its id names no other
-        return parsed
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session
@@ -233,7 +219,9 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeout = request.extensions.get("timeout") or {}
         return session.request(
             request.method,
-            self._url(request.url),
+            # yarl caches what it parsed: a cache here keyed by the request's URL object
+            # never hit, since each httpx.Request holds a URL of its own.
+            URL(str(request.url), encoded=True),
             data=body or None,
             headers=headers,
             # aiohttp adds a header of these only when it is missing: the request has
