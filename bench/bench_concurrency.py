@@ -33,8 +33,14 @@ Measured per round: the client's CPU per call (this process's CPU time over the
 round / calls; the server is another process) and each call's added latency
 (its wall time, from its task's first step to its decoded result, minus the
 server's delay); the figures are medians over rounds (CPU) and quantiles over
-every call of those rounds (latency). ``--handoff`` measures only the limiter's
-hand-off from a release to the waiting task, in process.
+every call of those rounds (latency). The garbage collector's share is measured
+with them (``gc.callbacks``): the time in collections per call, by generation, and
+the full (generation-2) collections per round. Python runs a full collection once
+the objects that survived into the oldest generation since the last one exceed a
+quarter of it, so what drives them is how many tracked objects each call keeps
+alive while it waits: one more round of each client counts them (``gc.get_objects``
+half-way through the server's delay, against before it). ``--handoff`` measures
+only the limiter's hand-off from a release to the waiting task, in process.
 
 Targets: CPU per call <= 1.2x raw httpx's; the p99 of
 the added latency < 5 ms (no lock convoy). ``--profile N`` runs cProfile over one
@@ -47,6 +53,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import io
 import json
 import pstats
@@ -245,12 +252,39 @@ def guard_client(
 _BATCHES = 100
 
 
+class _Collections:
+    """The time the garbage collector spends in collections while entered, and their
+    count, by generation (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._start = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.seconds[generation] += time.perf_counter() - self._start
+        self.count[generation] += 1
+
+    def __enter__(self) -> _Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
 @dataclass
 class Round:
     cpu_per_call: float
     wall: float
     added: list[float]  # seconds per call beyond the server's delay
     failed: int = 0  # calls that raised (counted, not timed)
+    gc_per_call: tuple[float, float, float] = (0.0, 0.0, 0.0)  # seconds, by generation
+    full_collections: int = 0  # generation-2 collections in the round
 
 
 async def one_round(call: Call, calls: int, delay: float, spread: float = 0.0) -> Round:
@@ -268,19 +302,42 @@ async def one_round(call: Call, calls: int, delay: float, spread: float = 0.0) -
             return
         added.append(time.perf_counter() - start - delay)
 
-    cpu, wall = time.process_time(), time.perf_counter()
-    if not spread:
-        await asyncio.gather(*(timed() for _ in range(calls)))
-    else:
-        step = -(-calls // _BATCHES)
-        tasks: list[asyncio.Task[None]] = []
-        while len(tasks) < calls:
-            due = min(calls, int((time.perf_counter() - wall) / spread * _BATCHES + 1) * step)
-            tasks += [asyncio.create_task(timed()) for _ in range(due - len(tasks))]
-            await asyncio.sleep(spread / _BATCHES)
-        await asyncio.gather(*tasks)
-    cpu_per_call = (time.process_time() - cpu) / calls
-    return Round(cpu_per_call, time.perf_counter() - wall, sorted(added), len(failed))
+    with _Collections() as collections:
+        cpu, wall = time.process_time(), time.perf_counter()
+        if not spread:
+            await asyncio.gather(*(timed() for _ in range(calls)))
+        else:
+            step = -(-calls // _BATCHES)
+            tasks: list[asyncio.Task[None]] = []
+            while len(tasks) < calls:
+                due = min(calls, int((time.perf_counter() - wall) / spread * _BATCHES + 1) * step)
+                tasks += [asyncio.create_task(timed()) for _ in range(due - len(tasks))]
+                await asyncio.sleep(spread / _BATCHES)
+            await asyncio.gather(*tasks)
+        cpu_per_call = (time.process_time() - cpu) / calls
+    gen0, gen1, gen2 = (seconds / calls for seconds in collections.seconds)
+    return Round(
+        cpu_per_call,
+        time.perf_counter() - wall,
+        sorted(added),
+        len(failed),
+        (gen0, gen1, gen2),
+        collections.count[2],
+    )
+
+
+async def alive_per_call(call: Call, calls: int, delay: float) -> float:
+    """The tracked objects each of ``calls`` calls at once keeps alive while it waits
+    for the server: ``gc.get_objects()`` half-way through the delay, against before
+    the round (both after a full collection)."""
+    gc.collect()
+    before = len(gc.get_objects())
+    tasks = [asyncio.create_task(call()) for _ in range(calls)]
+    await asyncio.sleep(delay / 2)
+    gc.collect()
+    during = len(gc.get_objects())
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return (during - before - 1) / calls  # less the list of tasks
 
 
 def quantile(sorted_values: list[float], q: float) -> float:
@@ -291,11 +348,16 @@ def line(name: str, rounds: list[Round]) -> str:
     added = sorted(x for r in rounds for x in r.added)
     cpu = statistics.median(r.cpu_per_call for r in rounds)
     wall = statistics.median(r.wall for r in rounds)
+    gc_each = [statistics.median(r.gc_per_call[g] for r in rounds) * 1e6 for g in range(3)]
+    full = statistics.median(r.full_collections for r in rounds)
     return (
         f"  {name:<22} cpu/call {cpu * 1e6:7.0f} us   round {wall:6.2f} s   added p50 "
         f"{quantile(added, 0.5) * 1e3:7.1f} ms  p99 {quantile(added, 0.99) * 1e3:7.1f} ms"
         f"  max {added[-1] * 1e3:7.1f} ms"
         + (f"  FAILED {failed}" if (failed := sum(r.failed for r in rounds)) else "")
+        + f"\n  {'':<22} gc/call {sum(gc_each):7.0f} us   by generation"
+        f" {gc_each[0]:.0f} / {gc_each[1]:.0f} / {gc_each[2]:.0f} us,"
+        f" full collections per round {full:g}"
     )
 
 
@@ -326,6 +388,12 @@ async def run(args: argparse.Namespace, base_url: str, library: str) -> None:
         await warm_rounds(args, raw_call, guard_call, spread, peers)
     if limiter is not None:
         print(f"  stormguard's limiter after them: {limiter.state()}")
+    each = {"raw": raw_call, "stormguard": guard_call, **peers}
+    alive = {name: await alive_per_call(call, calls, delay) for name, call in each.items()}
+    print(
+        "  tracked objects alive per in-flight call: "
+        + ", ".join(f"{name} {count:.1f}" for name, count in alive.items())
+    )
     print(f"  load average at end: {_loadavg()}")
 
     if args.profile:

@@ -143,9 +143,11 @@ def _resume(flow: Generator[A, Any, Any], sent: Any, error: BaseException | None
         del error  # no cycle through the traceback
 
 
-def run_sync(flow: Generator[A, Any, Any], perform: Callable[[A], Any]) -> Any:
-    """Drive ``flow`` to its result: each action performed by ``perform``, whose
-    result is sent back and whose exception is thrown in."""
+def run_sync(
+    flow: Generator[A, Any, Any], perform: Callable[[LogicalCall, A], Any], call: LogicalCall
+) -> Any:
+    """Drive ``flow`` to its result: each action performed by ``perform(call, action)``,
+    whose result is sent back and whose exception is thrown in."""
     sent: Any = None
     error: BaseException | None = None
     while True:
@@ -156,13 +158,18 @@ def run_sync(flow: Generator[A, Any, Any], perform: Callable[[A], Any]) -> Any:
         finally:
             sent = error = None
         try:
-            sent = perform(action)
+            sent = perform(call, action)
         except BaseException as exc:
             error = exc
 
 
-async def run_async(flow: Generator[A, Any, Any], perform: Callable[[A], Awaitable[Any]]) -> Any:
-    """``run_sync`` with an awaited ``perform``."""
+async def run_async(
+    flow: Generator[A, Any, Any],
+    perform: Callable[[LogicalCall, A], Awaitable[Any]],
+    call: LogicalCall,
+) -> Any:
+    """``run_sync`` with an awaited ``perform``. The call is passed, not bound into
+    ``perform`` (a ``functools.partial`` is two more objects alive across each wait)."""
     sent: Any = None
     error: BaseException | None = None
     while True:
@@ -173,6 +180,6 @@ async def run_async(flow: Generator[A, Any, Any], perform: Callable[[A], Awaitab
         finally:
             sent = error = None
         try:
-            sent = await perform(action)
+            sent = await perform(call, action)
         except BaseException as exc:
             error = exc

@@ -144,7 +144,7 @@ def close_record(call: CallBase, outcome: str) -> None:
         call.core.picker.finished(endpoint)
         call._last_endpoint = endpoint.name
         call._endpoint = None
-    call.history.append(
+    call.history += (
         AttemptRecord(
             number=call.attempt_number,
             status_code=status,
@@ -161,7 +161,7 @@ def close_record(call: CallBase, outcome: str) -> None:
             deployment=deployment,
             tier=tier,
             affinity=call._attempt_affinity if endpoint is not None else None,
-        )
+        ),
     )
     if deployment is not None and tier is not None:
         call.core.tier_watch.attempted(deployment, tier, outcome)

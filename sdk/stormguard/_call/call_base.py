@@ -80,6 +80,15 @@ class CallBase:
     stream_bounds: StreamBounds | None = None
     #: Seconds the call spent in the local queue, over every attempt (``pipeline.granted``).
     queued_s = 0.0
+    #: The record of each attempt closed (``attempt_record.close_record``), the
+    #: endpoints the call has sent an attempt to (a failover goes only to others)
+    #: (``pipeline.begin_attempt``), and its moves from one model to the next
+    #: (``pipeline.fall_back``). Tuples, grown by a new one: a tuple of strings is
+    #: no object for the garbage collector to walk while the call waits, and most
+    #: calls make one attempt and no move.
+    history: tuple[AttemptRecord, ...] = ()
+    _tried: tuple[str, ...] = ()
+    fallback_steps: tuple[FallbackStep, ...] = ()
     #: The call's observer (telemetry); None when nothing is recorded: no events
     #: then (``pipeline``'s ``__init__``).
     _trace: CallObserver | None = None
@@ -110,8 +119,9 @@ class CallBase:
     #: The request of the current (or last) attempt: the ``request`` of its errors
     #: (``pipeline.begin_attempt``).
     _request: httpx.Request | None = None
-    #: The pool the current (or last) attempt went through: a stream read when it is
-    #: closed ends with ``ClientClosedError`` (``pipeline.begin_attempt``).
+    #: The pool the call's I/O goes through, the driver's (``pipeline``'s ``__init__``),
+    #: and that of the current (or last) attempt: a stream read when it is closed
+    #: ends with ``ClientClosedError`` (``pipeline.begin_attempt``).
     http: httpx.Client | httpx.AsyncClient | None = None
     #: When the attempt was sent, on the client's clock (``pipeline.begin_attempt``).
     _started = 0.0
@@ -185,16 +195,12 @@ class CallBase:
         #: Where the call is (``_call/call_state.py``): each step below moves it, and a
         #: step out of order raises ``CallProtocolError``.
         self.machine = CallMachine()
-        self.history: list[AttemptRecord] = []
         self._content = spec.content
         if self._content is None and spec.body is not None:
             self._content = json.dumps(spec.body, separators=(",", ":")).encode()
-        #: Endpoints this call has sent an attempt to (a failover goes only to others).
-        self._tried: set[str] = set()
-        #: The models this call has been on (a fallback goes only to others), and its
-        #: moves from one to the next (``_policies/fallback.py``).
-        self.models_tried: list[str] = [] if spec.model is None else [spec.model]
-        self.fallback_steps: list[FallbackStep] = []
+        #: The models this call has been on (a fallback goes only to others; more are
+        #: added by ``pipeline.fall_back``).
+        self.models_tried: tuple[str, ...] = () if spec.model is None else (spec.model,)
         core.budget.record_call()
         core.stats.call()
         #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.

@@ -69,19 +69,29 @@ CallFlow: TypeAlias = Generator[CallAction, Any, Any]
 def call_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
     """The whole of ``call``; returns its answer (``call.finish``) or raises its
     error, annotated with the call's attempts and stop reason."""
+    # In the observer's scope only when there is one: a ``with`` on the null scope
+    # keeps its bound ``__exit__`` alive across every wait of the call.
+    return _call(call, http) if call._trace is None else _observed(call, _call(call, http))
+
+
+def _observed(call: LogicalCall, flow: CallFlow) -> CallFlow:
     with call.observing():
-        try:
-            while True:
-                try:
-                    result = yield from _model_flow(call, http)
-                    break
-                except StormguardError as exc:
-                    if not call.fall_back(exc):
-                        raise
-        except StormguardError as exc:
-            call.annotate(exc)
-            raise
-        return call.finish(result)
+        return (yield from flow)
+
+
+def _call(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    try:
+        while True:
+            try:
+                result = yield from _model_flow(call, http)
+                break
+            except StormguardError as exc:
+                if not call.fall_back(exc):
+                    raise
+    except StormguardError as exc:
+        call.annotate(exc)
+        raise
+    return call.finish(result)
 
 
 def _model_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:

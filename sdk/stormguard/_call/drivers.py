@@ -21,7 +21,7 @@ Everything else in ``Client`` and ``AsyncClient`` is one text
 from __future__ import annotations
 
 import os
-from functools import partial
+from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import anyio
@@ -32,7 +32,7 @@ from .._io.body import aiter_body, iter_body
 from .._io.deadline_transport import DeadlineTransport, hold_to_deadlines
 from .._io.own_pool import OwnAsyncClient, OwnClient, own_pool
 from .._io.pool_life import given_pool, used_given_pool
-from .._io.read_within import await_within
+from .._io.read_within import await_bounded, await_within
 from .._policies.quota import SharedAsk
 from ..openai_errors import as_openai_error
 from ..tokens._flow import drive_precheck_async, drive_precheck_sync
@@ -142,22 +142,25 @@ def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
     """One logical call, its I/O done with ``http``."""
     if type(http) is not OwnClient:
         used_given_pool(http)
-    call = LogicalCall(core, spec)
+    call = LogicalCall(core, spec, http)
     with call.deadline.bound():  # read by the deadline-clipping transport
-        return run_sync(call_flow(call, http), partial(_perform_sync, core, http, call))
+        return run_sync(call_flow(call, http), _perform_sync, call)
 
 
-async def run_call_async(core: ClientCore, http: httpx.AsyncClient, spec: CallSpec) -> Any:
-    """The async twin of :func:`run_call_sync`."""
+def run_call_async(
+    core: ClientCore, http: httpx.AsyncClient, spec: CallSpec
+) -> Coroutine[Any, Any, Any]:
+    """The async twin of :func:`run_call_sync`: the coroutine to await. Not a coroutine
+    of its own: each layer of the call's await chain is an object the collector keeps
+    walking while the call waits (docs/benchmarks.md, "The aiohttp backend")."""
     if type(http) is not OwnAsyncClient:
         used_given_pool(http)
-    call = LogicalCall(core, spec)
-    return await run_async(call_flow(call, http), partial(_perform_async, core, http, call))
+    call = LogicalCall(core, spec, http)
+    return run_async(call_flow(call, http), _perform_async, call)
 
 
-def _perform_sync(
-    core: ClientCore, http: httpx.Client, call: LogicalCall, action: CallAction
-) -> Any:
+def _perform_sync(call: LogicalCall, action: CallAction) -> Any:
+    core, http = call.core, cast("httpx.Client", call.http)
     if isinstance(action, Send):
         with call.sending():
             return http.send(action.request, stream=True)
@@ -186,42 +189,50 @@ def _perform_sync(
     return None
 
 
-async def _perform_async(
-    core: ClientCore, http: httpx.AsyncClient, call: LogicalCall, action: CallAction
-) -> Any:
+def _perform_async(call: LogicalCall, action: CallAction) -> Awaitable[Any]:
+    """The awaitable of ``action``'s I/O, for ``run_async`` to await in its place: no
+    coroutine of its own stays alive across the wait."""
+    core, http = call.core, cast("httpx.AsyncClient", call.http)
     if isinstance(action, Send):
         # The deadline bounds the whole send, not only each socket operation.
-        with call.sending():
-            return await await_within(
-                http.send(action.request, stream=True), call.remaining_or_none()
-            )
+        send = await_bounded(http.send(action.request, stream=True), call.remaining_or_none())
+        return send if call._trace is None else _sending(call, send)
     if isinstance(action, ReadBody):
-        return await await_within(_read_body(action), call.remaining_or_none())
+        return await_within(_read_body(action), call.remaining_or_none())
     if isinstance(action, CloseResponse):
-        if action.failed:
-            with anyio.CancelScope(shield=True):
-                await action.response.aclose()
-        else:
-            await action.response.aclose()
-        return None
+        return _close(action)
     if isinstance(action, OpenStream):
-        stream: AsyncStream[Any] = AsyncStream(
-            StreamState(call, action.response, action.chunk_type)
-        )
-        await stream._prefetch()
-        return stream
+        return _open_stream(call, action)
     if isinstance(action, WaitForSlot):
-        return await action.waiter.wait_async(action.timeout)
+        return action.waiter.wait_async(action.timeout)
     if isinstance(action, Sleep):
-        await core.clock.asleep(action.seconds)
-        return None
+        return core.clock.asleep(action.seconds)
     if isinstance(action, SharedAsk):
-        return await action.ask_async()  # redis.asyncio, within the store's timeout
+        return action.ask_async()  # redis.asyncio, within the store's timeout
     if isinstance(action, CheckTokens):
-        return await drive_precheck_async(action.flow, http, call.deadline, core.max_response_bytes)
+        return drive_precheck_async(action.flow, http, call.deadline, core.max_response_bytes)
     assert isinstance(action, AwaitDiscovery) and core.discovery is not None
-    await core.discovery.ready_async(action.deadline)
-    return None
+    return core.discovery.ready_async(action.deadline)
+
+
+async def _sending(call: LogicalCall, send: Awaitable[Any]) -> Any:
+    """``send`` awaited in the call's ``sending()`` scope (telemetry on)."""
+    with call.sending():
+        return await send
+
+
+async def _close(action: CloseResponse) -> None:
+    if action.failed:
+        with anyio.CancelScope(shield=True):
+            await action.response.aclose()
+    else:
+        await action.response.aclose()
+
+
+async def _open_stream(call: LogicalCall, action: OpenStream) -> AsyncStream[Any]:
+    stream: AsyncStream[Any] = AsyncStream(StreamState(call, action.response, action.chunk_type))
+    await stream._prefetch()
+    return stream
 
 
 async def _read_body(action: ReadBody) -> None:

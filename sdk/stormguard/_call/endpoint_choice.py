@@ -14,6 +14,8 @@ from .call_base import CallBase
 from .call_quota import answered_key, credential, current_key, left_pacing, pace_key
 
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from .._policies.breaker.circuit import Permit
     from .._policies.quota import Pace, SharedAsk
     from .._policies.quota._redis import Reply
@@ -48,12 +50,11 @@ def pick_endpoint(
     comes first (``EndpointPicker.choose``), and ``call._affinity`` says whether
     the attempt goes to the key's home."""
     core = call.core
+    avoid: str | Collection[str] | None = None
     if retry:
-        avoid: set[str] = call._tried
-    elif call.attempt_number > 0 and call._last_endpoint is not None:
-        avoid = {call._last_endpoint}
-    else:
-        avoid = set()
+        avoid = call._tried
+    elif call.attempt_number > 0:
+        avoid = call._last_endpoint
     key, affinity = call.spec.affinity_key, core.affinity
     candidates, home = core.picker.choose(
         model=call.spec.model,

@@ -113,8 +113,22 @@ def _openai_sentinels() -> tuple[type, ...]:
     )
 
 
+#: ``_omitted_types()`` with the ``openai._types`` module it was built from (None: not
+#: imported): built again only when that module changes, not on each of the half a
+#: dozen looks a call takes.
+_omitted: tuple[object, tuple[type, ...]] = (None, (NotGiven, Omit))
+
+
 def _omitted_types() -> tuple[type, ...]:
-    return (NotGiven, Omit, *_openai_sentinels())
+    global _omitted
+    module, types = _omitted
+    if sys.modules.get("openai._types") is not module:
+        module = sys.modules.get("openai._types")
+        sentinels = _openai_sentinels()
+        types = (NotGiven, Omit, *sentinels)
+        if module is None or len(sentinels) == 2:  # not a module half imported
+            _omitted = (module, types)
+    return types
 
 
 def is_omitted(value: object) -> bool:

@@ -120,8 +120,15 @@ class LogicalCall(CallBase):
     finish = call_result.finish
     annotate = call_result.annotate
 
-    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+    def __init__(
+        self,
+        core: ClientCore,
+        spec: CallSpec,
+        http: httpx.Client | httpx.AsyncClient | None = None,
+    ) -> None:
         super().__init__(core, spec)
+        if http is not None:
+            self.http = http  # the driver's pool: what it performs the call's I/O with
         if core.observer is not None:
             self._trace = core.observer.start_call(started_event(self))
 
@@ -150,8 +157,8 @@ class LogicalCall(CallBase):
         from_model = self.spec.model
         if self._trace is not None:
             self._trace.on_event(FellBack(from_model, model, type(error).__name__, kind.value))
-        self.fallback_steps.append(FallbackStep(from_model, model, kind, type(error).__name__))
-        self.models_tried.append(model)
+        self.fallback_steps += (FallbackStep(from_model, model, kind, type(error).__name__),)
+        self.models_tried += (model,)
         fell_back(
             from_model=from_model, to_model=model, kind=kind, error=error, redactor=self.redactor
         )
@@ -243,7 +250,8 @@ class LogicalCall(CallBase):
         self.core.picker.started(endpoint)
         self.http = http
         self._endpoint = endpoint
-        self._tried.add(endpoint.name)
+        if endpoint.name not in self._tried:
+            self._tried += (endpoint.name,)
         self._attempt_error = None
         self.machine.step("begin_attempt")
         self.attempt_number += 1

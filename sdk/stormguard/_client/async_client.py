@@ -90,14 +90,16 @@ class AsyncClient(BaseClient):
 
     # -- I/O: _call/drivers.py ----------------------------------------------------------
 
-    async def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
+    def _request(self, spec: CallSpec, hand_over: HandOver = "") -> Any:
         """Run one logical call; ``hand_over``: what the caller gets besides the result
-        (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``)."""
+        (a ``Delivery``, for ``with_raw_response``/``with_streaming_response``). The
+        async client returns the call's coroutine, not one of its own around it: one
+        object fewer alive while the call waits."""
         if hand_over:
             spec = replace(spec, hand_over=hand_over)
         if self._closed or self._http.is_closed:
             raise closed_error(self._core)
-        return await run_call_async(self._core, self._http, spec)
+        return run_call_async(self._core, self._http, spec)
 
     @property
     def with_raw_response(self) -> AsyncClientWithRawResponse:

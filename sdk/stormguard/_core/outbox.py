@@ -53,6 +53,10 @@ class Outbox(Generic[T]):
 
     def deliver(self) -> None:
         """Hand every queued change to the listeners, in order (without the lock)."""
+        if not self._pending:
+            # Nothing queued (every call but a state change): no lock taken. A change
+            # queued meanwhile is delivered by the one that queued it.
+            return
         while True:
             with self._lock:
                 if self._delivering or not self._pending:

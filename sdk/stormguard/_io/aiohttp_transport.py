@@ -33,7 +33,7 @@ to httpx's own transport instead, made at its first request (``_off_asyncio``).
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -49,9 +49,6 @@ __all__ = ["AiohttpTransport", "aiohttp_pool"]
 #: Headers aiohttp adds to a request that lacks them: a request carries those the
 #: pipeline and httpx's client gave it, and no more (``Host`` it always has).
 _NOT_ADDED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-#: URLs parsed for yarl, at most this many, keyed by the httpx URL object the own
-#: pool reuses for every attempt to the same URL (``own_pool._AttemptRequests``).
-_CACHED = 256
 _HTTP_10 = (1, 0)
 
 
@@ -99,6 +96,22 @@ def _reset(response: aiohttp.ClientResponse | None) -> bool:
     protocol = None if connection is None else connection.protocol
     lost = None if protocol is None else protocol.exception()
     return isinstance(lost, OSError) and not isinstance(lost, TimeoutError)
+
+
+def _has_all(headers: CIMultiDict[str]) -> bool:
+    """Whether ``headers`` has every header aiohttp would add (``_NOT_ADDED``)."""
+    return (
+        "Accept" in headers
+        and "Accept-Encoding" in headers
+        and "User-Agent" in headers
+        and "Content-Type" in headers
+    )
+
+
+def _decoded(headers: httpx.Headers) -> list[tuple[str, str]]:
+    """``headers`` as ``str`` s, in order, for aiohttp."""
+    encoding = headers.encoding
+    return [(key.decode(encoding), value.decode(encoding)) for key, _, value in headers._list]
 
 
 class _Body(httpx.AsyncByteStream):
@@ -152,7 +165,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._fallback_make = fallback
         #: httpx's transport, serving the requests of a loop that is not asyncio's.
         self.fallback: httpx.AsyncBaseTransport | None = None
-        self._urls: dict[int, tuple[httpx.URL, URL]] = {}
 
     def _open(self) -> aiohttp.ClientSession:
         limits = self._limits
@@ -165,22 +177,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._session = aiohttp.ClientSession(
             connector=connector,
             auto_decompress=False,
-            skip_auto_headers=_NOT_ADDED,
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,  # the own pool reads the environment's proxies, once
             timeout=aiohttp.ClientTimeout(total=None),  # each request brings its own
         )
         return self._session
-
-    def _url(self, url: httpx.URL) -> URL:
-        cached = self._urls.get(id(url))
-        if cached is not None:
-            return cached[1]
-        if len(self._urls) >= _CACHED:
-            self._urls.clear()
-        parsed = URL(str(url), encoded=True)
-        self._urls[id(url)] = (url, parsed)  # the key's object held: its id names no other
-        return parsed
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session
@@ -188,34 +189,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             if self.fallback is not None or not _asyncio_running():
                 return await self._off_asyncio(request)
             session = self._open()
-        headers = request.headers
-        encoding = headers.encoding
-        sent = CIMultiDict(
-            [(key.decode(encoding), value.decode(encoding)) for key, _, value in headers._list]
-        )
-        timeout = request.extensions.get("timeout") or {}
         try:
             body = request.content
         except httpx.RequestNotRead:  # a streamed body: not one the pipeline builds
             body = await request.aread()
         try:
-            response = await session.request(
-                request.method,
-                self._url(request.url),
-                data=body or None,
-                headers=sent,
-                allow_redirects=False,
-                proxy=self._proxy,
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    # aiohttp's ``connect`` spans the wait for a pooled connection and
-                    # the connect, httpx's ``pool`` and ``connect`` one each.
-                    connect=timeout.get("pool"),
-                    sock_connect=timeout.get("connect"),
-                    sock_read=timeout.get("read"),
-                ),
-                server_hostname=request.extensions.get("sni_hostname"),
-            )
+            response = await self._sent(session, request, body)
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _mapped(exc, request) from exc
         extensions: dict[str, Any] = {
@@ -228,6 +207,37 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             headers=response.raw_headers,
             stream=_Body(response, request),
             extensions=extensions,
+        )
+
+    def _sent(
+        self, session: aiohttp.ClientSession, request: httpx.Request, body: bytes
+    ) -> Awaitable[aiohttp.ClientResponse]:
+        """aiohttp's request for ``request``. Its headers are built here, not in
+        ``handle_async_request``, so that no copy of them stays alive while the call
+        waits: aiohttp takes its own."""
+        headers = CIMultiDict(_decoded(request.headers))
+        timeout = request.extensions.get("timeout") or {}
+        return session.request(
+            request.method,
+            # yarl caches what it parsed: a cache here keyed by the request's URL object
+            # never hit, since each httpx.Request holds a URL of its own.
+            URL(str(request.url), encoded=True),
+            data=body or None,
+            headers=headers,
+            # aiohttp adds a header of these only when it is missing: the request has
+            # all four as a rule, and then no per-request set of names to skip is built.
+            skip_auto_headers=None if _has_all(headers) else _NOT_ADDED,
+            allow_redirects=False,
+            proxy=self._proxy,
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                # aiohttp's ``connect`` spans the wait for a pooled connection and
+                # the connect, httpx's ``pool`` and ``connect`` one each.
+                connect=timeout.get("pool"),
+                sock_connect=timeout.get("connect"),
+                sock_read=timeout.get("read"),
+            ),
+            server_hostname=request.extensions.get("sni_hostname"),
         )
 
     async def _off_asyncio(self, request: httpx.Request) -> httpx.Response:

@@ -25,7 +25,7 @@ from stormguard._call.pipeline import LogicalCall
 from stormguard._core.results import ChatCompletion
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
-Perform = Callable[[Action], Any]
+Perform = Callable[[LogicalCall, Action], Any]
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def server(
     seen: list[Action] = []
     fail = fail or {}
 
-    def perform(action: Action) -> Any:
+    def perform(_call: LogicalCall, action: Action) -> Any:
         seen.append(action)
         if type(action) in fail:
             raise fail[type(action)]
@@ -71,7 +71,7 @@ def kinds(seen: list[Action]) -> list[type[Action]]:
 def test_a_success_sends_reads_and_closes(client: stormguard.Client) -> None:
     call = new_call(client)
     perform, seen = server(200, httpx.Response(200, json=chat_json("hi")).content)
-    result = run_sync(attempt_flow(call, client._http), perform)
+    result = run_sync(attempt_flow(call, client._http), perform, call)
     assert result.choices[0].message.content == "hi"
     assert kinds(seen) == [Send, ReadBody, CloseResponse]
     assert isinstance(seen[-1], CloseResponse) and not seen[-1].failed
@@ -84,7 +84,7 @@ def test_a_response_closed_by_reading_its_body_is_not_closed_again(
     call = new_call(client)
     seen: list[Action] = []
 
-    def perform(action: Action) -> Any:
+    def perform(_call: LogicalCall, action: Action) -> Any:
         seen.append(action)
         if isinstance(action, Send):
             body = httpx.Response(200, json=chat_json("hi")).content
@@ -94,7 +94,7 @@ def test_a_response_closed_by_reading_its_body_is_not_closed_again(
             assert action.response.is_closed
         return None
 
-    result = run_sync(attempt_flow(call, client._http), perform)
+    result = run_sync(attempt_flow(call, client._http), perform, call)
     assert result.choices[0].message.content == "hi"
     assert kinds(seen) == [Send, ReadBody]
 
@@ -103,7 +103,7 @@ def test_a_status_error_is_read_closed_then_raised(client: stormguard.Client) ->
     call = new_call(client)
     perform, seen = server(500, b'{"error": {"message": "boom"}}')
     with pytest.raises(stormguard.InternalServerError):
-        run_sync(attempt_flow(call, client._http), perform)
+        run_sync(attempt_flow(call, client._http), perform, call)
     assert kinds(seen) == [Send, ReadBody, CloseResponse]  # its body is the error's
     assert isinstance(seen[-1], CloseResponse) and not seen[-1].failed
     assert call.machine.state is CallState.ATTEMPT_FAILED
@@ -124,7 +124,7 @@ def test_a_failed_send_becomes_the_calls_error(
     call = new_call(client)
     perform, seen = server(200, b"", fail={Send: raised})
     with pytest.raises(error, match=message) as info:
-        run_sync(attempt_flow(call, client._http), perform)
+        run_sync(attempt_flow(call, client._http), perform, call)
     assert kinds(seen) == [Send]  # no response: nothing to close
     assert info.value.__cause__ is raised
     assert not getattr(info.value, "response_started", False)
@@ -145,7 +145,7 @@ def test_a_failed_read_closes_the_response(
     call = new_call(client)
     perform, seen = server(200, b"{}", fail={ReadBody: raised})
     with pytest.raises(error) as info:
-        run_sync(attempt_flow(call, client._http), perform)
+        run_sync(attempt_flow(call, client._http), perform, call)
     assert kinds(seen) == [Send, ReadBody, CloseResponse]
     assert isinstance(seen[-1], CloseResponse) and seen[-1].failed
     if isinstance(info.value, stormguard.APITimeoutError):
@@ -158,7 +158,7 @@ def test_a_cancellation_mid_read_closes_the_response_and_goes_on(
     call = new_call(client)
     perform, seen = server(200, b"{}", fail={ReadBody: KeyboardInterrupt()})
     with pytest.raises(KeyboardInterrupt):
-        run_sync(attempt_flow(call, client._http), perform)
+        run_sync(attempt_flow(call, client._http), perform, call)
     assert kinds(seen) == [Send, ReadBody, CloseResponse]
 
 
@@ -175,7 +175,7 @@ def test_a_stream_is_opened_not_read(client: stormguard.Client) -> None:
         chunk_type=stormguard.ChatCompletionChunk,
     )
     perform, seen = server(200, b"")
-    assert run_sync(attempt_flow(call, client._http), perform) is None  # what OpenStream gave
+    assert run_sync(attempt_flow(call, client._http), perform, call) is None  # what OpenStream gave
     assert kinds(seen) == [Send, OpenStream]
 
 

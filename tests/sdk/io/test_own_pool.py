@@ -297,6 +297,7 @@ def both_ways(
     client: Any,
     url: str = URL,
     *,
+    method: str = "POST",
     base: dict[str, str] = BASE,
     headers: dict[str, str] | None = None,
     content: bytes | None = b'{"model": "m"}',
@@ -304,7 +305,7 @@ def both_ways(
     headers = headers or {}
     built = attempt_request(
         client,
-        "POST",
+        method,
         url,
         content=content,
         base=base,
@@ -312,7 +313,7 @@ def both_ways(
         extensions=dict(EXTENSIONS),
     )
     expected = client.build_request(
-        "POST", url, content=content, headers={**base, **headers}, extensions=dict(EXTENSIONS)
+        method, url, content=content, headers={**base, **headers}, extensions=dict(EXTENSIONS)
     )
     return built, expected
 
@@ -326,13 +327,34 @@ def both_ways(
         {"host": "svc.test"},  # a discovered address
     ],
 )
-@pytest.mark.parametrize("content", [b'{"model": "m"}', None])
+@pytest.mark.parametrize("content", [b'{"model": "m"}', b"", None])
+@pytest.mark.parametrize("method", ["POST", "GET", "PUT", "DELETE"])
 async def test_attempt_request_builds_what_build_request_builds(
-    pool: Pool, headers: dict[str, str], content: bytes | None
+    pool: Pool, headers: dict[str, str], content: bytes | None, method: str
 ) -> None:
     client = pool.client()
     for _ in range(2):  # the second from the caches
-        assert_same_request(*both_ways(client, headers=headers, content=content))
+        assert_same_request(*both_ways(client, method=method, headers=headers, content=content))
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"Content-Length": "14"}, {"transfer-encoding": "chunked"}, {"HOST": "svc.test"}],
+)
+async def test_attempt_request_with_a_header_httpx_would_add_builds_what_build_request_builds(
+    pool: Pool, headers: dict[str, str]
+) -> None:
+    client = pool.client()
+    assert_same_request(*both_ways(client, headers=headers))
+    assert_same_request(*both_ways(client, headers=headers, content=None))
+
+
+async def test_attempt_request_to_a_url_with_a_port_and_a_path_builds_what_build_request_builds(
+    pool: Pool,
+) -> None:
+    client = pool.client()
+    for url in ("http://127.0.0.1:8000/v1/chat/completions", "https://[::1]:8443/v1/models?a=1"):
+        assert_same_request(*both_ways(client, url))
 
 
 async def test_a_request_from_the_cache_shares_no_headers_with_the_next(pool: Pool) -> None:
