@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -130,6 +131,8 @@ async def run_quota_pairing(
             for k in range(variant.processes)
         ]
         port = free_port()
+        # The machine's shared quota buckets (the default client's), this pairing's own.
+        quota_dir = tempfile.mkdtemp(prefix=f"{label}-quota-", dir=log_dir)
         jobs = [
             QuotaJob(
                 client=client,
@@ -145,6 +148,7 @@ async def run_quota_pairing(
                 redis_host=None if redis is None else redis.host,
                 redis_port=None if redis is None else redis.port,
                 stream=config.stream,
+                quota_dir=quota_dir,
             )
             for k in range(variant.processes)
         ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import threading
 import time
@@ -63,6 +64,9 @@ class QuotaJob:
     redis_host: str | None = None
     redis_port: int | None = None
     stream: bool = False  # streamed calls, or whole answers (a batch job's)
+    #: This pairing's directory of the machine's shared quota buckets: a pairing never
+    #: finds the buckets of the one before it (whose server had the same key).
+    quota_dir: str | None = None
 
     @property
     def limits(self) -> QuotaLimits:
@@ -289,6 +293,8 @@ async def _run_async(job: QuotaJob) -> QuotaWorkerResult:
 def main() -> None:
     claim_stdout()
     job = QuotaJob.from_json(sys.stdin.readline())
+    if job.quota_dir is not None:
+        os.environ["STORMGUARD_QUOTA_DIR"] = job.quota_dir
     threaded = job.client in THREADED_CLIENTS
     result = _run_sync(job) if threaded else asyncio.run(_run_async(job))
     send(result.to_json())

@@ -41,7 +41,7 @@ from .call_base import CallBase
 
 if TYPE_CHECKING:
     from .._policies.quota import QuotaGate
-    from .._policies.quota._redis import Reply
+    from .._policies.quota._bucket import Reply
 
 __all__ = [
     "answered_key",
@@ -72,7 +72,7 @@ def pace_key(call: CallBase) -> Pace | SharedAsk | None:
         if gate is None or key is None:
             return None
         if gate.registry.get(key) is None:
-            if not gate.shared:
+            if not gate.shared or not gate.registry.shared_known(key):
                 return None  # the key is not paced: nothing to wait for
             gate.registry.activate(key)
         quota = call._quota = gate.call(key, call.priority.rank)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from .._policies.breaker.circuit import Permit
     from .._policies.quota import Pace, SharedAsk
-    from .._policies.quota._redis import Reply
+    from .._policies.quota._bucket import Reply
     from .._policies.routing.endpoint_state import EndpointState
 
 

@@ -36,8 +36,8 @@ __all__ = [
     "fell_back",
     "logger",
     "quota_learned",
-    "quota_redis_back",
-    "quota_redis_down",
+    "quota_store_back",
+    "quota_store_down",
     "quota_waiting",
     "retry_stopped",
     "retrying",
@@ -175,18 +175,19 @@ def tier_returned(*, model: str | None, tier: int) -> None:
         )
 
 
-def quota_redis_down(*, where: str, error: str, retry: float) -> None:
-    """One WARNING when the Redis that shares the quotas fails (once per outage)."""
+def quota_store_down(*, what: str, error: str, retry: float) -> None:
+    """One WARNING when the store that shares the quotas (a Redis, this machine's
+    quota files) fails, once per outage."""
     logger.warning(
-        "the Redis at %s that shares the quotas failed (%s): pacing each key in this"
-        " process alone, asking Redis again in %.1f s",
-        where,
+        "the %s that shares the quotas failed (%s): pacing each key in this"
+        " process alone, asking it again in %.1f s",
+        what,
         error,
         retry,
     )
 
 
-def quota_redis_back(*, where: str) -> None:
-    """One INFO line when that Redis answers again."""
+def quota_store_back(*, what: str) -> None:
+    """One INFO line when that store answers again."""
     if logger.isEnabledFor(logging.INFO):
-        logger.info("the Redis at %s answers again: the quotas are shared in it", where)
+        logger.info("the %s answers again: the quotas are shared in it", what)

@@ -84,6 +84,12 @@ class QuotaPolicy:
     #: time counts the client's own lag: with 16 processes on 2 cores, 0.1 s timed
     #: out in 7 of them on a loopback Redis, which paced alone and met 23 429s.
     redis_timeout: float = 0.5
+    #: Without a Redis, the processes of this machine share each key's bucket through
+    #: files in a directory only this user may use (``$STORMGUARD_QUOTA_DIR``; "off"
+    #: turns it off there): what one process learns of a key (its limit, a 429's
+    #: pause), every process paces to at once. False: each process paces alone, as on
+    #: Windows or across hosts. docs/quotas.md, "Many processes on one machine".
+    share_on_host: bool = True
 
     def __post_init__(self) -> None:
         for name in ("window", "drain", "reserve", "recheck", "redis_timeout"):

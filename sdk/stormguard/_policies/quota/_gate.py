@@ -42,7 +42,7 @@ from ._signals import readings, refusal_of
 
 if TYPE_CHECKING:
     from ..._core.clock import Clock
-    from ._redis import Reply
+    from ._bucket import Reply
 
 __all__ = [
     "CREDENTIAL_HEADERS",
@@ -115,7 +115,8 @@ class QuotaGate:
         self.policy = policy
         self.now = clock.now
         self.registry = registry_for(policy, clock, clock.now)
-        #: Keys are shared in Redis: a key's state is made at its first call.
+        #: Keys are shared (Redis, this machine's files): a key's state is made at its
+        #: first call that finds something in the store (``QuotaRegistry.shared_known``).
         self.shared = self.registry.store is not None
         self._seq = itertools.count()
         self._named: dict[tuple[str | None, str, str], QuotaKey] = {}

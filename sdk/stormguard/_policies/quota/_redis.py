@@ -23,16 +23,16 @@ dimension (tokens ``t*``, requests ``r*``): the limit per minute ``L`` and the l
 its TTL (``TTL_S``), so an idle key goes away.
 
 **Bounds.** Every number read from Redis or the caller is checked (a non-number,
-``nan``, or one past 10^15 reads as absent); a key of another type is replaced; no level
+``nan``, or one past 10^15 reads as absent; a limit below 0.001 a minute too, which
+would refill at 0 a second); a key of another type is replaced; no level
 falls below ``MAX_PAUSE_S`` of the refill (no reservation waits longer), no pause
 lasts past it. The reply is checked field by field: a reply of another shape is a
 failure, as a timeout is (``ReplyError``).
 
 **Failure.** Any error, a timeout (``QuotaPolicy.redis_timeout``) or a bad reply
-marks the store down: calls are paced locally, one WARNING says so (the URL's host
-and port, never its password), and Redis is asked again after a back-off (1 s,
-doubling to 30 s, jittered), by one call at a time; when it answers, an INFO line
-says so and the keys go back to it.
+marks the store down (``_store.QuotaStore``): calls are paced locally, one WARNING
+says so (the URL's host and port, never its password), and Redis is asked again
+after a back-off.
 """
 
 from __future__ import annotations
@@ -40,33 +40,18 @@ from __future__ import annotations
 import hashlib
 import random
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from ..._core import logs as _logs
 from ..._core.fork import forget_in_child, fork_safe_lock
-from ..limiter.aimd import MAX_PAUSE_S
+from ._bucket import Reply, parse_reply
+from ._store import QuotaStore
 
 if TYPE_CHECKING:
-    from ._key import QuotaKey
+    pass
 
-__all__ = [
-    "BUCKET_SCRIPT",
-    "TTL_S",
-    "RedisStore",
-    "Reply",
-    "ReplyError",
-    "parse_reply",
-    "redis_key",
-    "where",
-]
+__all__ = ["BUCKET_SCRIPT", "RedisStore", "where"]
 
-#: Seconds an idle key's hash lives: five times a bucket's refill from empty to full,
-#: after which the provider's bucket is full again (a hash made anew starts full).
-TTL_S = 300
-#: The back-off before Redis is asked again after a failure: first, most (seconds).
-BACKOFF_S = (1.0, 30.0)
 
 BUCKET_SCRIPT = """
 if redis.replicate_commands then redis.replicate_commands() end
@@ -92,9 +77,9 @@ if nb > now + maxpause then nb = now + maxpause end
 if pause > 0 and now + pause > nb then nb = now + pause end
 local function dim(i, a, need)
   local d = {L = num(h[i]), V = num(h[i + 1]), T = num(h[i + 2])}
-  if d.L ~= nil and d.L <= 0 then d.L = nil end
+  if d.L ~= nil and d.L < 0.001 then d.L = nil end
   local limit, anchor, refund = num(ARGV[a]), num(ARGV[a + 2]), num(ARGV[a + 3]) or 0
-  if limit ~= nil and limit > 0 and (ARGV[a + 1] == '1' or d.L == nil) then
+  if limit ~= nil and limit >= 0.001 and (ARGV[a + 1] == '1' or d.L == nil) then
     if d.L == nil or d.V == nil or d.T == nil then d.V, d.T = limit, now end
     d.L = limit
   end
@@ -142,77 +127,6 @@ return {tostring(granted), f(wait), f(now),
 _SHA = hashlib.sha1(BUCKET_SCRIPT.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
 
 
-class ReplyError(Exception):
-    """Redis answered something that is not the script's reply."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The script's answer, checked."""
-
-    granted: bool
-    #: Seconds to wait (granted: then send; not granted: what the call would have waited).
-    wait: float
-    #: Redis's clock when it ran (seconds since the epoch).
-    now: float
-    #: The shared limits per minute (None: no process has learned one) and levels.
-    limit_tokens: float | None
-    level_tokens: float
-    limit_requests: float | None
-    level_requests: float
-    #: Seconds left of the shared pause a 429 asked for.
-    paused_for: float
-
-    @property
-    def known(self) -> bool:
-        """Whether the shared bucket knows a limit (else it paces nothing)."""
-        return self.limit_tokens is not None or self.limit_requests is not None
-
-
-_FIELDS = 8
-_BIG = 1e18
-
-
-def parse_reply(raw: object) -> Reply:
-    """The script's reply, or ``ReplyError`` for anything else (a wrong length, a
-    non-number, a value out of range)."""
-    if not isinstance(raw, (list, tuple)) or len(raw) != _FIELDS:
-        raise ReplyError(f"the quota script answered a {type(raw).__name__}, not its reply")
-    values: list[float] = []
-    for item in raw:
-        if isinstance(item, bytes):
-            item = item.decode("ascii", "replace")
-        if not isinstance(item, (str, int)) or isinstance(item, bool):
-            raise ReplyError("the quota script's reply holds a value of another type")
-        try:
-            value = float(item)
-        except ValueError:
-            raise ReplyError("the quota script's reply holds a non-number") from None
-        if not -_BIG <= value <= _BIG:  # also nan
-            raise ReplyError("the quota script's reply holds a number out of range")
-        values.append(value)
-    granted, wait, now, lt, vt, lr, vr, paused = values
-    if granted not in (0.0, 1.0) or wait < 0 or paused < 0 or now <= 0:
-        raise ReplyError("the quota script's reply is out of range")
-    return Reply(
-        granted=granted == 1.0,
-        wait=min(wait, MAX_PAUSE_S),
-        now=now,
-        limit_tokens=lt if lt > 0 else None,
-        level_tokens=vt,
-        limit_requests=lr if lr > 0 else None,
-        level_requests=vr,
-        paused_for=min(paused, MAX_PAUSE_S),
-    )
-
-
-def redis_key(key: QuotaKey) -> str:
-    """The Redis name of a key's bucket: its fingerprint and a hash of its host and
-    model, never the credential (nor a model name of unbounded length)."""
-    place = hashlib.sha256(f"{key.host}\0{key.model}".encode("utf-8", "surrogatepass"))
-    return f"stormguard:quota:{key.fingerprint}:{place.hexdigest()[:16]}"
-
-
 def where(url: str) -> str:
     """The URL's host and port (or socket path) for a log line: never a password."""
     try:
@@ -225,56 +139,23 @@ def where(url: str) -> str:
         return "an unparsable URL"
 
 
-class RedisStore:
+class RedisStore(QuotaStore):
     """One Redis server's connections (a sync client, one async client per event
-    loop), its health, and the script call (module doc). Thread-safe."""
+    loop), its health (``QuotaStore``), and the script call (module doc). Thread-safe."""
+
+    backend = "redis"
 
     def __init__(self, url: str, timeout: float, *, rng: random.Random | None = None) -> None:
         self.url = url
         self.where = where(url)
-        self.timeout = timeout
-        self._rng = rng or random.Random()
+        super().__init__(timeout, f"Redis at {self.where}", rng=rng)
         self._lock = fork_safe_lock()
         self._sync: Any = None
         self._async: dict[int, tuple[weakref.ref[Any], Any]] = {}
-        #: Down: calls pace locally until ``_retry_at``; then one call asks again.
-        self.down = False
-        self._retry_at = 0.0
-        self._backoff = BACKOFF_S[0]
-        #: Failures and recoveries seen (for stats and tests).
-        self.failures = 0
         forget_in_child(self)
 
-    # -- health ------------------------------------------------------------------
-
-    def usable(self, now: float) -> bool:
-        """Whether a call may ask Redis now: it is up, or its back-off is over (then
-        this call is the one that asks; the next may after one more timeout)."""
-        if not self.down:
-            return True
-        with self._lock:
-            if now < self._retry_at:
-                return False
-            self._retry_at = now + self.timeout + 0.05
-            return True
-
-    def answered(self) -> None:
-        if self.down:
-            with self._lock:
-                was, self.down, self._backoff = self.down, False, BACKOFF_S[0]
-            if was:
-                _logs.quota_redis_back(where=self.where)
-
-    def failed(self, now: float, error: BaseException) -> None:
-        with self._lock:
-            first = not self.down
-            self.down = True
-            self.failures += 1
-            wait = self._backoff * (0.8 + 0.4 * self._rng.random())
-            self._retry_at = now + wait
-            self._backoff = min(self._backoff * 2, BACKOFF_S[1])
-        if first:
-            _logs.quota_redis_down(where=self.where, error=_describe(error, self.url), retry=wait)
+    def describe(self, error: BaseException) -> str:
+        return _describe(error, self.url)
 
     # -- the script --------------------------------------------------------------
 

@@ -17,6 +17,9 @@ credential.
 With ``QuotaPolicy.redis_url`` the registry holds one ``RedisStore`` (the server's
 connections and health) and a ``SharedKeyQuota`` per key, made at the key's first
 call rather than its first signal: another process may have learned the key's limit.
+Without one, the registry of the system clock holds a ``HostStore`` (this machine's
+quota files; ``QuotaPolicy.share_on_host``), and a key's ``SharedKeyQuota`` is made
+at its first signal, or at the first call that finds the key's file.
 """
 
 from __future__ import annotations
@@ -34,11 +37,11 @@ from ..._core.fork import fork_safe_lock
 from ._config import QuotaPolicy
 from ._key import KeyQuota, QuotaKey
 from ._key_state import KeyState
-from ._shared import SharedKeyQuota
+from ._shared import SharedKeyQuota, shared_name
 from ._tally import SendTally
 
 if TYPE_CHECKING:
-    from ._redis import RedisStore
+    from ._store import QuotaStore
 
 __all__ = ["QuotaRegistry", "fingerprint", "registry_for"]
 
@@ -58,19 +61,28 @@ class QuotaRegistry:
     ``policy.max_keys`` (plus any a call waits on beyond it), the least recently used
     dropped first."""
 
-    def __init__(self, policy: QuotaPolicy, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self, policy: QuotaPolicy, *, rng: random.Random | None = None, host: bool = False
+    ) -> None:
         self.policy = policy
         self._rng = rng
         self._lock = fork_safe_lock()
         self._states: OrderedDict[QuotaKey, KeyState] = OrderedDict()
         #: What this process sent to each key not paced yet, for a 429 to come.
         self._tallies: OrderedDict[QuotaKey, SendTally] = OrderedDict()
-        #: The Redis the keys are shared in (None: each process paces alone).
-        self.store: RedisStore | None = None
+        #: Where the keys are shared (None: each process paces alone): a Redis, else,
+        #: on the system clock (``host``), this machine's quota files.
+        self.store: QuotaStore | None = None
         if policy.redis_url is not None:
             from ._redis import RedisStore
 
             self.store = RedisStore(policy.redis_url, policy.redis_timeout, rng=rng)
+        elif host and policy.share_on_host:
+            from ._host_store import HostStore, host_directory
+
+            directory = host_directory()
+            if directory is not None:
+                self.store = HostStore(directory, rng=rng)
         #: Keys dropped to make room.
         self.evicted = 0
 
@@ -87,10 +99,11 @@ class QuotaRegistry:
                 self._states.move_to_end(key)
                 return found
             state: KeyState
+            tally = self._tallies.pop(key, None)
             if self.store is not None:
-                state = SharedKeyQuota(key, self.policy, self.store, self._rng)
+                state = SharedKeyQuota(key, self.policy, self.store, self._rng, tally)
             else:
-                state = KeyQuota(key, self.policy, self._rng, self._tallies.pop(key, None))
+                state = KeyQuota(key, self.policy, self._rng, tally)
             self._states[key] = state
             if len(self._states) > self.policy.max_keys:
                 for old, candidate in list(self._states.items()):
@@ -100,6 +113,13 @@ class QuotaRegistry:
                         del self._states[old]
                         self.evicted += 1
             return state
+
+    def shared_known(self, key: QuotaKey) -> bool:
+        """Whether a key this process does not pace yet is to ask its shared bucket:
+        always in Redis; on this machine, once its file exists (another process
+        learned something of it)."""
+        store = self.store
+        return store is not None and store.known(shared_name(key))
 
     def unpaced(self, key: QuotaKey, t_send: float, now: float, cost: float) -> None:
         """A call that was not paced was answered, charged ``cost``, without headers: it
@@ -149,5 +169,5 @@ def registry_for(policy: QuotaPolicy, clock: object, now: Callable[[], float]) -
         table = _system if now is time.monotonic else _by_clock.setdefault(clock, {})
         registry = table.get(policy)
         if registry is None:
-            registry = table[policy] = QuotaRegistry(policy)
+            registry = table[policy] = QuotaRegistry(policy, host=table is _system)
         return registry

@@ -1,10 +1,12 @@
-"""``SharedKeyQuota``: one key's quota shared through Redis by every process on it, with
-this process's own pacing (``KeyQuota``) kept warm beside it for when Redis fails.
+"""``SharedKeyQuota``: one key's quota shared by every process on it, through Redis or
+this machine's quota files (a ``QuotaStore``: ``_redis.py``, ``_host_store.py``), with
+this process's own pacing (``KeyQuota``) kept warm beside it for when the store fails.
+Below, "Redis" stands for either: the files run the script's step in Python.
 
 A reservation is I/O, which a policy never does: ``reserve`` returns a ``SharedAsk``,
 an action the call flow yields and its driver performs (redis-py's sync client, or
-``redis.asyncio``), bounded by ``QuotaPolicy.redis_timeout``; a call with less time
-left than that paces locally. ``answered`` turns the reply into the ``Pace`` a call
+``redis.asyncio``; a file under ``flock``), bounded by the store's timeout; a call
+with less time left than that paces locally. ``answered`` turns the reply into the ``Pace`` a call
 sleeps, or a ``QuotaWaitError`` when its turn comes after its deadline.
 
 What a process learns between two of its reservations (a limit from the headers or a
@@ -59,6 +61,7 @@ per attempt (docs/quotas.md has the figure).
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from dataclasses import dataclass
@@ -67,14 +70,23 @@ from typing import TYPE_CHECKING
 from ..._core.exceptions import QuotaWaitError
 from ..._core.fork import fork_safe_lock
 from ..limiter.aimd import MAX_PAUSE_S
+from ._bucket import TTL_S, bucket_name
 from ._config import QuotaPolicy
 from ._key import Grant, KeyQuota, Pace, QuotaKey, QuotaSnapshot
 from ._signals import Reading, Refusal
 
 if TYPE_CHECKING:
-    from ._redis import RedisStore, Reply
+    from ._bucket import Reply
+    from ._store import QuotaStore
+    from ._tally import SendTally
 
-__all__ = ["SharedAsk", "SharedKeyQuota"]
+__all__ = ["SharedAsk", "SharedKeyQuota", "shared_name"]
+
+
+@functools.lru_cache(maxsize=4096)
+def shared_name(key: QuotaKey) -> str:
+    """The name of ``key``'s shared bucket (``_bucket.bucket_name``), worked out once."""
+    return bucket_name(key)
 
 
 @dataclass(slots=True)
@@ -158,15 +170,14 @@ class SharedKeyQuota:
         self,
         key: QuotaKey,
         policy: QuotaPolicy,
-        store: RedisStore,
+        store: QuotaStore,
         rng: random.Random | None = None,
+        tally: SendTally | None = None,
     ) -> None:
-        from ._redis import redis_key
-
         self.key = key
-        self.local = KeyQuota(key, policy, rng)
+        self.local = KeyQuota(key, policy, rng, tally)
         self.store = store
-        self.name = redis_key(key)
+        self.name = shared_name(key)
         self._policy = policy
         self._lock = fork_safe_lock()
         self._tokens = _Outbox()
@@ -178,7 +189,7 @@ class SharedKeyQuota:
         #: largest offset the reply allows, and an answer's time moved by it is at its
         #: latest (the refill since it, at its least: a cap never too high).
         self.reply: Reply | None = None
-        self._offset: float | None = None
+        self._offset: float | None = store.offset
         self._waits = 0
         self._wait_s = 0.0
         self._refused = 0
@@ -323,7 +334,7 @@ class SharedKeyQuota:
     def snapshot(self, now: float) -> QuotaSnapshot:
         mine = self.local.snapshot(now)
         reply = self.reply
-        backend = "local-fallback" if self.store.down else "redis"
+        backend = "local-fallback" if self.store.down else self.store.backend
         limit_tokens, limit_requests = mine.limit_tokens, mine.limit_requests
         if reply is not None:
             limit_tokens = reply.limit_tokens or limit_tokens
@@ -349,7 +360,7 @@ class SharedKeyQuota:
 
     def _fold(self, outbox: _Outbox, reading: Reading, at: float) -> None:
         """The reading of an answer received at ``at`` (this process's clock)."""
-        if self._offset is not None:  # no reply yet: Redis's clock is not known here
+        if self._offset is not None:  # no reply yet: the store's clock is not known here
             outbox.fold(reading, at + self._offset)
 
     def _give_back(self, grant: Grant, tokens: float, requests: float) -> None:
@@ -388,7 +399,7 @@ class SharedKeyQuota:
         return QuotaWaitError(
             f"The quota of key {key.fingerprint} (model {key.model}) cannot take this call"
             f" ({cost:.0f} tokens) before its deadline: its turn in the key's shared bucket"
-            f" ({', '.join(rates)}; Redis) comes in {wait:.2f} s, and the call has"
+            f" ({', '.join(rates)}; {self.store.backend}) comes in {wait:.2f} s, and the call has"
             f" {left:.2f} s left",
             key=key.fingerprint,
             model=key.model,
@@ -411,8 +422,6 @@ def _left_for(grant: Grant, refusal: Refusal, reading: Reading | None) -> tuple[
 
 
 def _ttl() -> str:
-    from ._redis import TTL_S
-
     return str(TTL_S)
 
 

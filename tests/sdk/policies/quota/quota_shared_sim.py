@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from stormguard._core.exceptions import QuotaWaitError
 from stormguard._core.rate_limit_headers import NO_RATE_LIMIT
 from stormguard._policies.quota import QuotaGate, SharedAsk
-from stormguard._policies.quota._redis import Reply
+from stormguard._policies.quota._bucket import Reply
 from stormguard.testing import FakeClock
 
 __all__ = ["Provider", "SharedRun", "run_shared"]

@@ -28,15 +28,8 @@ import stormguard
 from stormguard._core.rate_limit_headers import NO_RATE_LIMIT
 from stormguard._policies.limiter.aimd import MAX_PAUSE_S
 from stormguard._policies.quota import REDIS_ENV, CallQuota, Pace, QuotaGate, QuotaKey, SharedAsk
-from stormguard._policies.quota._redis import (
-    BUCKET_SCRIPT,
-    TTL_S,
-    RedisStore,
-    ReplyError,
-    parse_reply,
-    redis_key,
-    where,
-)
+from stormguard._policies.quota._bucket import TTL_S, ReplyError, bucket_name, parse_reply
+from stormguard._policies.quota._redis import BUCKET_SCRIPT, RedisStore, where
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 from tests.sdk.policies.quota.quota_shared_sim import run_shared
@@ -237,9 +230,9 @@ def test_a_reply_of_another_shape_is_a_reply_error_never_another_exception(raw: 
 
 def test_the_redis_name_of_a_key_holds_its_fingerprint_never_the_key() -> None:
     key = QuotaKey("322ad2605eaf", "api.openai.com", "gpt-4o" * 1000)
-    name = redis_key(key)
+    name = bucket_name(key)
     assert name.startswith("stormguard:quota:322ad2605eaf:") and len(name) < 64
-    assert redis_key(QuotaKey("322ad2605eaf", "api.openai.com", "gpt-4o-mini")) != name
+    assert bucket_name(QuotaKey("322ad2605eaf", "api.openai.com", "gpt-4o-mini")) != name
     assert where(URL) == "127.0.0.1:6390"
     assert where("unix:///run/redis.sock") == "unix:/run/redis.sock"
 
@@ -672,7 +665,7 @@ def test_the_environment_names_the_redis_a_policy_without_one_uses(
         stormguard.Client(base_url="http://test.invalid/v1", api_key="sk-x")
     monkeypatch.setenv(REDIS_ENV, "")
     local = stormguard.Client(base_url="http://test.invalid/v1", api_key="sk-x")._core.quota
-    assert local is not None and not local.shared
+    assert local is not None and not isinstance(local.registry.store, RedisStore)
 
 
 def test_a_redis_url_without_the_redis_package_says_what_to_install(
