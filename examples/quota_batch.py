@@ -3,6 +3,8 @@
     .venv/bin/python examples/quota_batch.py                  # 6 processes x 8 threads, 300 calls
     .venv/bin/python examples/quota_batch.py --no-quota       # the same without quota pacing
     .venv/bin/python examples/quota_batch.py --processes 3 --calls 60 --tpm 6000 --max-tokens 100
+    .venv/bin/python examples/quota_batch.py --no-headers --processes 16  # no x-ratelimit-*
+    .venv/bin/python examples/quota_batch.py --no-headers --processes 16 --alone
     .venv/bin/python examples/quota_batch.py --no-headers --processes 16 \
         --redis redis://127.0.0.1:6379/0                      # the key's bucket shared in Redis
 
@@ -11,8 +13,10 @@ on every API key (``--quota-tpm``, answers of ~0.5 s), then runs the batch: each
 process is a ``stormguard.Client`` on the same key, its threads calling
 ``chat.completions.create`` until the batch is done. stormguard learns the key's
 rate from the ``x-ratelimit-*`` headers and each process's share of it, and paces
-its calls to it (docs/quotas.md); with ``--redis URL`` the processes share the key's
-bucket in that Redis (``QuotaPolicy(redis_url=...)``). At the end it prints the calls
+its calls to it (docs/quotas.md). The processes share the key's bucket through files
+on this machine (``QuotaPolicy.share_on_host``, the default; ``--alone``: each paces
+alone, as on many hosts), or with ``--redis URL`` in that Redis
+(``QuotaPolicy(redis_url=...)``). At the end it prints the calls
 that succeeded, the requests sent, the quota 429s the server answered, the wall time
 against the least the quota allows, and each process's share of the key.
 """
@@ -91,6 +95,7 @@ def run_process(
     quota: bool,
     start_at: float,
     redis: str | None = None,
+    alone: bool = False,
 ) -> dict[str, Any]:
     """One process of the batch: ``calls`` calls on ``threads`` threads."""
     client = stormguard.Client(
@@ -98,7 +103,7 @@ def run_process(
         api_key=KEY,
         model=MODEL,
         timeout=120.0,
-        quota=stormguard.QuotaPolicy(redis_url=redis) if quota else None,
+        quota=stormguard.QuotaPolicy(redis_url=redis, share_on_host=not alone) if quota else None,
     )
     outcomes: Counter[str] = Counter()
 
@@ -149,6 +154,11 @@ def main() -> None:
                         help="the server sends no x-ratelimit-* headers (429s only)")  # fmt: skip
     parser.add_argument("--retry-after", default="seconds", choices=["none", "seconds", "ms"])
     parser.add_argument("--redis", metavar="URL", help="share the key's bucket in this Redis")
+    parser.add_argument(
+        "--alone",
+        action="store_true",
+        help="each process paces alone (share_on_host=False), as on many hosts without Redis",
+    )
     args = parser.parse_args()
     with reference_server(args) as root:
         per = [args.calls // args.processes] * args.processes
@@ -156,7 +166,7 @@ def main() -> None:
             per[i] += 1
         start_at = time.time() + 2.0  # time for every process to import and start
         jobs = [
-            (root, n, args.threads, args.max_tokens, args.quota, start_at, args.redis)
+            (root, n, args.threads, args.max_tokens, args.quota, start_at, args.redis, args.alone)
             for n in per
             if n
         ]
@@ -171,7 +181,9 @@ def main() -> None:
     ok = outcomes.pop("ok", 0)
     cost = charged / admitted if admitted else 0.0
     ideal = max(0.0, (args.calls * cost - args.tpm) / (args.tpm / 60)) + 0.5
-    shared = f", shared in Redis at {args.redis}" if args.redis else ""
+    shared = ", each process alone" if args.alone else ", shared in this machine's files"
+    if args.redis:
+        shared = f", shared in Redis at {args.redis}"
     print(f"\nquota pacing: {'on' + shared if args.quota else 'off (quota=None)'}")
     print(f"calls: {ok} of {args.calls} succeeded; failed: {dict(outcomes) or 0}")
     print(f"requests: {attempts} sent, {attempts / args.calls:.2f} per call")

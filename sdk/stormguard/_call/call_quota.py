@@ -215,9 +215,21 @@ def quota_learns(call: CallBase) -> bool:
 
 
 def _quota_calibrate(call: CallBase, counted: float) -> None:
+    """Correct the key's estimate by the provider's count: of a paced call, and of an
+    answer without headers before its key is paced (its cost is tallied, and the
+    calls a first 429 paces, here or in another process through a shared bucket,
+    are charged by this estimate: learned before, they are not overcharged)."""
     gate, quota = call.core.quota, call._quota
-    if gate is not None and quota is not None and call.precheck is None:
-        gate.calibrate(quota.key, prompt_estimate(call._content), counted)
+    if gate is None or call.precheck is not None:
+        return
+    if quota is not None:
+        key: QuotaKey | None = quota.key
+    elif call.rate_limit is NO_RATE_LIMIT:
+        key = current_key(call)
+    else:
+        return
+    if key is not None:
+        gate.calibrate(key, prompt_estimate(call._content), counted)
 
 
 def _quota_call(call: CallBase, gate: QuotaGate) -> CallQuota | None:

@@ -14,8 +14,12 @@ One module per job, each testable alone with an injected clock:
 * ``_signals``: what a response and a 429's message say of the quota;
 * ``_key``: ``KeyQuota``, one key's quota under one lock, and the waiting calls;
   ``QuotaKey``, ``Pace``, ``Grant``, ``QuotaSnapshot``, the values the others share;
-* ``_shared``: ``SharedKeyQuota``, one key's quota shared in Redis by every process
-  on it (``QuotaPolicy.redis_url``), with the local one kept for when Redis fails;
+* ``_shared``: ``SharedKeyQuota``, one key's quota shared by every process on it,
+  in Redis (``QuotaPolicy.redis_url``) or this machine's files
+  (``QuotaPolicy.share_on_host``), with the local one kept for when the store fails;
+* ``_bucket``: the shared bucket's name, reply and step (the Redis script's, in
+  Python); ``_store``: ``QuotaStore``, a store's interface and health;
+  ``_host_store``: ``HostStore``, the files of this machine's processes;
 * ``_key_state``: ``KeyState``, the interface a call uses of either (reserve,
   observe, refused, refund, withdraw);
 * ``_redis``: ``RedisStore``, the bucket script, the connections and their health

@@ -134,9 +134,10 @@ class QuotaSnapshot:
     refused: int
     #: Seconds until a 429's pause ends (0: none).
     paused_for: float
-    #: Who paces the key: ``"local"`` (this process, from what it sees), ``"redis"``
-    #: (a bucket shared in Redis: ``QuotaPolicy.redis_url``), ``"local-fallback"``
-    #: (this process, while Redis does not answer).
+    #: Who paces the key: ``"local"`` (this process, from what it sees), ``"host"``
+    #: (a bucket this machine's processes share in files: ``share_on_host``),
+    #: ``"redis"`` (a bucket shared in Redis: ``QuotaPolicy.redis_url``),
+    #: ``"local-fallback"`` (this process, while the store does not answer).
     backend: str = "local"
     #: What this client multiplies a prompt's bytes / 4 by to estimate its tokens,
     #: learned from the provider's counts (1.0 before any).

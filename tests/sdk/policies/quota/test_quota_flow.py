@@ -246,6 +246,20 @@ async def test_the_provider_s_prompt_count_corrects_the_next_calls_cost(
     assert waits[0.5] < waits[2.0]
 
 
+async def test_answers_without_headers_calibrate_the_cost_before_the_key_is_paced(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    # No headers: nothing paces the key yet, but the first 429 will pace the calls of
+    # every process (a shared bucket) by this estimate: it is learned from the start.
+    mock.post("/chat/completions").mock(side_effect=counted(0.5))
+    client = api.client()
+    for _ in range(3):
+        await api.run(client.chat.completions.create(messages=MESSAGES, max_tokens=10))
+    (key,) = client._core.quota._scales
+    assert client._core.quota.registry.get(key) is None  # not paced
+    assert client._core.quota.prompt_scale(key) == pytest.approx(0.5, rel=0.05)
+
+
 async def test_a_quota_429_s_requested_count_corrects_the_cost_too(
     api: Api, mock: respx.MockRouter
 ) -> None:
