@@ -107,7 +107,10 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
         error = send_failure(exc, http)
         if error is None:
             raise
-        raise call.failed(error) from exc
+        try:
+            raise call.failed(error) from exc
+        finally:
+            del error  # this frame is in its traceback: a cycle, freed only by the GC
     call.saw_response(response)
     try:
         if call.spec.stream and response.is_success and call.spec.chunk_type is not None:
@@ -123,7 +126,10 @@ def attempt_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> A
             error = send_failure(exc, http, response_started=True, server_load=call.server_load)
             if error is None:
                 raise
-            raise call.failed(error) from exc
+            try:
+                raise call.failed(error) from exc
+            finally:
+                del error
     except GeneratorExit:
         raise  # the driver dropped the flow: nothing more may be asked of it
     except BaseException:

@@ -6,7 +6,8 @@ collector, whose full collections stop every task of the loop for about 100 ms
 (docs/benchmarks.md, "1,000 concurrent calls on one event loop"). The cycles
 this holds closed: tenacity's loop keeping its last step (bound methods of
 itself), an error's traceback holding frames that hold the call (which held the
-error), tenacity's own re-raise frames, and the client's own pool's timed stream
+error; or, for a connection that failed, a frame that held the error it raised),
+tenacity's own re-raise frames, and the client's own pool's timed stream
 holding its response.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import socket
 
 import httpx
 import pytest
@@ -63,4 +65,51 @@ async def test_a_finished_call_leaves_no_cycle(
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
+    assert left == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("backend", ["sync", "httpx", "aiohttp"])
+async def test_a_call_whose_connection_is_refused_leaves_no_cycle(backend: str) -> None:
+    # A real refused connection (respx's own mock leaves a cycle of its own here).
+    base_url = f"http://127.0.0.1:{_closed_port()}/v1"
+    policy = stormguard.RetryPolicy(max_attempts=2, base_delay=0.001, max_delay=0.001)
+    sync = stormguard.Client(base_url=base_url, api_key="sk-x", model="m", retry_policy=policy)
+    asynchronous = stormguard.AsyncClient(
+        base_url=base_url,
+        api_key="sk-x",
+        model="m",
+        retry_policy=policy,
+        http_backend=None if backend == "sync" else backend,
+    )
+
+    async def one() -> None:
+        with contextlib.suppress(stormguard.APIConnectionError):
+            if backend == "sync":
+                sync.chat.completions.create(messages=MESSAGES)
+            else:
+                await asynchronous.chat.completions.create(messages=MESSAGES)
+
+    try:
+        await one()  # first use: lazy imports, caches
+        gc.collect()
+        gc.disable()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(3):
+                await one()
+            gc.collect()
+            left = [o for o in gc.garbage if isinstance(o, LogicalCall)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    finally:
+        sync.close()
+        await asynchronous.close()
     assert left == []
