@@ -208,10 +208,14 @@ def _quota_output(call: CallBase) -> float:
 
 
 def quota_learns(call: CallBase) -> bool:
-    """Whether an answer's usage would correct the key's estimate: the call is
-    paced, and no pre-check counted its prompt (that count is the provider's
-    tokenizer's, not an estimate)."""
-    return call.core.quota is not None and call._quota is not None and call.precheck is None
+    """Whether an answer's usage would correct the key's estimate (``_quota_calibrate``):
+    the call is paced, or its answer came without headers; and no pre-check counted
+    its prompt (that count is the provider's tokenizer's, not an estimate)."""
+    return (
+        call.core.quota is not None
+        and (call._quota is not None or call.rate_limit is NO_RATE_LIMIT)
+        and call.precheck is None
+    )
 
 
 def _quota_calibrate(call: CallBase, counted: float) -> None:

@@ -32,10 +32,11 @@ from .._core.http import http_errors, httpx
 from .._core.redact import display_url
 from .._core.results import CallInfo
 from .._io.body import aiter_body, iter_body
+from .._io.pool_life import running_loop
 from .._io.read_within import anext_within
 from .stream_core import T
 from .stream_state import StreamState
-from .unclosed import aclose_later, close_later, running_loop, warn_unclosed
+from .unclosed import aclose_later, close_later, warn_unclosed
 
 if TYPE_CHECKING:
     from .._core.history import AttemptRecord

@@ -34,14 +34,14 @@ from __future__ import annotations
 import _thread
 import os
 import queue
-import sys
 import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core.logs import logger
+from .._io.pool_life import running_loop
 
-__all__ = ["PoolFinalizer", "aclose_later", "close_later", "running_loop", "warn_unclosed"]
+__all__ = ["PoolFinalizer", "aclose_later", "close_later", "warn_unclosed"]
 
 Cleanup = Callable[[], object]
 AsyncCleanup = Callable[[], Awaitable[object]]
@@ -51,13 +51,6 @@ AsyncCleanup = Callable[[], Awaitable[object]]
 _ON_LOOPS: set[tuple[Any, Any]] = set()
 #: The reaper's queue and the process it was started in (a forked child starts its own).
 _reaper: tuple[int, queue.SimpleQueue[Cleanup]] | None = None
-
-
-def running_loop() -> Any:
-    """The asyncio loop running in this thread, or None (none runs; trio). Looked up
-    without importing asyncio: a sync program never loads it."""
-    asyncio = sys.modules.get("asyncio")
-    return None if asyncio is None else asyncio._get_running_loop()
 
 
 def close_later(cleanup: Cleanup) -> None:

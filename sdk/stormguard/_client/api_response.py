@@ -16,11 +16,12 @@ import anyio
 from .._call.call_result import Delivery, failed_after_hand_over
 from .._call.stream_state import StreamState
 from .._call.streaming import AsyncStream, Stream, _aclose, _close
-from .._call.unclosed import aclose_later, close_later, running_loop, warn_unclosed
+from .._call.unclosed import aclose_later, close_later, warn_unclosed
 from .._core.exceptions import APIError
 from .._core.http import http_errors, httpx
 from .._core.redact import display_url
 from .._io.body import aiter_body, iter_body
+from .._io.pool_life import running_loop
 from .._io.read_within import anext_within
 from .body_pieces import _Pieces
 from .handed_over_body import _Body

@@ -32,7 +32,6 @@ to httpx's own transport instead, made at its first request (``_off_asyncio``).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -41,7 +40,7 @@ from multidict import CIMultiDict
 from yarl import URL
 
 from .._core.http import httpx
-from .pool_life import keeping
+from .pool_life import keeping, running_loop
 from .pool_shards import pool_transport
 
 __all__ = ["AiohttpTransport", "aiohttp_pool"]
@@ -50,11 +49,6 @@ __all__ = ["AiohttpTransport", "aiohttp_pool"]
 #: pipeline and httpx's client gave it, and no more (``Host`` it always has).
 _NOT_ADDED = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _HTTP_10 = (1, 0)
-
-
-def _asyncio_running() -> bool:
-    asyncio = sys.modules.get("asyncio")
-    return asyncio is not None and asyncio._get_running_loop() is not None
 
 
 def _mapped(
@@ -186,7 +180,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session
         if session is None:
-            if self.fallback is not None or not _asyncio_running():
+            if self.fallback is not None or running_loop() is None:
                 return await self._off_asyncio(request)
             session = self._open()
         try:

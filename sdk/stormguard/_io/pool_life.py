@@ -51,7 +51,14 @@ from .._core import fork as _fork
 from .._core.fork import fork_safe_lock
 from .._core.http import httpx
 
-__all__ = ["LoopTransport", "ProcessTransport", "given_pool", "keeping", "used_given_pool"]
+__all__ = [
+    "LoopTransport",
+    "ProcessTransport",
+    "given_pool",
+    "keeping",
+    "running_loop",
+    "used_given_pool",
+]
 
 
 def _transports(transport: object) -> list[Any]:
@@ -176,9 +183,10 @@ class ProcessTransport(httpx.BaseTransport):
 _UNBOUND = object()
 
 
-def _running_loop() -> object:
-    """The asyncio event loop running this task; None off asyncio (trio), where one
-    pool serves, as in httpx."""
+def running_loop() -> Any:
+    """The asyncio event loop running in this thread; None when none runs (trio, where
+    one pool serves, as in httpx). Looked up without importing asyncio: a sync
+    program never loads it."""
     asyncio = sys.modules.get("asyncio")
     return None if asyncio is None else asyncio._get_running_loop()
 
@@ -231,7 +239,7 @@ class LoopTransport(httpx.AsyncBaseTransport):
 
     def handle_async_request(self, request: httpx.Request) -> Coroutine[Any, Any, httpx.Response]:
         # Not a coroutine of its own: the pool's is handed on, to be awaited in its place.
-        loop = _running_loop()
+        loop = running_loop()
         last, pool = self._last
         if last is not loop or self._forks != _fork.forks:
             pool = self._switch(loop)
@@ -242,7 +250,7 @@ class LoopTransport(httpx.AsyncBaseTransport):
             for pool in self._every():
                 _let_go(pool)  # the parent's pools: never closed from here
             return
-        running = _running_loop()
+        running = running_loop()
         with self._lock:
             pools, self._pools = self._pools, {}
             last, unbound = self._last

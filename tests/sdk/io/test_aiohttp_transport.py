@@ -462,7 +462,7 @@ async def test_off_asyncio_httpxs_transport_serves(monkeypatch: pytest.MonkeyPat
     """aiohttp runs on asyncio only: a loop of another kind (trio) gets httpx's pool."""
     from stormguard._io import aiohttp_transport
 
-    monkeypatch.setattr(aiohttp_transport, "_asyncio_running", lambda: False)
+    monkeypatch.setattr(aiohttp_transport, "running_loop", lambda: None)
     async with serving(keep_alive) as wire, client(wire.url, http_backend="aiohttp") as each:
         await each.chat.completions.create(messages=MESSAGES)
         transport = each._http._transport.transport  # type: ignore[attr-defined]

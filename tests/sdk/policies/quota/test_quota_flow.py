@@ -517,23 +517,30 @@ async def test_openai_python_over_the_transport_is_paced_too(mode: str) -> None:
         assert stats.quota[0].key == stormguard._policies.quota.fingerprint("sk-openai")
 
 
+@pytest.mark.parametrize("headers", [True, False])
 @pytest.mark.parametrize("mode", ["sync", "async"])
-async def test_openai_python_over_the_transport_calibrates_the_estimate_too(mode: str) -> None:
+async def test_openai_python_over_the_transport_calibrates_the_estimate_too(
+    mode: str, headers: bool
+) -> None:
+    # Without headers the key is not paced yet: its answers calibrate it all the same.
+    key_name = f"sk-o-{mode}-{headers}"  # keys are process-wide: one of this test's own
     with respx.mock(base_url=BASE) as mock:
         mock.post("/chat/completions").mock(
-            side_effect=counted(0.5, **quota_headers(60_000, 60_000))
+            side_effect=counted(0.5, **(quota_headers(60_000, 60_000) if headers else {}))
         )
         if mode == "sync":
             http: Any = stormguard.httpx_client(base_url=BASE)
-            openai.OpenAI(base_url=BASE, api_key="sk-o", http_client=http).chat.completions.create(
-                model="m", messages=MESSAGES
-            )
+            openai.OpenAI(
+                base_url=BASE, api_key=key_name, http_client=http
+            ).chat.completions.create(model="m", messages=MESSAGES)
         else:
             http = stormguard.async_httpx_client(base_url=BASE)
-            client = openai.AsyncOpenAI(base_url=BASE, api_key="sk-o", http_client=http)
+            client = openai.AsyncOpenAI(base_url=BASE, api_key=key_name, http_client=http)
             await client.chat.completions.create(model="m", messages=MESSAGES)
-        (snapshot,) = http._transport.client.stats().quota
-        assert snapshot.prompt_scale == pytest.approx(0.5, rel=0.05)
+        quota = http._transport.client._core.quota
+        (key,) = quota._scales
+        assert quota.prompt_scale(key) == pytest.approx(0.5, rel=0.05)
+        assert (quota.registry.get(key) is not None) == headers  # paced only with headers
 
 
 async def test_a_result_says_how_long_its_call_waited_for_the_quota(
