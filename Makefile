@@ -26,7 +26,7 @@ FW2_VENV ?= .venv-frameworks-openai2
 FW2_PY := $(FW2_VENV)/bin/python
 FW2_STAMP := $(FW2_VENV)/.installed
 
-.PHONY: setup test lint unit unasync test-slow test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
+.PHONY: setup test lint unit unasync test-slow test-aiohttp test-drill demo setup-vllm test-vllm setup-redis setup-frameworks test-frameworks clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,12 @@ test-slow: $(STAMP)
 	$(PY) -m pytest -m "slow and not drill and not frameworks" $(PYTEST_ARGS)
 
 test: lint unit
+
+# The end-to-end suite again with every AsyncClient on the aiohttp backend (hostile
+# servers, drips and bombs, abandoned calls, deadlines, streams): the guarantees hold
+# on both HTTP libraries (docs/deploy.md, "The aiohttp backend").
+test-aiohttp: $(STAMP)
+	STORMGUARD_HTTP_BACKEND=aiohttp $(PY) -m pytest tests/e2e -m "not drill and not frameworks and not slow" $(PYTEST_ARGS)
 
 # _client/client.py and _client/resources.py are generated from their async twins
 # (scripts/unasync.py; tests/sdk/client/test_unasync.py checks them): edit the async files.

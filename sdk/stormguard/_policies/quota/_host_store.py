@@ -33,6 +33,7 @@ False)`` ask for everywhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
@@ -110,8 +111,11 @@ class HostStore(QuotaStore):
             except OSError as exc:
                 self.failed(time.monotonic(), exc)
                 return False
+        path = self._path(name)
+        if not os.access(path, os.F_OK):  # the common case, and without an exception
+            return False
         try:
-            return os.stat(self._path(name)).st_size > 0
+            return os.stat(path).st_size > 0
         except OSError:
             return False
 
@@ -150,7 +154,7 @@ class HostStore(QuotaStore):
     # -- inside ------------------------------------------------------------------
 
     def _path(self, name: str) -> str:
-        return os.path.join(self.directory, name.replace(":", "-") + ".json")
+        return os.path.join(self.directory, _file_name(name))
 
     def _prepare(self) -> None:
         """Make the directory (0700) or check the one there is ours alone; drop the
@@ -202,6 +206,11 @@ class HostStore(QuotaStore):
         finally:
             os.close(fd)  # and the lock with it
         return parse_reply(list(reply))
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_name(name: str) -> str:
+    return name.replace(":", "-") + ".json"
 
 
 def _read(blob: bytes, now: float) -> dict[str, object]:
