@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -32,10 +33,20 @@ def _fresh(server: FlakyServer) -> None:
 
 def pool_requests(client: stormguard.Client | stormguard.AsyncClient) -> int:
     """Requests httpcore still holds (in flight or waiting), and those the pool's
-    shards still count as in flight: 0 once nothing leaked."""
+    shards still count as in flight; on aiohttp (``make test-aiohttp``), the
+    connector's connections in use: 0 once nothing leaked."""
     shards = getattr(local(client._http._transport), "shards", ())
-    held = sum(len(pool._pool._requests) for pool in own_pools(client))
+    held = sum(_held(pool) for pool in own_pools(client))
     return int(held + sum(shard.in_flight for shard in shards))
+
+
+def _held(pool: Any) -> int:
+    inner = getattr(pool, "_pool", None)
+    if inner is not None:  # httpcore's pool
+        return len(inner._requests)
+    session = pool._session  # aiohttp's (_io/aiohttp_transport.py)
+    connector = None if session is None else session.connector
+    return 0 if connector is None else len(connector._acquired)
 
 
 def run_calls(client: stormguard.Client, n: int, workers: int = 4) -> tuple[int, int]:

@@ -179,6 +179,7 @@ async def test_an_async_reservation_waits_for_a_held_lock_without_blocking_its_l
     directory: Path,
 ) -> None:
     store = HostStore(str(directory))
+    store.timeout = 60.0  # however slow the machine, it waits for the lock here
     held = _hold_lock(store)
     reservation = asyncio.create_task(store.run_async(NAME, ask(1)))
     for _ in range(50):  # the loop runs while the reservation waits
