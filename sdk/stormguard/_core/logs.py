@@ -13,9 +13,10 @@ calls first wait for it and one when its limit is learned (or changes), naming t
 key by its fingerprint, never the key; with deployments of several tiers, one line
 when a model's calls leave their preferred tier (and why) and one when they
 return to it; and one line when a call moves to another model (a fallback), with
-why. A Redis that shares the quotas and stops answering gets one WARNING (logged
-whatever ``STORMGUARD_LOG`` says, as Python logs warnings), and one INFO line when
-it answers again; both name its host and port, never a password. At DEBUG also one
+why. A store that shares the quotas (a Redis, this machine's quota directory) and
+stops answering gets one WARNING (logged whatever ``STORMGUARD_LOG`` says, as Python
+logs warnings), and one INFO line when it answers again; both name it (a Redis by
+its host and port, never a password). At DEBUG also one
 line when the loop
 stops retrying, with its reason. Every text in a line that came from outside (an
 error's message, a URL) passes through the call's ``Redactor`` first, so an API
@@ -179,8 +180,8 @@ def quota_store_down(*, what: str, error: str, retry: float) -> None:
     """One WARNING when the store that shares the quotas (a Redis, this machine's
     quota files) fails, once per outage."""
     logger.warning(
-        "the %s that shares the quotas failed (%s): pacing each key in this"
-        " process alone, asking it again in %.1f s",
+        "sharing the quotas through the %s failed (%s): pacing each key in this"
+        " process alone, trying again in %.1f s",
         what,
         error,
         retry,
@@ -190,4 +191,4 @@ def quota_store_down(*, what: str, error: str, retry: float) -> None:
 def quota_store_back(*, what: str) -> None:
     """One INFO line when that store answers again."""
     if logger.isEnabledFor(logging.INFO):
-        logger.info("the %s answers again: the quotas are shared in it", what)
+        logger.info("the %s answers again: the quotas are shared through it", what)

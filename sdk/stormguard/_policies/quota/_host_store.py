@@ -96,7 +96,7 @@ class HostStore(QuotaStore):
     offset = 0.0
 
     def __init__(self, directory: str, *, rng: random.Random | None = None) -> None:
-        super().__init__(LOCK_WAIT_S, f"quota files in {directory}", rng=rng)
+        super().__init__(LOCK_WAIT_S, f"quota directory {directory}", rng=rng)
         self.directory = directory
         self._ready = False
 
@@ -122,15 +122,9 @@ class HostStore(QuotaStore):
     def run_sync(self, name: str, args: tuple[object, ...]) -> Reply | BaseException:
         """One reservation in the key's file; its reply, or the error (never raised)."""
         give_up = time.monotonic() + self.timeout
-        while True:
-            try:
-                return self._reserve(name, args)
-            except _Busy:
-                if time.monotonic() >= give_up:
-                    return TimeoutError(f"another process held the lock for {self.timeout} s")
-                time.sleep(_RETRY_S)
-            except Exception as exc:  # any failure of the files is pacing's, never the call's
-                return exc
+        while (answer := self._try(name, args, give_up)) is None:
+            time.sleep(_RETRY_S)
+        return answer
 
     async def run_async(self, name: str, args: tuple[object, ...]) -> Reply | BaseException:
         """:meth:`run_sync`, sleeping on the event loop while another process holds the
@@ -138,18 +132,24 @@ class HostStore(QuotaStore):
         import asyncio
 
         give_up = time.monotonic() + self.timeout
-        while True:
+        while (answer := self._try(name, args, give_up)) is None:
             try:
-                return self._reserve(name, args)
-            except _Busy:
-                if time.monotonic() >= give_up:
-                    return TimeoutError(f"another process held the lock for {self.timeout} s")
-                try:
-                    await asyncio.sleep(_RETRY_S)
-                except RuntimeError as exc:  # no asyncio loop running
-                    return exc
-            except Exception as exc:  # any failure of the files is pacing's, never the call's
+                await asyncio.sleep(_RETRY_S)
+            except RuntimeError as exc:  # no asyncio loop running
                 return exc
+        return answer
+
+    def _try(self, name: str, args: tuple[object, ...], give_up: float) -> Reply | Exception | None:
+        """One try: the reply, the error, or None: another process holds the lock and
+        there is time to ask again."""
+        try:
+            return self._reserve(name, args)
+        except _Busy:
+            if time.monotonic() >= give_up:
+                return TimeoutError(f"another process held the lock for {self.timeout} s")
+            return None
+        except Exception as exc:  # any failure of the files is pacing's, never the call's
+            return exc
 
     # -- inside ------------------------------------------------------------------
 
@@ -172,8 +172,9 @@ class HostStore(QuotaStore):
         self._sweep()
 
     def _sweep(self) -> None:
-        """Remove the files no process has reserved in for ``TTL_S`` (a key left idle:
-        the provider's bucket is full again). Bounded by the keys used in that time."""
+        """Remove the files no process has reserved in for twice ``TTL_S`` (lapsed: a
+        key left idle, whose provider's bucket is full again). Bounded by the keys
+        used in that time."""
         cutoff = time.time() - 2 * TTL_S
         try:
             with os.scandir(self.directory) as entries:
