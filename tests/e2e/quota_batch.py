@@ -7,12 +7,14 @@ is the quota's, not the simulated engine's."""
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import stormguard
@@ -123,3 +125,45 @@ def ideal_s(calls: int, charge: float) -> float:
     """The least time the key allows ``calls`` of ``charge``: a full bucket at once,
     then its refill."""
     return max(0.0, (calls * charge - TPM) / (TPM / 60))
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch's processes' results and the server's counts of its key."""
+
+    results: list[dict[str, Any]]
+    admitted: float
+    refused: float
+    charged: float
+
+    @property
+    def calls(self) -> int:
+        return PROCESSES * CALLS
+
+    @property
+    def attempts(self) -> int:
+        return int(sum(r["attempts"] for r in self.results))
+
+    @property
+    def wall(self) -> float:
+        return max(r["ended"] for r in self.results) - min(r["began"] for r in self.results)
+
+    def check_every_call_paced(self) -> None:
+        """Every call succeeded, every 429 went back to the pacer (none spent a retry);
+        an attempt of another outcome (a connection error, say) is not the quota's: it
+        is counted, and shown."""
+        others = [o for r in self.results for o in r["others"]]
+        assert sum(r["outcomes"].get("ok", 0) for r in self.results) == self.calls, self.results
+        paced = sum(r["paced_429s"] for r in self.results)
+        assert self.admitted == self.calls and paced == self.refused, self.results
+        assert self.attempts == self.calls + self.refused + len(others), others
+
+
+def run_batch(server: RunningServer, policy: stormguard.QuotaPolicy, key: str) -> Batch:
+    """``PROCESSES`` spawned processes on ``key``, started together, ``worker`` each."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    jobs = [(server.base_url, policy, key, CALLS, THREADS)] * PROCESSES
+    with context.Pool(PROCESSES, initializer=meet_at, initargs=(barrier,)) as pool:
+        results = pool.starmap(worker, jobs)
+    return Batch(results, *server_counts(server, key))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import threading
 import time
 from collections import Counter
@@ -27,7 +26,6 @@ import stormguard
 from stormguard_drill.redis_server import RedisServer
 from tests.e2e.conftest import start_redis_or_skip
 from tests.e2e.quota_batch import (
-    CALLS,
     MAX_TOKENS,
     MESSAGES,
     MODEL,
@@ -35,9 +33,8 @@ from tests.e2e.quota_batch import (
     THREADS,
     TPM,
     ideal_s,
-    meet_at,
+    run_batch,
     server_counts,
-    worker,
 )
 from tests.e2e.quota_batch import quota_server as batch_server
 from tests.e2e.server_process import RunningServer
@@ -64,33 +61,18 @@ def shared(redis_url: str) -> stormguard.QuotaPolicy:
 def test_processes_on_one_key_share_its_bucket_in_redis(
     quota_server: RunningServer, redis_server: RedisServer
 ) -> None:
-    key = "sk-e2e-shared-quota-processes"
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(PROCESSES)
-    jobs = [(quota_server.base_url, shared(redis_server.url), key, CALLS, THREADS)] * PROCESSES
-    with context.Pool(PROCESSES, initializer=meet_at, initargs=(barrier,)) as pool:
-        results = pool.starmap(worker, jobs)
-    admitted, refused, charged = server_counts(quota_server, key)
-    calls = PROCESSES * CALLS
-    ok = sum(r["outcomes"].get("ok", 0) for r in results)
-    attempts = sum(r["attempts"] for r in results)
-    others = [o for r in results for o in r["others"]]
-    assert ok == calls, results
-    assert all(r["backends"] == ["redis"] for r in results), results
-    # Every 429 went back to the pacer (none spent a retry). An attempt of another
-    # outcome (a connection error, say) is not the quota's: it is counted, and shown.
-    assert admitted == calls and sum(r["paced_429s"] for r in results) == refused, results
-    assert attempts == calls + refused + len(others), others
+    batch = run_batch(quota_server, shared(redis_server.url), "sk-e2e-shared-quota-processes")
+    batch.check_every_call_paced()
+    assert all(r["backends"] == ["redis"] for r in batch.results), batch.results
     # Only the first wave may be refused: the calls already on their way when the first
     # 429 anywhere taught the shared bucket the limit, at most one per thread. Every
     # call the bucket granted after that finds its room (each process alone meets its
     # own 429s, again and again: docs/quotas.md).
-    assert refused <= PROCESSES * THREADS, (refused, attempts)
+    assert batch.refused <= PROCESSES * THREADS, (batch.refused, batch.attempts)
     # The bucket is charged the estimate (the body's bytes / 4 + max_tokens, a little
     # above the server's charge) and paces no faster than the key: within 1.5 x the
     # least time, and 2 s for the start-up and the first wave's pause.
-    wall = max(r["ended"] for r in results) - min(r["began"] for r in results)
-    assert wall < 1.5 * ideal_s(calls, charged / calls) + 2.0, wall
+    assert batch.wall < 1.5 * ideal_s(batch.calls, batch.charged / batch.calls) + 2.0
 
 
 def test_redis_killed_mid_run_calls_go_on_locally_with_one_warning_and_come_back(

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import itertools
 import socket
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -40,6 +41,24 @@ def _response(status: int) -> httpx.Response:
     return httpx.Response(status, json={"error": {"message": "no"}}, headers={"retry-after": "0"})
 
 
+async def calls_the_collector_freed(one: Callable[[], Awaitable[None]]) -> list[LogicalCall]:
+    """The calls of three runs of ``one`` (after a first: lazy imports, caches) that
+    only the cyclic collector freed, not their reference counts."""
+    await one()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds, to look at it
+    try:
+        for _ in range(3):
+            await one()
+        gc.collect()
+        return [o for o in gc.garbage if isinstance(o, LogicalCall)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
 async def test_a_finished_call_leaves_no_cycle(
     api: Api, mock: respx.MockRouter, outcome: str
@@ -52,20 +71,7 @@ async def test_a_finished_call_leaves_no_cycle(
         with contextlib.suppress(stormguard.APIError):
             await api.run(client.chat.completions.create(messages=MESSAGES))
 
-    await one()  # first use: lazy imports, caches
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds, to look at it
-    try:
-        for _ in range(3):
-            await one()
-        gc.collect()
-        left = [o for o in gc.garbage if isinstance(o, LogicalCall)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
-    assert left == []
+    assert await calls_the_collector_freed(one) == []
 
 
 def _closed_port() -> int:
@@ -96,20 +102,7 @@ async def test_a_call_whose_connection_is_refused_leaves_no_cycle(backend: str) 
                 await asynchronous.chat.completions.create(messages=MESSAGES)
 
     try:
-        await one()  # first use: lazy imports, caches
-        gc.collect()
-        gc.disable()
-        gc.set_debug(gc.DEBUG_SAVEALL)
-        try:
-            for _ in range(3):
-                await one()
-            gc.collect()
-            left = [o for o in gc.garbage if isinstance(o, LogicalCall)]
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+        assert await calls_the_collector_freed(one) == []
     finally:
         sync.close()
         await asynchronous.close()
-    assert left == []
