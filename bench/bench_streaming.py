@@ -24,7 +24,8 @@ own CPU reads that many chunks per second per core.
   into lines by hand and ``json.loads`` of each data line (``async for line in
   resp.content`` awaits a ``readline`` per line and reads half as many);
 * stormguard: ``Stream``/``AsyncStream`` (the whole pipeline on: budget, breaker,
-  adaptive concurrency limit, deadline, telemetry with no provider);
+  adaptive concurrency limit, deadline, telemetry with no provider); async also on
+  its aiohttp backend (``http_backend="aiohttp"``: ``stormguard+aiohttp``);
 * openai-python: its ``Stream``/``AsyncStream``, ``max_retries=0``; async also on
   ``openai.DefaultAioHttpClient()`` (its aiohttp transport: ``openai+aiohttp``).
 
@@ -35,7 +36,8 @@ streams opened at once, each with its first chunk read and the rest held back
 by the server, measured with tracemalloc (Python allocations: the response,
 connection, buffers and the client's own state) and divided by their number.
 
-Targets: stormguard >= 0.7x raw httpx and >= 2x openai-python, in both modes.
+Targets: stormguard >= 0.7x raw httpx and >= 2x openai-python, in both modes;
+async, stormguard on aiohttp >= 0.7x raw aiohttp.
 ``--profile`` runs cProfile over stormguard's reading of one long stream (sync,
 each mode) and of the concurrent load (async) and prints where the time goes.
 Not a timed test: numbers depend on the machine.
@@ -145,6 +147,15 @@ class AsyncReaders:
             concurrency=_guard_limiter(),
             connection_limits=LIMITS,
         )
+        self.guard_aio = stormguard.AsyncClient(
+            base_url=base_url,
+            api_key=KEY,
+            model="zero",
+            timeout=TIMEOUT,
+            concurrency=_guard_limiter(),
+            connection_limits=LIMITS,
+            http_backend="aiohttp",
+        )
         self.oai = openai.AsyncOpenAI(
             base_url=base_url, api_key=KEY, timeout=TIMEOUT, max_retries=0
         )
@@ -159,6 +170,7 @@ class AsyncReaders:
             "httpx": self.read_raw,
             "aiohttp": self.read_aiohttp,
             "stormguard": self.read_guard,
+            "stormguard+aiohttp": self.read_guard_aiohttp,
             "openai": self.read_openai,
             "openai+aiohttp": self.read_openai_aiohttp,
         }
@@ -166,6 +178,7 @@ class AsyncReaders:
             "httpx": self.open_raw,
             "aiohttp": self.open_aiohttp,
             "stormguard": self.open_guard,
+            "stormguard+aiohttp": self.open_guard_aiohttp,
             "openai": self.open_openai,
             "openai+aiohttp": self.open_openai_aiohttp,
         }
@@ -174,6 +187,7 @@ class AsyncReaders:
         await self.raw.aclose()
         await self.aio.close()
         await self.guard.close()
+        await self.guard_aio.close()
         await self.oai.close()
         await self.oai_aio.close()
 
@@ -200,7 +214,14 @@ class AsyncReaders:
             return count
 
     async def read_guard(self, chunks: int, model: str) -> int:
-        stream = await self.guard.chat.completions.create(
+        return await self._read_guard(self.guard, chunks, model)
+
+    async def read_guard_aiohttp(self, chunks: int, model: str) -> int:
+        return await self._read_guard(self.guard_aio, chunks, model)
+
+    @staticmethod
+    async def _read_guard(client: stormguard.AsyncClient, chunks: int, model: str) -> int:
+        stream = await client.chat.completions.create(
             messages=MESSAGES, model=model, max_tokens=chunks, stream=True
         )
         return await _acount(stream)
@@ -244,7 +265,14 @@ class AsyncReaders:
         return close
 
     async def open_guard(self) -> Callable[[], Awaitable[None]]:
-        stream = await self.guard.chat.completions.create(
+        return await self._open_guard(self.guard)
+
+    async def open_guard_aiohttp(self) -> Callable[[], Awaitable[None]]:
+        return await self._open_guard(self.guard_aio)
+
+    @staticmethod
+    async def _open_guard(client: stormguard.AsyncClient) -> Callable[[], Awaitable[None]]:
+        stream = await client.chat.completions.create(
             messages=MESSAGES, model="hold", max_tokens=1, stream=True
         )
         await stream.__anext__()
@@ -290,18 +318,22 @@ async def _acpu_rate(read: Callable[[], Awaitable[int]]) -> float:
 
 def _summary(rates: dict[str, list[float]]) -> dict[str, Any]:
     """Medians over rounds, and the median of each round's ratios of stormguard's
-    rate to each other client's."""
+    rate to each other client's (and, async, of stormguard on aiohttp to raw aiohttp)."""
     rounds = range(len(rates["httpx"]))
     guard = rates["stormguard"]
-    return {
+    figures = {
         "rates": {name: statistics.median(values) for name, values in rates.items()},
         "spread": {name: (min(values), max(values)) for name, values in rates.items()},
         "ratios": {
             name: statistics.median(guard[i] / values[i] for i in rounds)
             for name, values in rates.items()
-            if name != "stormguard"
+            if not name.startswith("stormguard")
         },
     }
+    if "stormguard+aiohttp" in rates:
+        guard_aio, raw_aio = rates["stormguard+aiohttp"], rates["aiohttp"]
+        figures["aiohttp_ratio"] = statistics.median(guard_aio[i] / raw_aio[i] for i in rounds)
+    return figures
 
 
 def measure_sync(
@@ -370,7 +402,7 @@ def report(title: str, figures: dict[str, Any]) -> None:
     print(f"{title}: chunks per CPU second (median of rounds; min-max)")
     for name, rate in rates.items():
         low, high = figures["spread"][name]
-        print(f"  {name:<15} {rate / 1000:8.1f} k/s  ({low / 1000:.1f}-{high / 1000:.1f})")
+        print(f"  {name:<18} {rate / 1000:8.1f} k/s  ({low / 1000:.1f}-{high / 1000:.1f})")
     to_raw, to_oai = ratios["httpx"], ratios["openai"]
     verdict = "met" if to_raw >= 0.7 and to_oai >= 2 else "MISSED"
     print(
@@ -380,6 +412,12 @@ def report(title: str, figures: dict[str, Any]) -> None:
     others = [name for name in ratios if name not in ("httpx", "openai")]
     if others:
         print("  stormguard / " + ", ".join(f"{name} = {ratios[name]:.2f}" for name in others))
+    if "aiohttp_ratio" in figures:
+        to_aio = figures["aiohttp_ratio"]
+        print(
+            f"  stormguard+aiohttp / aiohttp = {to_aio:.2f} (target >= 0.7): "
+            + ("met" if to_aio >= 0.7 else "MISSED")
+        )
 
 
 def _print_profile(profiler: cProfile.Profile, title: str) -> None:
@@ -453,7 +491,7 @@ def main() -> None:
         kib = asyncio.run(run())
         print(f"memory per open stream ({args.streams} open, tracemalloc):")
         for name, size in kib.items():
-            print(f"  {name:<15} {size:6.1f} KiB")
+            print(f"  {name:<18} {size:6.1f} KiB")
     print(f"load average at end: {os.getloadavg()}")
 
 
