@@ -53,6 +53,14 @@ class Api:
             return list(stream)
         return [chunk async for chunk in stream]
 
+    async def collect_into(self, stream: Any, got: list[Any]) -> None:
+        """Read ``stream`` into ``got`` as it comes: what came before an error stays."""
+        if self.mode == "sync":
+            got.extend(stream)
+        else:
+            async for chunk in stream:
+                got.append(chunk)
+
     async def close_all(self) -> None:
         for client in self._clients:
             await self.run(client.close())

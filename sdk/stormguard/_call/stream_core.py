@@ -30,7 +30,7 @@ from .._core.record_shapes import ChunkCheck, shape_of
 from .._core.results import CallInfo, Record, ResponseStreamEvent
 from .._io.body import BodyLimit, BodyTooLargeError
 from .._io.decoding import request_id_of
-from .._io.sse import SSEDecoder
+from .._io.sse import ServerSentEvent, SSEDecoder
 from ..telemetry._events import ResponseSummary
 
 if TYPE_CHECKING:
@@ -96,6 +96,10 @@ class StreamCore(Generic[T]):
         #: The decoded bytes of the stream so far, against ``max_response_bytes``.
         self.limit = BodyLimit(call.core.max_response_bytes)
         self.pending: deque[T] = deque()
+        #: The events of the last piece fed, read into chunks from ``unread_at`` on
+        #: as the caller takes them (``StreamState.advance``).
+        self.unread: list[ServerSentEvent] = []
+        self.unread_at = 0
         self.done = False
         self.closed = False
         self.in_caller_hands = False

@@ -5,8 +5,16 @@ is handed over, ends, fails or is closed.
 
 The bytes come decoded in pieces of at most 64 KiB (``body.iter_body``), each
 counted against ``max_response_bytes``, and the deadline is checked before each
-piece and every 512 events of a piece: a compressed stream of blank lines or
-of tiny events ends at the cap or the deadline, however fast it inflates.
+piece: a compressed stream of blank lines or of tiny events ends at the cap or
+the deadline, however fast it inflates.
+
+A piece's events are read into chunks one at a time, as the caller takes them
+(``advance``), not all at once: a piece from a buffering proxy holds hundreds of
+events, and hundreds of decoded chunks alive at once (each a handful of dicts and
+lists) were most of what the garbage collector walked when many such streams
+were read together (docs/benchmarks.md, "Streaming"). So each step of the caller
+costs one event's parse, however many events a piece holds; a chunk that arrived
+in time is the caller's however long the caller takes to read it, as before.
 """
 
 from __future__ import annotations
@@ -23,8 +31,8 @@ from .stream_events import RESPONSE_ENDS, RESPONSE_FAILURES, StreamEvents, is_do
 
 __all__ = ["StreamState"]
 
-#: The deadline is checked again after this many events of one piece (a power of 2, - 1).
-_EVENTS_PER_CHECK = 511
+#: No events left to read (shared: never appended to).
+_NONE_UNREAD: list[ServerSentEvent] = []
 #: A chunk that ends a choice: its ``finish_reason`` is a string, not null.
 _FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
 
@@ -39,7 +47,7 @@ class StreamState(StreamEvents[T]):
         if not self.in_caller_hands and self.call.spec.replays_stream:
             self.raw_prefix.append(raw)  # replayed to the transport's caller as it came
         try:
-            events = self.decoder.feed(raw)
+            self.unread = self.decoder.feed(raw)
         except EventTooLargeError as exc:
             raise self._raise(
                 APIResponseValidationError(
@@ -48,18 +56,25 @@ class StreamState(StreamEvents[T]):
                     server_load=self.call.server_load,
                 )
             ) from None
-        for index, event in enumerate(events):
-            if self.done:
-                break
-            if index & _EVENTS_PER_CHECK == _EVENTS_PER_CHECK:
-                self.check_deadline()  # a piece of tiny events is thousands of parses
+        self.advance()
+
+    def advance(self) -> None:
+        """Read the events fed and not read yet (``unread``) until a chunk is pending,
+        the stream ends, or an event fails it (raised here if no chunk is pending)."""
+        events, at = self.unread, self.unread_at
+        while at < len(events) and not self.done:
+            event = events[at]
+            at += 1
             error = self._event(event)
-            if error is not None:
-                # Chunks decoded before the error are still the caller's: raise
-                # the error once they have been handed out.
+            if error is not None:  # the caller has had every chunk before it
                 self.failure = error
                 self.done = True
+            elif self.pending:
                 break
+        if at < len(events) and not self.done:
+            self.unread_at = at
+        else:
+            self.unread, self.unread_at = _NONE_UNREAD, 0
         if not self.pending:
             self.raise_failure()
 
@@ -187,3 +202,19 @@ class StreamState(StreamEvents[T]):
             self.first_model = model if isinstance(model, str) else None
             self.response_id = chunk_id if isinstance(chunk_id, str) else None
         self.call.first_chunk(self.response_id or self.info.request_id, self.first_model)
+        if self.unread and self.call.spec.replays_stream:
+            self._read_rest()
+
+    def _read_rest(self) -> None:
+        """Read every event fed so far: the raw bytes go on to a caller who decodes
+        them (``with_streaming_response``, transport mode), and only how the stream
+        ends (``done``, ``failure``) matters here, as it does for the bytes after them."""
+        events, at = self.unread, self.unread_at
+        self.unread, self.unread_at = _NONE_UNREAD, 0
+        for event in events[at:]:
+            if self.done:
+                break
+            error = self._event(event)
+            if error is not None:
+                self.failure = error
+                self.done = True

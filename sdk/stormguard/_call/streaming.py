@@ -146,7 +146,10 @@ class Stream(_StreamBase[T]):
                     state.finished()
                     self.close()
                     raise StopIteration
-                self._read_more()
+                if state.unread:
+                    state.advance()
+                else:
+                    self._read_more()
         except StopIteration:
             raise
         except BaseException:
@@ -230,7 +233,10 @@ class AsyncStream(_StreamBase[T]):
                     state.finished()
                     await self.aclose()
                     raise StopAsyncIteration
-                await self._read_more()
+                if state.unread:
+                    state.advance()
+                else:
+                    await self._read_more()
         except StopAsyncIteration:
             raise
         except BaseException:

@@ -74,6 +74,63 @@ async def test_the_deadline_is_checked_between_pieces(api: Api, mock: respx.Mock
     assert stream.chunks_received == 5  # chunks 1-5 came in time; the 6th came at 6 s
 
 
+async def test_a_piece_of_many_events_is_read_one_chunk_at_a_time(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    """A buffering proxy sends hundreds of events in one piece: they are decoded into
+    chunks as the caller takes them, so a stream never holds hundreds of decoded
+    chunks (dicts and lists the garbage collector walks) ahead of its caller."""
+    body = sse(*[chunk(f"t{i}") for i in range(300)])
+    mock.post("/chat/completions").mock(return_value=event_stream(body))
+    stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
+    state = stream._state
+    texts = []
+    for _ in range(299):
+        assert len(state.pending) <= 1
+        texts.append((await api.run(_next(api, stream))).choices[0].delta.content)
+    assert len(await api.collect(stream)) == 1
+    assert texts == [f"t{i}" for i in range(299)]
+
+
+async def test_a_chunk_that_came_in_time_is_the_callers_however_slowly_it_reads(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    """The deadline judges when the bytes came, not how long the caller takes over
+    them: a piece read in time is handed out whole, and the next read fails."""
+    pieces = [sse(*[chunk(f"a{i}") for i in range(50)], done=False), sse(chunk("late"))]
+    mock.post("/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=Pieces(pieces)
+        )
+    )
+    client = api.client(timeout=5.0)
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    got = []
+    with pytest.raises(stormguard.APITimeoutError, match="deadline passed during the stream"):
+        while True:
+            got.append(await api.run(_next(api, stream)))
+            api.clock.advance(1.0)  # a slow caller: the deadline passes mid-piece
+    assert [c.choices[0].delta.content for c in got] == [f"a{i}" for i in range(50)]
+
+
+class Pieces(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body sent as the given pieces, one read each."""
+
+    def __init__(self, pieces: list[bytes]) -> None:
+        self._pieces = pieces
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._pieces)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self._pieces:
+            yield piece
+
+
+def _next(api: Api, stream: Any) -> Any:
+    return next(stream) if api.mode == "sync" else stream.__anext__()
+
+
 @pytest.mark.parametrize("library", ["httpx2", "httpx"])
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_the_transport_ends_a_stream_past_the_cap_with_a_decoding_error(

@@ -122,11 +122,7 @@ async def test_a_streamed_chunk_that_does_not_fit_is_a_validation_error(
     stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
     got: list[Any] = []
     with pytest.raises(stormguard.APIResponseValidationError) as info:
-        if api.mode == "sync":
-            got.extend(stream)
-        else:
-            async for item in stream:
-                got.append(item)
+        await api.collect_into(stream, got)
     assert [c.choices[0].delta.content for c in got] == ["a"]  # what fit came first
     assert str(info.value) == (
         "A stream event does not fit ChatCompletionChunk:"
@@ -494,11 +490,7 @@ async def test_a_bad_chunk_amid_a_piece_of_many_is_named_after_those_before_it(
     stream = await api.run(api.client().chat.completions.create(messages=MESSAGES, stream=True))
     got: list[Any] = []
     with pytest.raises(stormguard.APIResponseValidationError) as info:
-        if api.mode == "sync":
-            got.extend(stream)
-        else:
-            async for item in stream:
-                got.append(item)
+        await api.collect_into(stream, got)
     assert [c.choices[0].delta.content for c in got] == [f"t{i}" for i in range(300)]
     assert str(info.value) == (
         "A stream event does not fit ChatCompletionChunk:"

@@ -120,6 +120,16 @@ SSE_PIECES = st.sampled_from(
 )
 
 
+def decoded_in_pieces(stream: bytes, cuts: list[int]) -> list[tuple[str, str | None, str | None]]:
+    """What one decoder makes of ``stream`` fed in pieces cut at ``cuts``."""
+    points = sorted({c for c in cuts if c <= len(stream)})
+    decoder = SSEDecoder()
+    got = []
+    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
+        got.extend((e.data, e.event, e.id) for e in decoder.feed(stream[a:b]))
+    return got
+
+
 @given(
     st.booleans(),
     st.lists(SSE_PIECES, max_size=60),
@@ -129,12 +139,7 @@ def test_the_decoder_agrees_with_the_spec_however_the_stream_is_cut(
     bom: bool, pieces: list[bytes], cuts: list[int]
 ) -> None:
     stream = (b"\xef\xbb\xbf" if bom else b"") + b"".join(pieces)
-    points = sorted({c for c in cuts if c <= len(stream)})
-    decoder = SSEDecoder()
-    got = []
-    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
-        got.extend((e.data, e.event, e.id) for e in decoder.feed(stream[a:b]))
-    assert got == reference_events(stream)
+    assert decoded_in_pieces(stream, cuts) == reference_events(stream)
 
 
 def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_event() -> None:
@@ -220,12 +225,7 @@ def test_a_piece_of_many_events_decodes_as_the_spec_says(
     (mid-line, mid-character, between the two LFs of an event), must decode as the
     spec's algorithm says."""
     stream = b"".join(parts)
-    points = sorted({c for c in cuts if c <= len(stream)})
-    decoder = SSEDecoder()
-    got = []
-    for a, b in zip([0, *points], [*points, len(stream)], strict=True):
-        got.extend((e.data, e.event, e.id) for e in decoder.feed(stream[a:b]))
-    assert got == reference_events(stream)
+    assert decoded_in_pieces(stream, cuts) == reference_events(stream)
 
 
 def test_a_piece_of_events_cut_mid_event_or_between_its_line_ends() -> None:
