@@ -45,13 +45,24 @@ from .attempt_flow import (
     run_async,
     run_sync,
 )
-from .call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
+from .call_flow import (
+    AwaitDiscovery,
+    CallAction,
+    CallFlow,
+    CheckTokens,
+    Sleep,
+    call_flow,
+    hedge_flow,
+)
+from .call_result import Delivery
+from .hedge_race import Race, Racer
 from .pipeline import LogicalCall
 from .stream_state import StreamState
 from .streaming import AsyncStream, Stream
 
 if TYPE_CHECKING:
     from .._core.http import AsyncHTTPClient, SyncHTTPClient
+    from .._policies.hedge.policy import HedgePolicy
     from .call_spec import CallSpec
     from .client_core import ClientCore
 
@@ -142,6 +153,11 @@ def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
     """One logical call, its I/O done with ``http``."""
     if type(http) is not OwnClient:
         used_given_pool(http)
+    if spec.hedge is not None:
+        raise NotImplementedError(
+            "hedged requests (hedge=) are for AsyncClient and stormguard.AsyncOpenAI for now:"
+            " give hedge=None to a sync client"
+        )
     call = LogicalCall(core, spec, http)
     with call.deadline.bound():  # read by the deadline-clipping transport
         return run_sync(call_flow(call, http), _perform_sync, call)
@@ -155,8 +171,77 @@ def run_call_async(
     walking while the call waits (docs/benchmarks.md, "The aiohttp backend")."""
     if type(http) is not OwnAsyncClient:
         used_given_pool(http)
+    if spec.hedge is not None:
+        return _hedged_async(core, http, spec, spec.hedge)
     call = LogicalCall(core, spec, http)
     return run_async(call_flow(call, http), _perform_async, call)
+
+
+async def _hedged_async(
+    core: ClientCore, http: httpx.AsyncClient, spec: CallSpec, policy: HedgePolicy
+) -> Any:
+    """A hedged call (``_call/hedge_race.py``): the primary in a task; at the delay,
+    the hedge in another; the first answer is the call's, the other task cancelled
+    (its response closed shielded from the cancellation: the server sees the
+    connection close and aborts the request)."""
+    race = Race(core, spec, http, policy)
+    primary = race.primary.call
+    if race.delay is None:  # too few latencies known: a plain call, timed
+        result = await run_async(call_flow(primary, http), _perform_async, primary)
+        race.observe_unhedged()
+        return result
+    over, passed = anyio.Event(), anyio.Event()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                _racer_async, race, race.primary, call_flow(primary, http), over, passed
+            )
+            group.start_soon(_delay_async, core, race.delay, passed)
+            await passed.wait()
+            hedge = race.send_hedge()
+            if hedge is not None:
+                assert race.hedge is not None
+                group.start_soon(
+                    _racer_async, race, race.hedge, hedge_flow(hedge, http), over, passed
+                )
+            await over.wait()
+            group.cancel_scope.cancel()  # the loser, and the delay's sleep
+    except BaseException:
+        race.abandoned()
+        raise
+    left_open = race.loser_result()
+    if left_open is not None:  # both answered at once: the loser's stream or response
+        with anyio.CancelScope(shield=True):
+            await _aclose_result(left_open)
+    return race.finish()
+
+
+async def _racer_async(
+    race: Race, racer: Racer, flow: CallFlow, over: anyio.Event, passed: anyio.Event
+) -> None:
+    try:
+        result = await run_async(flow, _perform_async, racer.call)
+    except Exception as exc:
+        race.ended(racer, error=exc)
+        del exc
+    else:
+        race.ended(racer, result)
+    if race.over():
+        over.set()
+        passed.set()  # no hedge to send any more
+
+
+async def _delay_async(core: ClientCore, delay: float, passed: anyio.Event) -> None:
+    await core.clock.asleep(delay)
+    passed.set()
+
+
+async def _aclose_result(result: Any) -> None:
+    close = getattr(result, "aclose", None)
+    if close is None and isinstance(result, Delivery):
+        close = result.response.aclose
+    if close is not None:
+        await close()
 
 
 def _perform_sync(call: LogicalCall, action: CallAction) -> Any:
