@@ -172,7 +172,6 @@ class Race:
     def finish(self) -> Any:
         """Once both racers have ended (the loser cancelled): the call's answer, or its
         error raised, with every attempt of both racers in its history."""
-        self._decide_traces()
         winner, primary, hedge = self.winner, self.primary, self.hedge
         if winner is not None:
             if winner is hedge:
@@ -187,12 +186,14 @@ class Race:
                 info = info_of(result)
                 if info is not None:
                     info.attempt_history = history
+            self._decide_traces()
             return result
         error = primary.error
         assert error is not None, "a race without a winner ended in the primary's error"
         if hedge is not None and isinstance(error, StormguardError):
             error.attempt_history = _merged(primary.call, hedge.call)
             error.attempts = primary.call.total_attempts
+        self._decide_traces()
         raise error
 
     def abandoned(self) -> None:
@@ -205,7 +206,9 @@ class Race:
         trace = None if hedge is None else hedge.call._trace
         decided = getattr(trace, "decided", None)
         if decided is not None:
-            decided(self.winner is not None and self.winner is hedge)
+            won = self.winner is not None and self.winner is hedge
+            attempts = (self.winner or self.primary).call.total_attempts
+            decided(won, attempts)
 
     def observe_unhedged(self) -> None:
         """A call with too few latencies known to hedge answered: one more latency."""

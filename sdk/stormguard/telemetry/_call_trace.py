@@ -12,6 +12,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -431,10 +432,11 @@ class HedgeTrace(CallTrace):
     def hedge_trace(self) -> HedgeTrace:
         raise RuntimeError("a hedge is not hedged")
 
-    def decided(self, won: bool) -> None:
+    def decided(self, won: bool, attempts: int) -> None:
         """The race is over, both racers ended or handed over (``won``: the hedge's
-        answer is the call's). The end held of the winner is the call's end now; a
-        winner's stream reports its own later; the loser's is dropped."""
+        answer is the call's; ``attempts``: both racers'). The end held of the
+        winner is the call's end now; a winner's stream reports its own later; the
+        loser's is dropped."""
         parent = self.parent
         parent.deciding = None
         held, parent.held = parent.held, None
@@ -444,9 +446,9 @@ class HedgeTrace(CallTrace):
             parent.hedge_outcome = "won"
             parent.race_lost = True
             if mine is not None:
-                parent._call_ended(mine)
+                parent._call_ended(replace(mine, attempts=attempts))
         elif held is not None:
-            parent._call_ended(held)
+            parent._call_ended(replace(held, attempts=attempts))
 
     def on_event(self, event: CallEvent) -> None:
         if isinstance(event, CallEnded):
