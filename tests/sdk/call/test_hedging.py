@@ -415,3 +415,22 @@ async def test_the_transport_hedges_openai_pythons_calls(router: respx.MockRoute
     assert resp.choices[0].message.content == "hedged"
     assert len(server.cancelled) == 1
     assert isinstance(resp, openai.types.chat.ChatCompletion)
+
+
+async def test_the_learned_delay_hedges_only_once_enough_latencies_are_known(
+    router: respx.MockRouter, make: Any
+) -> None:
+    client = make(hedge=HedgePolicy(min_samples=3, window=10, budget=1.0))
+    server = serve(
+        router,
+        *(httpx.Response(200, json=chat_json()) for _ in range(3)),
+        "hang",
+        httpx.Response(200, json=chat_json("hedge")),
+    )
+    for _ in range(3):  # too few latencies known: not raced, each one timed
+        await client.chat.completions.create(messages=MESSAGES)
+    assert client._core.hedging.delay_for("m", client._core.hedge) == 0.0  # the fake clock's
+    assert (len(server.hosts), client.stats().hedges_sent) == (3, 0)
+    resp = await client.chat.completions.create(messages=MESSAGES)
+    assert resp.choices[0].message.content == "hedge"
+    assert client.stats().hedges_won == 1
