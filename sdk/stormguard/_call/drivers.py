@@ -209,6 +209,7 @@ async def _hedged_async(
     except BaseException:
         race.abandoned()
         raise
+    del group  # an error raised below would hold it, and it its host task: a cycle
     left_open = race.loser_result()
     if left_open is not None:  # both answered at once: the loser's stream or response
         with anyio.CancelScope(shield=True):
@@ -221,6 +222,10 @@ async def _racer_async(
 ) -> None:
     try:
         result = await run_async(flow, _perform_async, racer.call)
+    except anyio.get_cancelled_exc_class():
+        if race.over():
+            return  # it lost the race: this task group cancelled it, and nothing waits on it
+        raise
     except Exception as exc:
         race.ended(racer, error=exc)
         del exc

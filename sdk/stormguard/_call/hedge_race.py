@@ -126,12 +126,14 @@ class Race:
             if self._over() or self.hedge is not None:
                 return None
             stats = self.core.stats
-            if primary._quota is not None:  # the key is paced: a hedge spends its quota twice
+            quota = primary._quota
+            if quota is not None and quota.state() is not None:
+                # The call's key is paced: a hedge would spend its quota twice.
                 stats.hedge(HEDGE_NO_BUDGET)
                 return None
             try:
                 target = hedge_target(primary)
-            except StormguardError:
+            except (StormguardError, ValueError):  # none serves it now (a set just changed)
                 target = None
             if target is None:
                 stats.hedge(HEDGE_NO_ENDPOINT)
@@ -174,6 +176,9 @@ class Race:
         error raised, with every attempt of both racers in its history."""
         winner, primary, hedge = self.winner, self.primary, self.hedge
         if winner is not None:
+            for racer in (primary, hedge):
+                if racer is not None:
+                    racer.error = None  # its traceback holds the racer's frame: a cycle
             if winner is hedge:
                 self.core.stats.hedge(HEDGE_WON)
             self.core.hedging.observe(
@@ -190,11 +195,18 @@ class Race:
             return result
         error = primary.error
         assert error is not None, "a race without a winner ended in the primary's error"
+        # The errors' tracebacks hold the racers' frames, which hold this race.
+        primary.error = None
+        if hedge is not None:
+            hedge.error = None
         if hedge is not None and isinstance(error, StormguardError):
             error.attempt_history = _merged(primary.call, hedge.call)
             error.attempts = primary.call.total_attempts
         self._decide_traces()
-        raise error
+        try:
+            raise error
+        finally:
+            del error  # this frame is in its traceback: a cycle
 
     def abandoned(self) -> None:
         """The race ended without ``finish`` (the caller cancelled the call): the call's

@@ -434,3 +434,26 @@ async def test_the_learned_delay_hedges_only_once_enough_latencies_are_known(
     resp = await client.chat.completions.create(messages=MESSAGES)
     assert resp.choices[0].message.content == "hedge"
     assert client.stats().hedges_won == 1
+
+
+@pytest.mark.parametrize("ending", ["hedge wins", "both fail"])
+async def test_a_hedged_call_leaves_no_cycle(
+    router: respx.MockRouter, make: Any, ending: str
+) -> None:
+    from tests.sdk.call.test_call_garbage import calls_the_collector_freed
+
+    client = make()
+    failing = httpx.Response(400, json={"error": {"message": "no"}})
+
+    async def one() -> None:
+        if ending == "hedge wins":
+            serve(router, "hang", httpx.Response(200, json=chat_json()))
+            await client.chat.completions.create(messages=MESSAGES)
+        else:
+            serve(router, Until(lambda: True), failing)
+            router.routes.clear()
+            router.post(url__regex=ANY_HOST).mock(return_value=failing)
+            with pytest.raises(stormguard.APIStatusError):
+                await client.chat.completions.create(messages=MESSAGES)
+
+    assert await calls_the_collector_freed(one) == []
