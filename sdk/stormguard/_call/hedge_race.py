@@ -1,6 +1,7 @@
 """A hedged call's race, without I/O: when a hedge goes, where, who won, and what
-the call returns. The drivers (``_call/drivers.py``) run the racers, asyncio or
-anyio tasks for the async client, threads for the sync one, and cancel the loser.
+the call returns. The drivers (``_call/drivers.py``) run the racers, anyio tasks
+for the async client, threads for the sync one, and cancel the loser (sync: its
+sockets shut down, ``AttemptAbandoned`` at its next step).
 
 The rules (docs/resilience.md, "Hedged requests"), those of gRPC's
 ``hedgingPolicy`` (gRFC A6) cut to one hedge:
@@ -76,11 +77,14 @@ class SharedReservation(Reservation):
 class Racer:
     """One side of the race: its call, and how it ended (``done``)."""
 
-    __slots__ = ("call", "done", "error", "result")
+    __slots__ = ("abandoned", "call", "done", "error", "result")
 
     def __init__(self, call: LogicalCall) -> None:
         self.call = call
         self.done = False
+        #: The race is over without it: its driver gives it up (sync: its thread
+        #: stops at its next step, its socket shut down).
+        self.abandoned = False
         self.result: Any = None
         self.error: BaseException | None = None
 
@@ -160,6 +164,15 @@ class Race:
                 return True
             racer.result, racer.error = result, error
             return False
+
+    def abandon_running(self) -> list[Racer]:
+        """The racers still running, now abandoned: the loser once the race is over
+        (both, when the caller left before)."""
+        with self._lock:
+            running = [r for r in (self.primary, self.hedge) if r is not None and not r.done]
+            for racer in running:
+                racer.abandoned = True
+            return running
 
     def loser_result(self) -> Any:
         """What a loser that answered too (a near tie) holds open, to be closed: a

@@ -8,6 +8,7 @@ request is always the primary's and the second the hedge's."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -395,11 +396,33 @@ def test_a_bad_hedge_option_is_a_clear_error() -> None:
         HedgePolicy(budget=1.5)
 
 
-def test_the_sync_client_says_hedging_is_async_only() -> None:
-    client = stormguard.Client(base_url=URLS, model="m", api_key="k", hedge=HEDGE)
-    with pytest.raises(NotImplementedError, match="AsyncClient"):
-        client.chat.completions.create(messages=MESSAGES)
-    client.close()
+def test_a_sync_hedge_wins_over_a_primary_that_fails() -> None:
+    # Sync: the primary fails (not retryable) once the hedge is out; the hedge answers.
+    hedge_out = threading.Event()
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.host)
+        if len(seen) == 1:
+            assert hedge_out.wait(10)
+            return httpx.Response(400, json={"error": {"message": "bad"}})
+        hedge_out.set()
+        return httpx.Response(200, json=chat_json("hedge"))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(url__regex=ANY_HOST).mock(side_effect=answer)
+        with stormguard.Client(
+            base_url=URLS,
+            model="m",
+            api_key="k",
+            hedge=HedgePolicy(delay=0.05, budget=1.0),
+            ejection=stormguard.EjectionConfig(probe=unreachable),
+        ) as client:
+            resp = client.chat.completions.create(messages=MESSAGES)
+    assert resp.choices[0].message.content == "hedge"
+    assert seen[0] != seen[1]
+    assert client.stats().hedges_won == 1
+    assert sorted((r.hedge, r.outcome) for r in resp.attempt_history)[-1] == (True, "ok")
 
 
 async def test_the_transport_hedges_openai_pythons_calls(router: respx.MockRouter) -> None:
