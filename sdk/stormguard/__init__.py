@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from ._policies.breaker.registry import BreakerRegistry
     from ._policies.breaker.states import BreakerSnapshot, BreakerTransition, CircuitState
     from ._policies.fallback import Fallbacks
+    from ._policies.hedge.policy import HedgePolicy
     from ._policies.limiter.endpoint_limit import LimitSnapshot
     from ._policies.limiter.limiter import ConcurrencyLimiter
     from ._policies.quota import QuotaPolicy, QuotaSnapshot
@@ -184,6 +185,7 @@ __all__ = [
     "FallbackKind",
     "FallbackStep",
     "Fallbacks",
+    "HedgePolicy",
     "InternalServerError",
     "LegacyAPIResponse",
     "LimitSnapshot",
@@ -256,6 +258,7 @@ _MODULES: dict[str, str] = {
     "Clock": "._core.clock",
     "DeadlineTransport": "._io.deadline_transport",
     "AffinityPolicy": "._policies.routing.affinity_config",
+    "HedgePolicy": "._policies.hedge.policy",
     "Deployment": "._policies.routing.deployment",
     "Pin": "._policies.routing.deployment",
     "DeploymentSnapshot": "._policies.routing.tiers",

@@ -17,6 +17,7 @@ from .._core.http import httpx
 from .._policies.breaker.config import BreakerConfig
 from .._policies.breaker.states import BreakerListener
 from .._policies.fallback import Fallbacks
+from .._policies.hedge.policy import HedgePolicy
 from .._policies.limiter.limiter import ConcurrencyLimiter
 from .._policies.quota import QuotaPolicy
 from .._policies.retry.budget import RetryBudget
@@ -89,6 +90,7 @@ class CallSettings:
     fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None = None
     affinity: AffinityPolicy | None = DEFAULT_AFFINITY
+    hedge: HedgePolicy | None = None
 
 
 def checked_stream_timeouts(value: object) -> StreamTimeouts | None:
@@ -129,6 +131,7 @@ class StormguardOptions(TypedDict, total=False):
     stream_timeouts: StreamTimeouts | None
     quota: QuotaPolicy | None
     affinity: AffinityPolicy | None
+    hedge: HedgePolicy | None
 
 
 class ClientOptions(StormguardOptions, total=False):
@@ -182,6 +185,9 @@ class ClientOptions(StormguardOptions, total=False):
     ``prompt_cache_key``, or with ``derive_from_prompt`` the start of its prompt,
     picks the endpoint while its load stays within a bound (``AffinityPolicy()`` by
     default; None turns it off; docs/resilience.md, "Prefix-cache affinity").
+    ``hedge`` sends one more attempt of a call that is slow to answer to another
+    endpoint, and keeps the first answer (``HedgePolicy``; None, the default, turns
+    it off; also per call; docs/resilience.md, "Hedged requests").
     """
 
     base_url: BaseURL | None
@@ -214,3 +220,4 @@ class ClientChanges(TypedDict, total=False):
     fallback_models: Sequence[str] | Fallbacks
     stream_timeouts: StreamTimeouts | None
     affinity: AffinityPolicy | None
+    hedge: HedgePolicy | None

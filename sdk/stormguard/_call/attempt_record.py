@@ -161,6 +161,7 @@ def close_record(call: CallBase, outcome: str) -> None:
             deployment=deployment,
             tier=tier,
             affinity=call._attempt_affinity if endpoint is not None else None,
+            hedge=call.hedge,
         ),
     )
     if deployment is not None and tier is not None:

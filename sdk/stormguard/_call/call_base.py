@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .client_core import ClientCore
 
 
-__all__ = ["FAILOVER", "OK", "PACED", "REQUEUED", "RETRY", "CallBase"]
+__all__ = ["FAILOVER", "HEDGE_LOST", "OK", "PACED", "REQUEUED", "RETRY", "CallBase"]
 
 #: The outcomes of an attempt besides the stop reasons (``AttemptRecord.outcome``).
 OK = "ok"
@@ -48,6 +48,9 @@ FAILOVER = "failover"
 REQUEUED = "requeued"
 #: A quota 429: the call went back to its key's pacer (``_call/call_quota.py``).
 PACED = "paced"
+#: The other attempt of a hedged call answered first: this one was cancelled, its
+#: connection closed (``_call/hedge_race.py``).
+HEDGE_LOST = "hedge_lost"
 
 
 class CallBase:
@@ -92,6 +95,9 @@ class CallBase:
     #: The call's observer (telemetry); None when nothing is recorded: no events
     #: then (``pipeline``'s ``__init__``).
     _trace: CallObserver | None = None
+    #: This call is a hedge of another (``_call/hedge_race.py``): one attempt, to
+    #: another endpoint, its records marked ``hedge``.
+    hedge = False
 
     # -- The current attempt (``pipeline.reserve``/``granted``/``begin_attempt``;
     # -- closed by ``attempt_record``) --------------------------------------------
@@ -182,7 +188,9 @@ class CallBase:
     #: "unread" mode: what the result will say of the call, once its body is read.
     _unread_info: CallInfo | None = None
 
-    def __init__(self, core: ClientCore, spec: CallSpec) -> None:
+    def __init__(self, core: ClientCore, spec: CallSpec, *, counted: bool = True) -> None:
+        """``counted``: a logical call of its own, for the budgets and stats (a hedge
+        is an attempt of another call)."""
         self.core = core
         self.spec = spec
         self.deadline = Deadline(core.clock, spec.timeout)
@@ -201,13 +209,15 @@ class CallBase:
         #: The models this call has been on (a fallback goes only to others; more are
         #: added by ``pipeline.fall_back``).
         self.models_tried: tuple[str, ...] = () if spec.model is None else (spec.model,)
-        core.budget.record_call()
-        core.stats.call()
+        if counted:
+            core.budget.record_call()
+            core.stats.call()
         #: The call's class (its ``x-priority``): its pool of endpoints, its queue rank.
         self.priority = self._priority()
         limiter = core.limiter
         if limiter is not None:
-            limiter.requeue_budget.record_call()
+            if counted:
+                limiter.requeue_budget.record_call()
             self._limit_key = (self.priority.rank, limiter.next_seq())
         #: Scrubs the client's credentials, and this call's own, from what it shows.
         self.redactor = core.redactor.including(headers=spec.headers, url=spec.absolute_url)

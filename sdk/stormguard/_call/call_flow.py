@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import tenacity
 
 from .._core.exceptions import StormguardError
+from .._core.stop_reason import StopReason
 from .._policies.quota import SharedAsk
 from .attempt_flow import Action, attempt_flow
+from .attempt_record import stop_open_attempt
 
 if TYPE_CHECKING:
     from .._core.deadline import Deadline
@@ -35,7 +37,15 @@ if TYPE_CHECKING:
     from .call_precheck import PrecheckFlow
     from .pipeline import LogicalCall
 
-__all__ = ["AwaitDiscovery", "CallAction", "CallFlow", "CheckTokens", "Sleep", "call_flow"]
+__all__ = [
+    "AwaitDiscovery",
+    "CallAction",
+    "CallFlow",
+    "CheckTokens",
+    "Sleep",
+    "call_flow",
+    "hedge_flow",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +82,30 @@ def call_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> Call
     # In the observer's scope only when there is one: a ``with`` on the null scope
     # keeps its bound ``__exit__`` alive across every wait of the call.
     return _call(call, http) if call._trace is None else _observed(call, _call(call, http))
+
+
+def hedge_flow(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    """A hedge (``_call/hedge_race.py``): one attempt and no more, to the endpoint
+    chosen for it; no pre-check (the call's passed), no wait for a quota (a call
+    whose key is paced sends none), no retry (the call's own attempts retry), no
+    fallback (the call's own decide that)."""
+    flow = _hedge(call, http)
+    return flow if call._trace is None else _observed(call, flow)
+
+
+def _hedge(call: LogicalCall, http: httpx.Client | httpx.AsyncClient) -> CallFlow:
+    try:
+        result = yield from attempt_flow(call, http)
+    except StormguardError as exc:
+        call.retry_stopped_by = StopReason.MAX_ATTEMPTS  # a hedge is one attempt
+        call.annotate(exc)
+        raise
+    except BaseException:  # cancelled: it lost the race, or the caller left
+        call.retry_stopped_by = StopReason.CANCELLED
+        stop_open_attempt(call)
+        raise
+    call.attempt_judged()
+    return call.finish(result)
 
 
 def _observed(call: LogicalCall, flow: CallFlow) -> CallFlow:

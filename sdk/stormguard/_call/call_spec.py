@@ -12,6 +12,7 @@ from .._core.results import APIResult, Record
 from .stream_timeouts import StreamTimeouts
 
 if TYPE_CHECKING:
+    from .._policies.hedge.policy import HedgePolicy
     from .._policies.routing.deployment import Pin
     from .openai_conventions import AttemptTimeouts
 
@@ -55,6 +56,9 @@ class CallSpec:
     #: Its prefix-cache affinity key (``_policies/routing/affinity.py``), read once
     #: from the body when the spec is made; None: it goes by load.
     affinity_key: bytes | None = None
+    #: Its hedging (``_call/hedge_race.py``): the client's or the call's policy, set
+    #: only where another endpoint could take a hedge; None: no hedge.
+    hedge: HedgePolicy | None = None
 
     @property
     def replays_stream(self) -> bool:

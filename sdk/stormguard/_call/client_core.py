@@ -20,6 +20,8 @@ from .._policies.breaker.config import BreakerConfig
 from .._policies.breaker.registry import BreakerRegistry
 from .._policies.breaker.states import BreakerListener
 from .._policies.fallback import Fallbacks
+from .._policies.hedge.policy import HedgePolicy
+from .._policies.hedge.state import HedgeState
 from .._policies.limiter.limiter import ConcurrencyLimiter
 from .._policies.quota import QuotaGate, QuotaPolicy
 from .._policies.retry.budget import RetryBudget
@@ -141,6 +143,7 @@ class ClientCore(SpecBuilder):
         stream_timeouts: StreamTimeouts | None = None,
         quota: QuotaPolicy | None = DEFAULT_QUOTA,
         affinity: AffinityPolicy | None = DEFAULT_AFFINITY,
+        hedge: HedgePolicy | None = None,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -175,6 +178,9 @@ class ClientCore(SpecBuilder):
         self.openai_errors = openai_errors_option(openai_errors)
         self.clock = clock or Clock()
         self.budget = retry_budget or RetryBudget(clock=self.clock)
+        #: The latencies that set the hedges' delay, and their budget (used only by
+        #: calls with a ``HedgePolicy``; ``_call/hedge_race.py``).
+        self.hedging = HedgeState(self.clock)
         self.rng = random.Random()
         self.stats = StatsRecorder()
         #: Which tier each model's calls go to, and what each deployment served.
@@ -208,6 +214,7 @@ class ClientCore(SpecBuilder):
                 fallback_models=fallback_models,
                 stream_timeouts=stream_timeouts,
                 affinity=affinity,
+                hedge=hedge,
             )
         )
         #: Receives every call's events (spans, metrics); None: no events at all.

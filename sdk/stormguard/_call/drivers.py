@@ -14,6 +14,10 @@ bounded by the call's deadline:
   ``anyio.fail_after`` elsewhere; a bare ``TimeoutError`` comes back), and a failed
   attempt's response is closed shielded from cancellation.
 
+A hedged call (``_call/hedge_race.py``) runs its two racers as tasks of one task
+group (async) or as two threads (sync), and each driver cancels the loser its own
+way: its task cancelled, or its sockets shut down.
+
 Everything else in ``Client`` and ``AsyncClient`` is one text
 (``_client/client.py`` is generated from ``_client/async_client.py``: scripts/unasync.py).
 """
@@ -21,6 +25,7 @@ Everything else in ``Client`` and ``AsyncClient`` is one text
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
@@ -28,10 +33,11 @@ import anyio
 
 from .._core.exceptions import ClientClosedError
 from .._core.http import httpx
+from .._core.verdict import AttemptAbandoned
 from .._io.body import aiter_body, iter_body
 from .._io.deadline_transport import DeadlineTransport, hold_to_deadlines
 from .._io.own_pool import OwnAsyncClient, OwnClient, own_pool
-from .._io.pool_life import given_pool, used_given_pool
+from .._io.pool_life import given_pool, used_given_pool, wake_reads
 from .._io.read_within import await_bounded, await_within
 from .._policies.quota import SharedAsk
 from ..openai_errors import as_openai_error
@@ -45,13 +51,24 @@ from .attempt_flow import (
     run_async,
     run_sync,
 )
-from .call_flow import AwaitDiscovery, CallAction, CheckTokens, Sleep, call_flow
+from .call_flow import (
+    AwaitDiscovery,
+    CallAction,
+    CallFlow,
+    CheckTokens,
+    Sleep,
+    call_flow,
+    hedge_flow,
+)
+from .call_result import Delivery
+from .hedge_race import Race, Racer
 from .pipeline import LogicalCall
 from .stream_state import StreamState
 from .streaming import AsyncStream, Stream
 
 if TYPE_CHECKING:
     from .._core.http import AsyncHTTPClient, SyncHTTPClient
+    from .._policies.hedge.policy import HedgePolicy
     from .call_spec import CallSpec
     from .client_core import ClientCore
 
@@ -142,6 +159,8 @@ def run_call_sync(core: ClientCore, http: httpx.Client, spec: CallSpec) -> Any:
     """One logical call, its I/O done with ``http``."""
     if type(http) is not OwnClient:
         used_given_pool(http)
+    if spec.hedge is not None:
+        return _hedged_sync(core, http, spec, spec.hedge)
     call = LogicalCall(core, spec, http)
     with call.deadline.bound():  # read by the deadline-clipping transport
         return run_sync(call_flow(call, http), _perform_sync, call)
@@ -155,8 +174,172 @@ def run_call_async(
     walking while the call waits (docs/benchmarks.md, "The aiohttp backend")."""
     if type(http) is not OwnAsyncClient:
         used_given_pool(http)
+    if spec.hedge is not None:
+        return _hedged_async(core, http, spec, spec.hedge)
     call = LogicalCall(core, spec, http)
     return run_async(call_flow(call, http), _perform_async, call)
+
+
+async def _hedged_async(
+    core: ClientCore, http: httpx.AsyncClient, spec: CallSpec, policy: HedgePolicy
+) -> Any:
+    """A hedged call (``_call/hedge_race.py``): the primary in a task; at the delay,
+    the hedge in another; the first answer is the call's, the other task cancelled
+    (its response closed shielded from the cancellation: the server sees the
+    connection close and aborts the request)."""
+    race = Race(core, spec, http, policy)
+    primary = race.primary.call
+    if race.delay is None:  # too few latencies known: a plain call, timed
+        result = await run_async(call_flow(primary, http), _perform_async, primary)
+        race.observe_unhedged()
+        return result
+    over, passed = anyio.Event(), anyio.Event()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(
+                _racer_async, race, race.primary, call_flow(primary, http), over, passed
+            )
+            group.start_soon(_delay_async, core, race.delay, passed)
+            await passed.wait()
+            hedge = race.send_hedge()
+            if hedge is not None:
+                assert race.hedge is not None
+                group.start_soon(
+                    _racer_async, race, race.hedge, hedge_flow(hedge, http), over, passed
+                )
+            await over.wait()
+            group.cancel_scope.cancel()  # the loser, and the delay's sleep
+    except BaseException:
+        race.abandoned()
+        raise
+    del group  # an error raised below would hold it, and it its host task: a cycle
+    left_open = race.loser_result()
+    if left_open is not None:  # both answered at once: the loser's stream or response
+        with anyio.CancelScope(shield=True):
+            await _aclose_result(left_open)
+    return race.finish()
+
+
+async def _racer_async(
+    race: Race, racer: Racer, flow: CallFlow, over: anyio.Event, passed: anyio.Event
+) -> None:
+    try:
+        result = await run_async(flow, _perform_async, racer.call)
+    except anyio.get_cancelled_exc_class():
+        if race.over():
+            return  # it lost the race: this task group cancelled it, and nothing waits on it
+        raise
+    except Exception as exc:
+        race.ended(racer, error=exc)
+        del exc
+    else:
+        race.ended(racer, result)
+    if race.over():
+        over.set()
+        passed.set()  # no hedge to send any more
+
+
+async def _delay_async(core: ClientCore, delay: float, passed: anyio.Event) -> None:
+    await core.clock.asleep(delay)
+    passed.set()
+
+
+async def _aclose_result(result: Any) -> None:
+    close = getattr(result, "aclose", None)
+    if close is None and isinstance(result, Delivery):
+        close = result.response.aclose
+    if close is not None:
+        await close()
+
+
+def _hedged_sync(core: ClientCore, http: httpx.Client, spec: CallSpec, policy: HedgePolicy) -> Any:
+    """A hedged call in the sync client (``_call/hedge_race.py``): the primary in a
+    thread; at the delay (on the real clock), the hedge in another; the caller's
+    thread takes the first answer. The loser is abandoned: the sockets its deadline
+    bounds are shut down, so its blocked read ends and the server sees the
+    connection close, and it stops at its next step (``AttemptAbandoned``, a
+    cancellation). A winning stream is read from the caller's thread: its
+    connection keeps its deadline."""
+    race = Race(core, spec, http, policy)
+    primary = race.primary.call
+    if race.delay is None:  # too few latencies known: a plain call, timed
+        with primary.deadline.bound():
+            result = run_sync(call_flow(primary, http), _perform_sync, primary)
+        race.observe_unhedged()
+        return result
+    changed = threading.Event()
+    threads = [_racer_thread(race, race.primary, call_flow(primary, http), changed)]
+    try:
+        changed.wait(race.delay)
+        hedge = race.send_hedge()
+        if hedge is not None:
+            assert race.hedge is not None
+            threads.append(_racer_thread(race, race.hedge, hedge_flow(hedge, http), changed))
+        while True:
+            changed.clear()
+            if race.over():
+                break
+            changed.wait()
+    finally:
+        left = not race.over()  # the caller left (KeyboardInterrupt): both racers go
+        for racer in race.abandon_running():
+            racer.call.deadline.hold_to(core.clock.now(), "the call's race was over")
+            wake_reads(http, racer.call.deadline)
+        if left:
+            race.abandoned()
+    for thread in threads:
+        thread.join(_LOSER_GRACE_S)  # a loser in a backoff or a queue ends on its own
+    left_open = race.loser_result()
+    if left_open is not None:  # both answered at once: the loser's stream or response
+        close = getattr(left_open, "close", None)
+        if close is None and isinstance(left_open, Delivery):
+            close = left_open.response.close
+        if close is not None:
+            close()
+    return race.finish()
+
+
+#: How long the caller's thread waits for a hedged call's loser to stop (its read
+#: woken at once; a backoff sleep or a queue wait ends on its own after this).
+_LOSER_GRACE_S = 1.0
+
+
+def _racer_thread(race: Race, racer: Racer, flow: CallFlow, changed: threading.Event) -> Any:
+    thread = threading.Thread(
+        target=_racer_sync,
+        args=(race, racer, flow, changed),
+        name=f"stormguard-hedge-{'hedge' if racer.call.hedge else 'primary'}",
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+def _racer_sync(race: Race, racer: Racer, flow: CallFlow, changed: threading.Event) -> None:
+    call = racer.call
+
+    def perform(call: LogicalCall, action: CallAction) -> Any:
+        if racer.abandoned and not isinstance(action, CloseResponse):
+            raise AttemptAbandoned
+        try:
+            return _perform_sync(call, action)
+        except BaseException:
+            if racer.abandoned:  # its socket shut down under it: not the server's doing
+                raise AttemptAbandoned from None
+            raise
+
+    try:
+        with call.deadline.bound():
+            result = run_sync(flow, perform, call)
+    except AttemptAbandoned:
+        return  # it lost the race: nothing waits on it
+    except Exception as exc:
+        race.ended(racer, error=exc)
+        del exc
+    else:
+        race.ended(racer, result)
+    finally:
+        changed.set()
 
 
 def _perform_sync(call: LogicalCall, action: CallAction) -> Any:

@@ -28,6 +28,8 @@ __all__ = [
     "breaker_permit",
     "can_retry_elsewhere",
     "has_room_for",
+    "hedge_target",
+    "own_endpoint",
     "pace",
     "pick_endpoint",
     "skip_credential_of",
@@ -305,3 +307,33 @@ def has_room_for(call: CallBase, target: EndpointState) -> bool:
         return False
     limiter = call.core.limiter
     return limiter is None or limiter.endpoint(target.name).state().paused_for <= 0
+
+
+def own_endpoint(call: CallBase) -> str | None:
+    """The endpoint the call's attempt is on (in flight, or chosen), else its last."""
+    current = call._endpoint or call._endpoint_choice
+    return current.name if current is not None else call._last_endpoint
+
+
+def hedge_target(call: CallBase) -> EndpointState | None:
+    """The endpoint of a hedge of ``call`` (``_call/hedge_race.py``): one that serves
+    its model and class and is in rotation (not ejected, breaker accepting), not
+    the one its own attempt is on, not shedding, not paused by its limiter, with a
+    free concurrency slot (a hedge that queues is no faster); untried first, then
+    by load, as a retry's. None: no endpoint can take it."""
+    core = call.core
+    own = own_endpoint(call)
+    candidates, _ = core.picker.choose(
+        model=call.spec.model,
+        priority=call.priority,
+        spill=core.spill_over,
+        avoid=call._tried,
+        usable=partial(usable, call),
+    )
+    limiter = core.limiter
+    for state in candidates:
+        if state.name == own or not has_room_for(call, state):
+            continue
+        if limiter is None or limiter.endpoint(state.name).has_room():
+            return state
+    return None

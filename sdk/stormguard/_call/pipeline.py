@@ -45,6 +45,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .._core.deadline import MIN_ATTEMPT_TIME
 from .._core.exceptions import APITimeoutError, CircuitOpenError, ThrottledError
 from .._core.history import FallbackKind, FallbackStep
 from .._core.http import httpx
@@ -70,7 +71,7 @@ from .call_base import CallBase
 from .call_events import started_event
 from .call_quota import left_pacing, quota_sent
 from .call_spec import CallSpec
-from .endpoint_choice import breaker_permit, pick_endpoint, usable
+from .endpoint_choice import breaker_permit, own_endpoint, pick_endpoint, usable
 
 if TYPE_CHECKING:
     from .._policies.routing.endpoint_state import EndpointState
@@ -131,6 +132,31 @@ class LogicalCall(CallBase):
             self.http = http  # the driver's pool: what it performs the call's I/O with
         if core.observer is not None:
             self._trace = core.observer.start_call(started_event(self))
+
+    @classmethod
+    def hedge_of(cls, primary: LogicalCall, target: EndpointState) -> LogicalCall:
+        """A hedge of ``primary`` (``_call/hedge_race.py``): the same request on its
+        current model, by the same deadline, one attempt to ``target`` and never to
+        the endpoint ``primary``'s attempt is on; not a logical call of its own (no
+        budget deposit, no call counted), observed under ``primary``'s span."""
+        spec = primary.spec
+        if spec.timeout is not None:  # the call's deadline, not a new one from now
+            spec = replace(spec, timeout=max(primary.deadline.remaining(), MIN_ATTEMPT_TIME))
+        hedge = cls.__new__(cls)
+        CallBase.__init__(hedge, primary.core, spec, counted=False)
+        hedge.hedge = True
+        hedge.http = primary.http
+        hedge.models_tried = primary.models_tried
+        hedge.degraded_from = primary.degraded_from
+        hedge.fallback_steps = primary.fallback_steps
+        hedge.precheck = primary.precheck
+        hedge._next_target = target
+        own = own_endpoint(primary)
+        hedge._skipped = primary._skipped if own is None else primary._skipped | {own}
+        make = getattr(primary._trace, "hedge_trace", None)
+        if make is not None:  # an observer of its own, under the call's span
+            hedge._trace = make()
+        return hedge
 
     def fall_back(self, error: BaseException) -> bool:
         """Move the call to another model if ``error`` has a route (``_policies/fallback.py``:
@@ -355,6 +381,7 @@ class LogicalCall(CallBase):
             deployment=None if endpoint.provider is None else endpoint.name,
             tier=None if endpoint.provider is None else endpoint.tier,
             affinity=self._attempt_affinity,
+            hedge=self.hedge,
         )
 
     def _check_throttle(self) -> None:

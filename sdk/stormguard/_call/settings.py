@@ -15,6 +15,7 @@ from .._core.compat import Self
 from .._core.redact import Redactor
 from .._io.body import ACCEPT_ENCODING
 from .._policies.fallback import Fallbacks
+from .._policies.hedge.policy import checked_hedge
 from .._policies.retry.retry import RetryPolicy
 from .._policies.routing.affinity_config import checked_affinity
 from .._policies.routing.deployment import Deployment, is_account_header
@@ -56,7 +57,7 @@ class ClientSettings:
     endpoints: list[Endpoint]
     clock: Clock
     #: More than one endpoint, or a DNS name that may stand for several: only then
-    #: is a call's affinity key worth reading.
+    #: is a call's affinity key worth reading, or a hedge possible.
     several_endpoints: bool
 
     def _configure(self, settings: CallSettings) -> None:
@@ -97,6 +98,10 @@ class ClientSettings:
         #: The policy that reads each call's affinity key: None with one endpoint,
         #: where there is no choice to make (and nothing to compute).
         self.affinity_keys = self.affinity if self.several_endpoints else None
+        #: Hedged requests (None: turned off), and the policy each call takes: None
+        #: with one endpoint, where a hedge has nowhere else to go.
+        self.hedge = checked_hedge(settings.hedge)
+        self.hedge_calls = self.hedge if self.several_endpoints else None
         default_headers = drop_omitted(settings.default_headers or {})
         priority = settings.priority
         #: The class of the client's calls (its ``x-priority``), which picks their pool.

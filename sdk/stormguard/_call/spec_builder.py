@@ -17,6 +17,7 @@ from .._core.results import (
     ModelList,
     Record,
 )
+from .._policies.hedge.policy import HedgePolicy, checked_hedge
 from .._policies.routing.base_url import normalize_base_url
 from .._policies.routing.deployment import Pin, pin_from_headers
 from .arguments import CallExtras, CallTimeout, checked_stream_timeouts
@@ -81,6 +82,7 @@ class SpecBuilder(ClientSettings):
         params: Mapping[str, Any],
         pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
     ) -> CallSpec:
         if isinstance(messages, (str, bytes, Mapping)):
             raise TypeError("messages must be a list of message dicts")
@@ -89,7 +91,7 @@ class SpecBuilder(ClientSettings):
             raise TypeError("each message must be a dict with 'role' and 'content'")
         return self._generation_spec(
             GenerationEndpoint.CHAT, "messages", drop_omitted(message_list), model, stream,
-            extras, params, pin, stream_timeouts,
+            extras, params, pin, stream_timeouts, hedge,
         )  # fmt: skip
 
     def completion_spec(
@@ -102,10 +104,11 @@ class SpecBuilder(ClientSettings):
         params: Mapping[str, Any],
         pin: Pin | None = None,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
     ) -> CallSpec:
         return self._generation_spec(
             GenerationEndpoint.COMPLETION, "prompt", prompt, model, stream, extras, params,
-            pin, stream_timeouts,
+            pin, stream_timeouts, hedge,
         )  # fmt: skip
 
     def _generation_spec(
@@ -119,6 +122,7 @@ class SpecBuilder(ClientSettings):
         params: Mapping[str, Any],
         pin: Pin | None,
         stream_timeouts: StreamTimeouts | Unset | None,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
     ) -> CallSpec:
         chosen = self._model_for(model)
         streaming = bool(stream) and not is_omitted(stream)
@@ -139,6 +143,7 @@ class SpecBuilder(ClientSettings):
             chunk_type=endpoint.chunk_type,
             model=chosen,
             pin=pin,
+            hedge=hedge,
             stream_timeouts=(
                 None  # the client's
                 if is_omitted(stream_timeouts)
@@ -152,12 +157,19 @@ class SpecBuilder(ClientSettings):
         )
 
     def _spec(
-        self, extras: CallExtras, *, path: str, pin: Pin | Unset | None = NOT_GIVEN, **fields: Any
+        self,
+        extras: CallExtras,
+        *,
+        path: str,
+        pin: Pin | Unset | None = NOT_GIVEN,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
+        **fields: Any,
     ) -> CallSpec:
         """The spec with what every endpoint takes: the timeout, the headers and the
         query (``default_query`` and ``extra_query``, in the URL as openai sends it),
-        the tier or deployment it is pinned to (``pin``, or its headers), and its
-        affinity key (with several endpoints)."""
+        the tier or deployment it is pinned to (``pin``, or its headers), its
+        affinity key and its hedging (``hedge``, else the client's; with several
+        endpoints)."""
         total, limits = self._timeout_for(extras.timeout)
         pinned, headers = pin_from_headers(
             {
@@ -175,6 +187,11 @@ class SpecBuilder(ClientSettings):
         keys = self.affinity_keys
         if keys is not None:
             fields["affinity_key"] = keys.key_of(fields.get("body"))
+        if not is_omitted(hedge):
+            hedge = checked_hedge(hedge)
+            fields["hedge"] = hedge if self.several_endpoints else None
+        elif self.hedge_calls is not None:
+            fields["hedge"] = self.hedge_calls
         return CallSpec(
             path=path_with_query(path, self.default_query, extras.extra_query),
             timeout=total,

@@ -15,7 +15,17 @@ if TYPE_CHECKING:
     from .._policies.routing.ejection_status import EndpointHealth
     from .._policies.routing.tiers import DeploymentSnapshot
 
-__all__ = ["CallStats", "StatsRecorder"]
+__all__ = [
+    "HEDGE_NO_BUDGET",
+    "HEDGE_NO_ENDPOINT",
+    "HEDGE_SENT",
+    "HEDGE_WON",
+    "CallStats",
+    "StatsRecorder",
+]
+
+#: What ``StatsRecorder.hedge`` counts.
+HEDGE_SENT, HEDGE_WON, HEDGE_NO_BUDGET, HEDGE_NO_ENDPOINT = range(4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,14 @@ class CallStats:
     #: with a key that went elsewhere (its home full, shedding or tried).
     affinity_hits: int = 0
     affinity_overflows: int = 0
+    #: Hedges sent (one more attempt of a slow call, to another endpoint), and those
+    #: whose answer the call returned; calls past their delay that sent none: the
+    #: hedge budget was spent (or the call's key is paced to its quota), or no other
+    #: endpoint could take it (in rotation, not shedding or paused).
+    hedges_sent: int = 0
+    hedges_won: int = 0
+    hedges_skipped_budget: int = 0
+    hedges_skipped_no_endpoint: int = 0
 
     @property
     def retry_amplification(self) -> float:
@@ -79,6 +97,7 @@ class StatsRecorder:
         self._calls = self._attempts = self._retries = self._refused = self._fallbacks = 0
         self._requeues = self._requeues_refused = self._failovers = self._paced = 0
         self._affinity_hits = self._affinity_overflows = 0
+        self._hedges = [0, 0, 0, 0]  # sent, won, skipped: budget, no endpoint
 
     def call(self) -> None:
         with self._lock:
@@ -117,6 +136,12 @@ class StatsRecorder:
             else:
                 self._affinity_overflows += 1
 
+    def hedge(self, what: int) -> None:
+        """Count a hedge event: ``HEDGE_SENT``, ``HEDGE_WON``, ``HEDGE_NO_BUDGET``,
+        ``HEDGE_NO_ENDPOINT``."""
+        with self._lock:
+            self._hedges[what] += 1
+
     def requeue_refusal(self) -> None:
         with self._lock:
             self._requeues_refused += 1
@@ -154,4 +179,5 @@ class StatsRecorder:
                 tiers_left,
                 self._affinity_hits,
                 self._affinity_overflows,
+                *self._hedges,
             )

@@ -31,6 +31,7 @@ from .._core.results import (
     Response,
     ResponseStreamEvent,
 )
+from .._policies.hedge.policy import HedgePolicy
 from .._policies.routing.deployment import Pin
 from .api_specs import embeddings_spec, model_spec, responses_spec
 from .raw_response import async_to_raw_response_wrapper
@@ -87,6 +88,7 @@ class AsyncChatCompletions:
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -102,6 +104,7 @@ class AsyncChatCompletions:
         stream: Literal[True],
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -117,6 +120,7 @@ class AsyncChatCompletions:
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
         pin: Pin | None = None,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -125,7 +129,9 @@ class AsyncChatCompletions:
     ) -> ChatCompletion | AsyncStream[ChatCompletionChunk]:
         """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
         vLLM's ``ignore_eos`` ...) goes into the request body as given. ``pin`` holds
-        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md)."""
+        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md);
+        ``hedge`` its hedging (a ``HedgePolicy``, or None: none; the client's by
+        default; docs/resilience.md, "Hedged requests")."""
         spec = self._client._core.chat_spec(
             messages=messages,
             model=model,
@@ -133,6 +139,7 @@ class AsyncChatCompletions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
             pin=pin,
+            hedge=hedge,
             stream_timeouts=stream_timeouts,
         )
         result: ChatCompletion | AsyncStream[ChatCompletionChunk] = await self._client._request(
@@ -186,6 +193,7 @@ class AsyncCompletions:
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -201,6 +209,7 @@ class AsyncCompletions:
         stream: Literal[True],
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -216,6 +225,7 @@ class AsyncCompletions:
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
         pin: Pin | None = None,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -230,6 +240,7 @@ class AsyncCompletions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
             pin=pin,
+            hedge=hedge,
             stream_timeouts=stream_timeouts,
         )
         result: Completion | AsyncStream[Completion] = await self._client._request(

@@ -31,6 +31,7 @@ from .._core.results import (
     Response,
     ResponseStreamEvent,
 )
+from .._policies.hedge.policy import HedgePolicy
 from .._policies.routing.deployment import Pin
 from .api_specs import embeddings_spec, model_spec, responses_spec
 from .raw_response import to_raw_response_wrapper
@@ -85,6 +86,7 @@ class ChatCompletions:
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -100,6 +102,7 @@ class ChatCompletions:
         stream: Literal[True],
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -115,6 +118,7 @@ class ChatCompletions:
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
         pin: Pin | None = None,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -123,7 +127,9 @@ class ChatCompletions:
     ) -> ChatCompletion | Stream[ChatCompletionChunk]:
         """Create a chat completion; any other keyword (``max_tokens``, ``temperature``,
         vLLM's ``ignore_eos`` ...) goes into the request body as given. ``pin`` holds
-        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md)."""
+        the call to one tier or deployment (``stormguard.Pin``, docs/providers.md);
+        ``hedge`` its hedging (a ``HedgePolicy``, or None: none; the client's by
+        default; docs/resilience.md, "Hedged requests")."""
         spec = self._client._core.chat_spec(
             messages=messages,
             model=model,
@@ -131,6 +137,7 @@ class ChatCompletions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
             pin=pin,
+            hedge=hedge,
             stream_timeouts=stream_timeouts,
         )
         result: ChatCompletion | Stream[ChatCompletionChunk] = self._client._request(
@@ -184,6 +191,7 @@ class Completions:
         stream: Literal[False] | None = ...,
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
         extra_body: Mapping[str, Any] | None = ...,
@@ -199,6 +207,7 @@ class Completions:
         stream: Literal[True],
         timeout: CallTimeout = ...,
         pin: Pin | None = ...,
+        hedge: HedgePolicy | Unset | None = ...,
         stream_timeouts: StreamTimeouts | Unset | None = ...,
         extra_headers: Mapping[str, str] | None = ...,
         extra_query: Mapping[str, object] | None = ...,
@@ -214,6 +223,7 @@ class Completions:
         stream: bool | None = False,
         timeout: CallTimeout = NOT_GIVEN,
         pin: Pin | None = None,
+        hedge: HedgePolicy | Unset | None = NOT_GIVEN,
         stream_timeouts: StreamTimeouts | Unset | None = NOT_GIVEN,
         extra_headers: Mapping[str, str] | None = None,
         extra_query: Mapping[str, object] | None = None,
@@ -228,6 +238,7 @@ class Completions:
             extras=CallExtras(timeout, extra_headers, extra_query, extra_body),
             params=params,
             pin=pin,
+            hedge=hedge,
             stream_timeouts=stream_timeouts,
         )
         result: Completion | Stream[Completion] = self._client._request(spec, self._hand_over)

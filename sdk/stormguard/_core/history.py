@@ -30,7 +30,12 @@ class AttemptRecord:
     (``"hit"``: the first of the key's ranking of the endpoints in rotation) or
     another because the home was full, shedding or already tried by the call
     (``"overflow"``); None: the call had no key, or there was no choice to make
-    (docs/resilience.md, "Prefix-cache affinity").
+    (docs/resilience.md, "Prefix-cache affinity"); ``hedge`` whether it was a
+    hedge: one more attempt of a slow call, sent to another endpoint while the
+    call's own attempt still ran (docs/resilience.md, "Hedged requests"). Of a
+    hedged call's two racing attempts, the one whose answer the call returned
+    has outcome ``"ok"``; the other, cancelled with its connection closed,
+    ``"hedge_lost"``.
     """
 
     number: int
@@ -48,6 +53,7 @@ class AttemptRecord:
     deployment: str | None = None
     tier: int | None = None
     affinity: str | None = None
+    hedge: bool = False
 
 
 class FallbackKind(str, enum.Enum):

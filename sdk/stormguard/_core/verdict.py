@@ -328,13 +328,19 @@ def classify(error: BaseException | None, policy: RetryStatuses | None = None) -
     )
 
 
+class AttemptAbandoned(BaseException):
+    """A sync call's own driver gave the attempt up (a hedged call's racer that lost,
+    ``_call/drivers.py``): a cancellation, as asyncio's ``CancelledError`` is to an
+    async one; it never leaves the SDK."""
+
+
 def _cancellations() -> tuple[type[BaseException], ...]:
     """The errors that mean the caller gave up. ``asyncio`` is not imported for this:
     a task cannot have been cancelled unless asyncio is already loaded."""
     asyncio = sys.modules.get("asyncio")
     if asyncio is None:
-        return (KeyboardInterrupt,)
-    return (asyncio.CancelledError, KeyboardInterrupt)
+        return (AttemptAbandoned, KeyboardInterrupt)
+    return (asyncio.CancelledError, AttemptAbandoned, KeyboardInterrupt)
 
 
 def _retry_rule(

@@ -58,6 +58,7 @@ __all__ = [
     "keeping",
     "running_loop",
     "used_given_pool",
+    "wake_reads",
 ]
 
 
@@ -117,6 +118,26 @@ def _wake(transport: object) -> None:
     for sock in _sockets(transport):
         with contextlib.suppress(OSError):  # closed already, or never connected
             sock.shutdown(socket.SHUT_RDWR)
+
+
+def wake_reads(http: object, deadline: object) -> None:
+    """Shut down the sockets of ``http``'s own pools (sync: ``DeadlineBackend``) whose
+    request ``deadline`` bounds, the one call's that holds it: a read blocked on one
+    returns at once, and the server sees the connection close (a hedged call's
+    racer that lost, ``_call/drivers.py``)."""
+    transports = [getattr(http, "_transport", None), *getattr(http, "_mounts", {}).values()]
+    for transport in transports:
+        if transport is None:
+            continue
+        current = getattr(transport, "transport", transport)  # a ProcessTransport's own
+        for backend in _backends(current):
+            for stream in list(backend.streams):
+                if getattr(stream, "_deadline", None) is not deadline:
+                    continue
+                sock = stream.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):  # closed already
+                        sock.shutdown(socket.SHUT_RDWR)
 
 
 _null_fd = -1

@@ -77,6 +77,8 @@ def spec_from_request(core: ClientCore, request: httpx.Request) -> CallSpec:
         content=content or None,
         pin=pin,
         affinity_key=None if keys is None else keys.key_of(body),
+        # A request sent where it points has no other endpoint to hedge to.
+        hedge=core.hedge_calls if relative is not None else None,
     )
 
 

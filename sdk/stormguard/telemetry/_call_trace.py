@@ -12,6 +12,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
@@ -45,7 +46,7 @@ from ._span_attributes import (
     _short,
 )
 
-__all__ = ["CallTrace"]
+__all__ = ["CallTrace", "HedgeTrace"]
 
 
 def _suppressing_http_instrumentation() -> contextlib.AbstractContextManager[object]:
@@ -67,6 +68,15 @@ class _Settings(Protocol):
 
 class CallTrace:
     """The spans and measurements of one logical call (a ``CallObserver``)."""
+
+    #: A hedge of the call was sent (``hedge_trace``): ``lost`` until the hedge's
+    #: answer becomes the call's (``HedgeTrace.decided``); the call span says which.
+    hedge_outcome: str | None = None
+    #: The hedge's answer is the call's: the end of the call's own attempts (cancelled)
+    #: ends only their span, and the hedge's end is the call's.
+    race_lost = False
+    #: The call's own end, held while the race is undecided (``HedgeTrace.decided``).
+    held: CallEnded | None = None
 
     def __init__(
         self,
@@ -192,6 +202,8 @@ class CallTrace:
                 attributes[n.ATTEMPT_FAILOVER] = True
             if event.affinity is not None:
                 attributes[n.AFFINITY] = event.affinity
+            if event.hedge:
+                attributes[n.HEDGE] = True
             if deployment is not None and event.tier is not None:
                 attributes[n.DEPLOYMENT] = deployment
                 attributes[n.TIER] = event.tier
@@ -246,12 +258,37 @@ class CallTrace:
 
     # -- events -------------------------------------------------------------------------
 
+    def hedge_trace(self) -> HedgeTrace:
+        """The observer of a hedge of this call (``_call/hedge_race.py``): until the
+        race is decided (``HedgeTrace.decided``), the call's own end is held."""
+        self.hedge_outcome = "lost"
+        hedge = HedgeTrace(self)
+        self.deciding = hedge
+        return hedge
+
+    #: The hedge whose race is undecided: the call's own end waits for it.
+    deciding: HedgeTrace | None = None
+
+    def _hedged_end(self, event: CallEnded) -> None:
+        if self.race_lost:  # the call's own attempts, cancelled: the hedge's end is the call's
+            self._end_attempt(event.error, cancelled=True)
+        elif self.deciding is not None:
+            self._end_attempt(event.error, cancelled=event.cancelled)
+            self.held = event
+        else:
+            self._call_ended(event)
+
     def on_event(self, event: CallEvent) -> None:
         if isinstance(event, AttemptEnded):
             self._attempt_ended(event)
         elif isinstance(event, CallEnded):
-            self._call_ended(event)
+            if self.hedge_outcome is None:
+                self._call_ended(event)
+            else:
+                self._hedged_end(event)
         elif isinstance(event, FirstChunk):
+            if self.ttfc is not None:
+                return  # a hedge's stream and the call's own both got one: the first
             self.ttfc = time.perf_counter() - self.t0
             if self.recording:
                 self.span.set_attribute(n.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK, self.ttfc)
@@ -331,6 +368,8 @@ class CallTrace:
             attributes[n.FALLBACK_MODEL] = event.model
         if event.cancelled:
             attributes[n.CANCELLED] = True
+        if self.hedge_outcome is not None:
+            attributes[n.HEDGE_OUTCOME] = self.hedge_outcome
         if response is not None:
             scrub = self.scrub  # the id, model and finish reasons are the server's text
             if response.response_id is not None:
@@ -363,3 +402,62 @@ class CallTrace:
         if self.deployment is not None:  # per deployment: a handful of series per client
             attributes[n.DEPLOYMENT], attributes[n.TIER] = self.deployment
         return attributes
+
+
+class HedgeTrace(CallTrace):
+    """The spans of a hedge's attempt: its own attempt span under the call's span
+    (``stormguard.hedge``), beside the call's own attempt in flight. The hedge's end
+    is the call's end only once its answer is the call's (``decided``): kept until
+    then, dropped if the call's own attempt answered first."""
+
+    def __init__(self, parent: CallTrace) -> None:  # the call's span is the parent's
+        self.parent = parent
+        self.telemetry = parent.telemetry
+        self.started = parent.started
+        self.scrub = parent.scrub
+        self.tracer = parent.tracer
+        self.instruments = parent.instruments
+        self.t0 = parent.t0
+        self.ttfc = None
+        self.attempt = None
+        self.attempt_stream_open = False
+        self.last_model = parent.last_model
+        self.deployment = parent.deployment
+        self.span = parent.span
+        self.recording = parent.recording
+        #: None until the race is decided; True: the hedge's answer is the call's.
+        self.won: bool | None = None
+        self._end: CallEnded | None = None
+
+    def hedge_trace(self) -> HedgeTrace:
+        raise RuntimeError("a hedge is not hedged")
+
+    def decided(self, won: bool, attempts: int) -> None:
+        """The race is over, both racers ended or handed over (``won``: the hedge's
+        answer is the call's; ``attempts``: both racers'). The end held of the
+        winner is the call's end now; a winner's stream reports its own later; the
+        loser's is dropped."""
+        parent = self.parent
+        parent.deciding = None
+        held, parent.held = parent.held, None
+        mine, self._end = self._end, None
+        self.won = won
+        if won:
+            parent.hedge_outcome = "won"
+            parent.race_lost = True
+            if mine is not None:
+                parent._call_ended(replace(mine, attempts=attempts))
+        elif held is not None:
+            parent._call_ended(replace(held, attempts=attempts))
+
+    def on_event(self, event: CallEvent) -> None:
+        if isinstance(event, CallEnded):
+            self._end_attempt(event.error, cancelled=event.cancelled)
+            if self.won is None:
+                self._end = event
+            elif self.won:
+                self.parent._call_ended(event)
+        elif isinstance(event, FirstChunk):
+            self.parent.on_event(event)
+        elif isinstance(event, AttemptEnded):
+            self._attempt_ended(event)

@@ -119,6 +119,8 @@ class AttemptStarted:
     #: ``"hit"``: it goes to its prefix-cache affinity key's home; ``"overflow"``: to
     #: another endpoint (the home full, shedding or tried); None: no key.
     affinity: str | None = None
+    #: It is a hedge: one more attempt of a slow call, to another endpoint.
+    hedge: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,11 @@ DEPLOYMENT = "stormguard.deployment"
 TIER = "stormguard.tier"
 #: ``hit`` or ``overflow``: whether an attempt went to its affinity key's home.
 AFFINITY = "stormguard.affinity"
+#: True on the span of an attempt that is a hedge (one more attempt of a slow call,
+#: to another endpoint); on a call's span, ``won`` or ``lost``: a hedge was sent,
+#: and its answer is the call's, or the call's own attempt answered first.
+HEDGE = "stormguard.hedge"
+HEDGE_OUTCOME = "stormguard.hedge.outcome"
 ENDPOINT_STATUS = "stormguard.endpoint.status"
 ENDPOINT_FROM_STATUS = "stormguard.endpoint.from_status"
 ENDPOINT_REASON = "stormguard.endpoint.reason"
