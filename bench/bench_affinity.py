@@ -73,7 +73,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -588,34 +588,86 @@ def run_client(
     return run
 
 
-def token_counter(model_dir: str) -> Callable[[list[Any]], int]:
+def prompt_ids(model_dir: str) -> Callable[[list[Any]], list[int]]:
+    """The token ids vLLM prefills for a list of messages: its chat template with the
+    generation prompt, tokenized without special tokens (as vLLM's chat endpoint does)."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
 
+    def ids(messages: list[Any]) -> list[int]:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    return ids
+
+
+def prefix_cache_floor(requests: Iterable[tuple[int, Sequence[int]]], block: int) -> int:
+    """Prefill tokens computed by replicas whose prefix caches never evict, for
+    ``requests`` (replica, prompt token ids) in order: each prompt less its longest run
+    of full blocks that an earlier prompt on the same replica began with (vLLM's
+    automatic prefix caching: a chain of block hashes), never the whole prompt (vLLM
+    computes at least its last token)."""
+    seen: dict[int, set[int]] = {}
+    computed = 0
+    for replica, tokens in requests:
+        cache = seen.setdefault(replica, set())
+        chain, hit, matching = 0, 0, True
+        for end in range(block, len(tokens) + 1, block):
+            chain = hash((chain, tuple(tokens[end - block : end])))
+            if matching and chain in cache and end <= len(tokens) - 1:
+                hit = end
+            else:
+                matching = False
+            cache.add(chain)
+        computed += len(tokens) - hit
+    return computed
+
+
+def affinity_floor(
+    conversations: Sequence[Conversation], ids: Callable[[list[Any]], list[int]], seed: int
+) -> int:
+    """The least prefill two replicas can compute for the workload: each conversation
+    on one replica for all its turns (a seeded random split), nothing ever evicted, the
+    turns in the driver's order (every first turn, then every second, ...)."""
+    rng = random.Random(seed)
+    home = {c.id: rng.randrange(2) for c in conversations}
+    turns = max(len(c.users) for c in conversations)
+    requests = (
+        (home[c.id], ids(c.messages(turn)))
+        for turn in range(turns)
+        for c in conversations
+        if turn < len(c.users)
+    )
+    return prefix_cache_floor(requests, BLOCK_SIZE)
+
+
+def sizing(
+    shape: Shape, seeds: Sequence[int], model_dir: str, kv_share: float, in_flight: int
+) -> dict[str, Any]:
+    """The cache and context the workload needs: ``kv_share`` of the largest working set
+    over the seeds, and never less than ``in_flight`` of the longest prompts at once (a
+    replica that cannot hold the turns it runs preempts them, which is another test);
+    and each seed's ``affinity_floor``."""
+    ids = prompt_ids(model_dir)
+
     def count(messages: list[Any]) -> int:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)
-        return len(tokenizer.encode(text, add_special_tokens=False))
+        return len(ids(messages))
 
-    return count
-
-
-def sizing(shape: Shape, seeds: Sequence[int], model_dir: str, kv_share: float) -> dict[str, int]:
-    """The cache and context the workload needs: the largest working set over the seeds."""
-    count = token_counter(model_dir)
-    working, longest = 0, 0
+    working, longest, floors = 0, 0, {}
     for seed in seeds:
         conversations = build_conversations(shape, seed)
         working = max(working, distinct_tokens(conversations, count))
         longest = max(longest, max(count(c.messages(len(c.users) - 1)) for c in conversations))
-    need = longest + MAX_TOKENS + 16  # the generation prompt's tokens
-    max_model_len = -(-need // 256) * 256
-    kv_tokens = max(int(working * kv_share), 2 * max_model_len)
+        floors[seed] = affinity_floor(conversations, ids, seed)
+    max_model_len = -(-(longest + MAX_TOKENS) // 256) * 256
+    kv_tokens = max(int(working * kv_share), in_flight * (longest + MAX_TOKENS), max_model_len)
     return {
         "working_set": working,
         "longest": longest,
         "max_model_len": max_model_len,
         "kv_tokens": kv_tokens,
+        "floor": floors,
     }
 
 
@@ -701,7 +753,7 @@ def main(argv: list[str] | None = None) -> int:
             from stormguard_server.vllm.tiny_model import build_tiny_model
 
             model_dir = str(build_tiny_model(Path(scratch) / "tiny-llama"))
-        sized = sizing(shape, seeds, model_dir, args.kv_share)
+        sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
         print(f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds}")
         print(
             f"tokens: all conversations' distinct prompt {sized['working_set']}, the longest"
@@ -738,8 +790,17 @@ def main(argv: list[str] | None = None) -> int:
                     for error in runs[name].errors[:3]:
                         print(f"    {error}")
                 baseline = runs.get(BASELINE)
+                floor = sized["floor"][seed]
+                print(
+                    f"  round {round_}: the floor (each conversation on one replica, no eviction)"
+                    f" computes {floor} tokens"
+                )
                 for name in clients:
-                    results.append(runs[name].figures(baseline))
+                    figures = runs[name].figures(baseline)
+                    figures["floor_tokens"] = floor
+                    if baseline is not None:
+                        figures["floor_cut"] = _cut(floor, baseline.computed)
+                    results.append(figures)
         print()
         print(table(results, clients))
         print()

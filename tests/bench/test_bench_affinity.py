@@ -203,3 +203,29 @@ def test_the_driver_runs_every_turn_in_order_within_its_bound_and_counts_failure
     assert len(run.ttfts) == 23
     assert run.served[conversations[0].id] == ["1", None, "1", "1"]
     assert run.wall_s > 0
+
+
+def test_the_floor_counts_what_a_never_evicting_prefix_cache_must_compute() -> None:
+    block = 4
+    first = list(range(10))  # 10 tokens: nothing cached yet
+    again = list(range(10))  # all 2 full blocks cached; the last token is computed anyway
+    longer = [*range(10), 50, 51, 52, 53, 54]  # 2 blocks (8 tokens) cached of 15
+    exact = list(range(8))  # its 2 blocks are cached, but the last is never a hit: 4 of 8
+    other = [99, *range(1, 10)]  # differs in the first block: nothing cached
+    requests = [(0, first), (0, again), (0, longer), (0, exact), (0, other), (1, first)]
+    assert ba.prefix_cache_floor(requests, block) == 10 + 2 + 7 + 4 + 10 + 10
+
+
+def test_the_affinity_floor_keeps_a_conversation_on_one_replica() -> None:
+    conversations = ba.build_conversations(SHAPE, 6)
+    ids_of: dict[str, int] = {}
+
+    def ids(messages: list[Any]) -> list[int]:  # a token per word, the same word the same id
+        words = " ".join(m["content"] for m in messages).split()
+        return [ids_of.setdefault(w, len(ids_of)) for w in words]
+
+    floor = ba.affinity_floor(conversations, ids, seed=6)
+    every = sum(len(ids(c.messages(t))) for c in conversations for t in range(SHAPE.turns))
+    # Each later turn re-sends the earlier ones: most of every prompt is cached.
+    assert 0 < floor < every / 2
+    assert floor == ba.affinity_floor(conversations, ids, seed=6)
