@@ -7,12 +7,14 @@ balance, stormguard with and without affinity beside LiteLLM's Router.
 Two replicas of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
 api_server``) serve the tiny random-weight Llama (``stormguard_server.vllm.tiny_model``)
 on free loopback ports, automatic prefix caching on (``--enable-prefix-caching``,
-blocks of 32 tokens). Each replica's KV cache is sized from the workload: it holds
-``--kv-share`` (0.7) of all the conversations' distinct prompt tokens, more than the
-half a replica holds when each conversation stays on one replica, less than all of
-them, which a replica must hold when the conversations scatter over both. That is
-the regime where scattering costs prefill: a replica's least recently used prefixes
-are evicted before their next turn comes back.
+blocks of 32 tokens), each bound to a core of its own (``VLLM_CPU_OMP_THREADS_BIND``:
+by default both bind to the first core and take turns on it). Each replica's KV
+cache is sized from the workload: it holds ``--kv-share`` (0.7) of all the
+conversations' distinct prompt tokens, more than the half a replica holds when each
+conversation stays on one replica, less than all of them, which a replica must hold
+when the conversations scatter over both. That is the regime where scattering costs
+prefill: a replica's least recently used prefixes are evicted before their next turn
+comes back.
 
 **The workload** (seeded): ``--conversations`` chats over ``--tenants`` system
 prompts of ``--system-words`` words (each tenant's conversations share theirs), each of
@@ -371,10 +373,19 @@ def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Itera
         "--enable-prefix-caching",
         "--enforce-eager",
     )  # fmt: skip
+    cores = os.sched_getaffinity(0)
     with contextlib.ExitStack() as stack:
         replicas = []
-        for _ in range(2):
+        for index in range(2):
+            # One core each, as two GPUs would be: left to itself, each replica binds its
+            # compute threads to the first core (VLLM_CPU_OMP_THREADS_BIND=auto reserves
+            # the rest), so the two would take turns on one core and the load-aware
+            # clients would pile onto whichever was running.
+            core = sorted(cores)[index % len(cores)]
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
             server = stack.enter_context(run_vllm(model_dir, admission=False, extra=extra))
+            bound = [line for line in server.log().splitlines() if "core ids=" in line]
+            print(f"replica {index}: {bound[-1].split(']', 1)[-1].strip() if bound else '?'}")
             replicas.append(Replica(root=server.root, port=server.port))
         yield replicas
 
