@@ -84,6 +84,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.vllm.vllm_process
 
+from stormguard import AffinityPolicy
+
+#: AffinityPolicy's default: at most 1.25 times an endpoint's share of calls in flight.
+DEFAULT_EPSILON = AffinityPolicy().epsilon
 TARGET_PREFILL_CUT = 0.40
 TARGET_TTFT_CUT = 0.30
 TARGET_MAX_SHARE = 1.25
@@ -409,16 +413,15 @@ def _replica_of(text: str | None, replicas: Sequence[Replica]) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def client_for(name: str, replicas: Sequence[Replica]) -> Any:
+async def client_for(name: str, replicas: Sequence[Replica], epsilon: float) -> Any:
     urls = [r.base_url for r in replicas]
     if name.startswith("sg-"):
         import stormguard
-        from stormguard import AffinityPolicy
 
         affinity = {
             "sg-none": None,
-            "sg-key": AffinityPolicy(),
-            "sg-derived": AffinityPolicy(derive_from_prompt=True),
+            "sg-key": AffinityPolicy(epsilon=epsilon),
+            "sg-derived": AffinityPolicy(epsilon=epsilon, derive_from_prompt=True),
         }[name]
         client = stormguard.AsyncClient(base_url=urls, model=MODEL, timeout=120, affinity=affinity)
 
@@ -576,6 +579,7 @@ def run_client(
     in_flight: int,
     seed: int,
     round_: int,
+    epsilon: float = DEFAULT_EPSILON,
 ) -> Run:
     for replica in replicas:
         replica.reset_prefix_cache()
@@ -583,7 +587,7 @@ def run_client(
     run = Run(client=name, round=round_, seed=seed)
 
     async def main() -> None:
-        async with client_for(name, replicas) as call:
+        async with client_for(name, replicas, epsilon) as call:
             await drive(call, conversations, in_flight=in_flight, seed=seed, run=run)
 
     asyncio.run(main())
@@ -739,6 +743,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reply-words", type=int)
     parser.add_argument("--in-flight", type=int, default=None, help="default 6 (quick: 4)")
     parser.add_argument("--kv-share", type=float, default=0.7)
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=DEFAULT_EPSILON,
+        help="AffinityPolicy.epsilon of sg-key and sg-derived (default 0.25)",
+    )
     parser.add_argument("--model-dir", help="a model built by tiny_model (default: build one)")
     parser.add_argument("--json", help="write every run's figures to this file")
     args = parser.parse_args(argv)
@@ -765,7 +775,10 @@ def main(argv: list[str] | None = None) -> int:
 
             model_dir = str(build_tiny_model(Path(scratch) / "tiny-llama"))
         sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
-        print(f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds}")
+        print(
+            f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds},"
+            f" affinity epsilon {args.epsilon}"
+        )
         print(
             f"tokens: all conversations' distinct prompt {sized['working_set']}, the longest"
             f" prompt {sized['longest']}; per replica: KV cache {sized['kv_tokens']} tokens"
@@ -787,7 +800,13 @@ def main(argv: list[str] | None = None) -> int:
                 runs: dict[str, Run] = {}
                 for name in order:
                     runs[name] = run_client(
-                        name, replicas, conversations, in_flight=in_flight, seed=seed, round_=round_
+                        name,
+                        replicas,
+                        conversations,
+                        in_flight=in_flight,
+                        seed=seed,
+                        round_=round_,
+                        epsilon=args.epsilon,
                     )
                     figures = runs[name].figures(None)
                     print(
