@@ -141,7 +141,11 @@ def close_record(call: CallBase, outcome: str) -> None:
     if endpoint is not None and endpoint.provider is not None:
         deployment, tier = endpoint.name, endpoint.tier
     if endpoint is not None:
-        call.core.picker.finished(endpoint)
+        if outcome == OK and call.spec.stream:
+            # Its first chunk is in: the endpoint serves it until its end (``release_slot``).
+            call._streaming_from = endpoint
+        else:
+            call.core.picker.finished(endpoint)
         call._last_endpoint = endpoint.name
         call._endpoint = None
     call.history += (

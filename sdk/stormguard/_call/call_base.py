@@ -107,6 +107,10 @@ class CallBase:
     _endpoint_choice: EndpointState | None = None
     _endpoint: EndpointState | None = None
     _last_endpoint: str | None = None
+    #: The endpoint a stream that succeeded is still being read from: it counts in
+    #: that endpoint's load (``picker.started``) until the stream ends, as its
+    #: concurrency slot does (``release_slot``).
+    _streaming_from: EndpointState | None = None
     #: Whether the endpoint last chosen is its affinity key's home ("hit") or
     #: another ("overflow": the home was full, shedding or tried); None: no
     #: key, or no choice to make (``endpoint_choice.pick_endpoint``); and that of
@@ -230,10 +234,14 @@ class CallBase:
         return self.core.priority
 
     def release_slot(self) -> None:
-        """Give the attempt's concurrency slot back (with the outcome it was marked with)."""
+        """Give the attempt's concurrency slot back (with the outcome it was marked with),
+        and a stream's place in its endpoint's load."""
         lease, self._lease = self._lease, None
         if lease is not None:
             lease.release()
+        streaming_from, self._streaming_from = self._streaming_from, None
+        if streaming_from is not None:
+            self.core.picker.finished(streaming_from)
 
     def remaining_or_none(self) -> float | None:
         """Seconds left, or None without a deadline (the form anyio's ``fail_after`` takes)."""

@@ -6,7 +6,9 @@ healthy endpoints at random (by weight), send to the less loaded. Two random
 choices avoid both the herd that "always the least loaded" creates when every
 client sees the same stale figure, and the blindness of plain random.
 
-An endpoint's load is the attempts this client has in flight to it, plus —
+An endpoint's load is the attempts this client has in flight to it (a stream
+until its end: ``_call/attempt_record.py`` holds a successful stream's place
+until ``release_slot``), plus —
 while its last report is fresh (``stale_after``, 5 s) — the server's
 ``x-queue-depth`` and its in-flight token share (``x-inflight-tokens`` /
 ``x-token-capacity``). A stale report is ignored rather than trusted: a

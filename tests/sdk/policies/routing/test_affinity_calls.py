@@ -22,7 +22,7 @@ import stormguard
 from stormguard import AffinityPolicy, Endpoint, RetryPolicy
 from stormguard._policies.routing.affinity import ranking
 from stormguard.telemetry import Telemetry
-from tests.sdk.helpers import MESSAGES, Api, chat_json
+from tests.sdk.helpers import MESSAGES, Api, chat_json, chunk, event_stream, sse
 
 HOSTS = ["h0", "h1", "h2"]
 URLS = [f"http://{h}.test/v1" for h in HOSTS]
@@ -249,3 +249,85 @@ def test_stormguard_openai_takes_the_affinity_option() -> None:
     assert default.stormguard._core.affinity == AffinityPolicy()
     for client in (off, derived, default):
         client.close()
+
+
+# -- Streams: in flight to their endpoint until they end ---------------------------------
+
+
+@pytest.fixture
+def streams() -> Iterator[list[str]]:
+    """Every host answers a stream of two chunks; the hosts asked, in order."""
+    hosts: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        hosts.append(request.url.host.split(".")[0])
+        return event_stream(sse(chunk("a"), chunk("b")))
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url__regex=ANY_HOST).mock(side_effect=answer)
+        yield hosts
+
+
+def _state(client: Any, stream: Any) -> Any:
+    name = stream.call_info.attempt_history[0].endpoint
+    return next(s for s in client._core.picker.states if s.name == name)
+
+
+async def _close(api: Api, stream: Any) -> None:
+    await api.run(stream.close() if api.mode == "sync" else stream.aclose())
+
+
+async def test_a_stream_is_in_flight_to_its_endpoint_until_it_ends(
+    api: Api, streams: list[str]
+) -> None:
+    """The endpoint serves a stream until its last chunk, not its first: a replica
+    decoding this client's streams is loaded, for the choice by load (power of two
+    choices) and for affinity's bound alike (Envoy's least-request counts a stream as
+    active until it completes)."""
+    client = api.client(base_url=URLS)
+    read = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    closed = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    assert [_state(client, s).in_flight >= 1 for s in (read, closed)] == [True, True]
+    assert sum(s.in_flight for s in client._core.picker.states) == 2
+    assert len(await api.collect(read)) == 2
+    await _close(api, closed)  # left before its end: over all the same
+    assert sum(s.in_flight for s in client._core.picker.states) == 0
+
+
+async def test_a_keys_streams_being_read_count_against_its_homes_bound(
+    api: Api, streams: list[str]
+) -> None:
+    """Of three endpoints, a home holding one of this client's two calls holds 1.5
+    times its share: past the bound (ceil(1.25 * 2 / 3) = 1), so the key's second
+    stream, opened while its first is still being read, goes to its next endpoint."""
+    client = api.client(base_url=URLS)
+    body = {"prompt_cache_key": "hot"}
+    first = await api.run(
+        client.chat.completions.create(messages=MESSAGES, stream=True, extra_body=body)
+    )
+    second = await api.run(
+        client.chat.completions.create(messages=MESSAGES, stream=True, extra_body=body)
+    )
+    assert [s.call_info.attempt_history[0].affinity for s in (first, second)] == [
+        "hit",
+        "overflow",
+    ]
+    assert streams[0] == home_of(client, "hot") != streams[1]
+    for stream in (first, second):
+        await api.collect(stream)
+    third = await api.run(
+        client.chat.completions.create(messages=MESSAGES, stream=True, extra_body=body)
+    )
+    assert third.call_info.attempt_history[0].affinity == "hit"  # both ended: home again
+    await _close(api, third)
+
+
+async def test_a_stream_cut_after_its_first_chunk_leaves_its_endpoint(api: Api) -> None:
+    client = api.client(base_url=URLS)
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url__regex=ANY_HOST).mock(return_value=event_stream(sse(chunk("a"), done=False)))
+        stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+        assert _state(client, stream).in_flight == 1
+        with pytest.raises(stormguard.StreamInterruptedError):
+            await api.collect(stream)
+    assert sum(s.in_flight for s in client._core.picker.states) == 0

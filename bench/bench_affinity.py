@@ -1,0 +1,856 @@
+"""Prefix-cache affinity on real vLLM: prefill computed, time to first token and
+balance, stormguard with and without affinity beside LiteLLM's Router.
+
+    .venv-vllm/bin/python bench/bench_affinity.py [--quick] [--seed 1] [--rounds 2]
+        [--clients sg-none,sg-key,...] [--json out.json]
+
+Two replicas of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
+api_server``) serve the tiny random-weight Llama (``stormguard_server.vllm.tiny_model``)
+on free loopback ports, automatic prefix caching on (``--enable-prefix-caching``,
+blocks of 32 tokens), each bound to a core of its own (``VLLM_CPU_OMP_THREADS_BIND``:
+by default both bind to the first core and take turns on it). Each replica's KV
+cache is sized from the workload: it holds ``--kv-share`` (0.7) of all the
+conversations' distinct prompt tokens, more than the half a replica holds when each
+conversation stays on one replica, less than all of them, which a replica must hold
+when the conversations scatter over both. That is the regime where scattering costs
+prefill: a replica's least recently used prefixes are evicted before their next turn
+comes back.
+
+**The workload** (seeded): ``--conversations`` chats over ``--tenants`` system
+prompts of ``--system-words`` words (each tenant's conversations share theirs), each of
+``--turns`` turns. A turn sends the whole conversation so far (system prompt, earlier
+user messages and replies) plus a new user message of ``--user-words`` words, streamed,
+``max_tokens`` 16, temperature 0; the reply kept in the history is the workload's own
+fixed text (``--reply-words``), not the model's, so every client sends the very same
+prompts. At most ``--in-flight`` turns run at once; the first turns of all conversations
+are queued in a seeded order and each finished turn queues its conversation's next at
+the back, so every conversation stays live through the run, as chat sessions do.
+
+**The clients**, each over the same two replicas, one after the other, every replica's
+prefix cache emptied before each (vLLM's ``POST /reset_prefix_cache``, which needs
+``VLLM_SERVER_DEV_MODE=1``) so each client starts cold, in a seeded order per round:
+
+* ``sg-none``: stormguard ``AsyncClient(base_url=[r1, r2], affinity=None)``: power of
+  two choices on this client's calls in flight (plain vLLM sends no load headers);
+* ``sg-key``: the default ``AffinityPolicy()``, each call with its conversation's
+  ``prompt_cache_key``;
+* ``sg-derived``: ``AffinityPolicy(derive_from_prompt=True)``, no key;
+* ``litellm-lb``: LiteLLM ``Router(routing_strategy="least-busy")``, a deployment per
+  replica (``hosted_vllm/``);
+* ``litellm-pc``: the same with ``optional_pre_call_checks=["prompt_caching"]``, its
+  prompt-caching-aware check: it pins a prefix to the deployment that served it only
+  when the messages carry ``cache_control`` breakpoints (Anthropic's) and reach 1,024
+  tokens; OpenAI-shaped messages to vLLM carry none, so it routes as ``litellm-lb``;
+* ``litellm-pc-marked``: that check with a ``cache_control`` breakpoint on each
+  request's last message, as Claude Code sends them: LiteLLM pins the prefix to the
+  replica that served it (300 s) and sends a later turn that extends it there, with no
+  bound on the replica's load;
+* ``openai-rr``: openai-python, round-robin by hand over two clients (the floor).
+
+**The figures**, per client: time to first token (the first streamed chunk, client
+side) p50 and p99; prefill tokens computed, the replicas' ``vllm:prompt_tokens`` less
+their ``vllm:prefix_cache_hits`` (both read from ``/metrics`` before and after the
+client's run), and its reduction against ``sg-none`` of the same round; requests per
+replica (``vllm:request_success``) as the busiest replica's share over its fair share;
+completed turns per second; turns that moved to another replica than their
+conversation's previous turn, where the client says which replica served it; failures.
+
+Targets (affinity against ``sg-none``): prefill computed at least 40 % lower, TTFT p50
+at least 30 % lower, no replica above 1.25 times its fair share of requests.
+``--quick``: 8 conversations of 3 turns, one round. Not a timed test: the numbers depend
+on the machine; vLLM runs niced in its own autogroup as in the vLLM tests, so the
+client's clock reads when a chunk arrives, not when the client got the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.vllm.vllm_process
+
+from stormguard import AffinityPolicy
+
+#: AffinityPolicy's default: at most 1.25 times an endpoint's share of calls in flight.
+DEFAULT_EPSILON = AffinityPolicy().epsilon
+TARGET_PREFILL_CUT = 0.40
+TARGET_TTFT_CUT = 0.30
+TARGET_MAX_SHARE = 1.25
+MODEL = "tiny"
+MAX_TOKENS = 16
+BLOCK_SIZE = 32
+#: Bytes of KV cache per token of the tiny model: 2 (K and V) x 2 layers x 4 heads x
+#: 32 dimensions x 2 bytes (vLLM's CPU build keeps it in bf16); checked against the
+#: capacity vLLM reports (``vllm:cache_config_info``).
+KV_BYTES_PER_TOKEN = 1024
+CLIENTS = (
+    "sg-none",
+    "sg-key",
+    "sg-derived",
+    "litellm-lb",
+    "litellm-pc",
+    "litellm-pc-marked",
+    "openai-rr",
+)
+AFFINITY_CLIENTS = ("sg-key", "sg-derived")
+BASELINE = "sg-none"
+
+
+# -- the workload ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shape:
+    conversations: int = 32
+    tenants: int = 8
+    turns: int = 6
+    system_words: int = 700
+    user_words: int = 60
+    reply_words: int = 30
+
+
+QUICK = Shape(conversations=8, tenants=4, turns=3, system_words=400)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One chat: its tenant's system prompt, then a user message and a reply per turn."""
+
+    id: str
+    tenant: int
+    system: str
+    users: tuple[str, ...]
+    replies: tuple[str, ...]
+
+    def messages(self, turn: int) -> list[dict[str, str]]:
+        """What turn ``turn`` (0-based) sends: the conversation so far and its new user
+        message. Each turn's messages start with the previous turn's, whole."""
+        messages = [{"role": "system", "content": self.system}]
+        for earlier in range(turn):
+            messages.append({"role": "user", "content": self.users[earlier]})
+            messages.append({"role": "assistant", "content": self.replies[earlier]})
+        messages.append({"role": "user", "content": self.users[turn]})
+        return messages
+
+
+def build_conversations(shape: Shape, seed: int) -> list[Conversation]:
+    """The workload of ``seed``: the same conversations in every process and client."""
+    from stormguard_server.vllm.tiny_model import _WORDS  # words its tokenizer knows
+
+    rng = random.Random(seed)
+
+    def text(words: int) -> str:
+        return " ".join(rng.choice(_WORDS) for _ in range(words))
+
+    systems = [f"tenant {t}: " + text(shape.system_words) for t in range(shape.tenants)]
+    conversations = []
+    for number in range(shape.conversations):
+        tenant = number % shape.tenants
+        conversations.append(
+            Conversation(
+                id=f"s{seed}-c{number}",
+                tenant=tenant,
+                system=systems[tenant],
+                users=tuple(text(shape.user_words) for _ in range(shape.turns)),
+                replies=tuple(text(shape.reply_words) for _ in range(shape.turns)),
+            )
+        )
+    return conversations
+
+
+def distinct_tokens(
+    conversations: Sequence[Conversation], count: Callable[[list[Any]], int]
+) -> int:
+    """Prompt tokens a cache must hold to keep every conversation's prefix at its last
+    turn: each tenant's system prompt once, each conversation's rest once. ``count``
+    gives the tokens of a list of messages as the server renders them."""
+    systems = {c.tenant: count(c.messages(0)[:1]) for c in conversations}
+    rests = (count(c.messages(len(c.users) - 1)) - systems[c.tenant] for c in conversations)
+    return sum(systems.values()) + sum(rests)
+
+
+# -- the arithmetic ----------------------------------------------------------------------
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of a Prometheus sample ``name`` over the label sets that have ``labels``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+#: The vLLM counters read before and after each client's run.
+COUNTERS = {
+    "prompt": ("vllm:prompt_tokens_total", {}),
+    "hits": ("vllm:prefix_cache_hits_total", {}),
+    "queries": ("vllm:prefix_cache_queries_total", {}),
+    "computed": ("vllm:prompt_tokens_by_source_total", {"source": "local_compute"}),
+    "requests": ("vllm:request_success_total", {}),
+    "preempted": ("vllm:num_preemptions_total", {}),
+}
+
+
+def counters(text: str) -> dict[str, float]:
+    return {key: metric(text, name, **labels) for key, (name, labels) in COUNTERS.items()}
+
+
+def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
+    return {key: after[key] - before.get(key, 0.0) for key in after}
+
+
+def percentile(values: Sequence[float], p: int) -> float | None:
+    """Inclusive percentile ``p`` (1-99) of ``values``; None for fewer than two."""
+    if len(values) < 2:
+        return None
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def max_share(per_replica: Sequence[float]) -> float | None:
+    """The busiest replica's requests over its fair share (1.0: even)."""
+    total = sum(per_replica)
+    if not per_replica or total <= 0:
+        return None
+    return max(per_replica) * len(per_replica) / total
+
+
+def moves(served: Mapping[str, Sequence[str | None]]) -> tuple[int, int]:
+    """(turns on another replica than their conversation's previous turn, turns after a
+    first whose replica and previous replica are known)."""
+    moved = known = 0
+    for replicas in served.values():
+        for before, now in itertools.pairwise(replicas):
+            if before is not None and now is not None:
+                known += 1
+                moved += before != now
+    return moved, known
+
+
+@dataclass
+class Run:
+    """One client's run over one workload."""
+
+    client: str
+    round: int
+    seed: int
+    turns: int = 0
+    failures: int = 0
+    wall_s: float = 0.0
+    ttfts: list[float] = field(default_factory=list)
+    served: dict[str, list[str | None]] = field(default_factory=dict)
+    overflows: int = 0
+    replicas: list[dict[str, float]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def total(self, key: str) -> float:
+        return sum(r[key] for r in self.replicas)
+
+    @property
+    def computed(self) -> float:
+        """Prefill tokens computed: prompt tokens less prefix-cache hits."""
+        return self.total("prompt") - self.total("hits")
+
+    def figures(self, baseline: Run | None) -> dict[str, Any]:
+        done = self.turns - self.failures
+        moved, known = moves(self.served)
+        figures: dict[str, Any] = {
+            "client": self.client,
+            "round": self.round,
+            "seed": self.seed,
+            "turns": self.turns,
+            "failures": self.failures,
+            "ttft_p50_ms": _ms(percentile(self.ttfts, 50)),
+            "ttft_p99_ms": _ms(percentile(self.ttfts, 99)),
+            "turns_per_s": done / self.wall_s if self.wall_s > 0 else None,
+            "prompt_tokens": self.total("prompt"),
+            "computed_tokens": self.computed,
+            "hit_rate": self.total("hits") / self.total("prompt") if self.total("prompt") else None,
+            "requests": [r["requests"] for r in self.replicas],
+            "max_share": max_share([r["requests"] for r in self.replicas]),
+            "moved": moved if known else None,
+            "moved_of": known or None,
+            "overflows": self.overflows if self.client.startswith("sg-") else None,
+            "preempted": self.total("preempted"),
+        }
+        if baseline is not None:
+            figures["prefill_cut"] = _cut(self.computed, baseline.computed)
+            figures["ttft_p50_cut"] = _cut(
+                figures["ttft_p50_ms"], baseline.figures(None)["ttft_p50_ms"]
+            )
+        return figures
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
+
+
+def _cut(value: float | None, baseline: float | None) -> float | None:
+    """How much lower ``value`` is than ``baseline`` (0.4: 40 % lower)."""
+    if value is None or not baseline:
+        return None
+    return 1.0 - value / baseline
+
+
+def verdicts(figures: Mapping[str, Any]) -> dict[str, bool | None]:
+    """The targets an affinity client's figures meet (None: not measured)."""
+    share = figures.get("max_share")
+    return {
+        "prefill": _at_least(figures.get("prefill_cut"), TARGET_PREFILL_CUT),
+        "ttft_p50": _at_least(figures.get("ttft_p50_cut"), TARGET_TTFT_CUT),
+        "balance": None if share is None else share <= TARGET_MAX_SHARE + 1e-9,
+    }
+
+
+def _at_least(value: float | None, target: float) -> bool | None:
+    return None if value is None else value >= target - 1e-9
+
+
+# -- the replicas ------------------------------------------------------------------------
+
+
+@dataclass
+class Replica:
+    root: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/v1"
+
+    def counters(self) -> dict[str, float]:
+        return counters(httpx.get(f"{self.root}/metrics", timeout=30).text)
+
+    def capacity_tokens(self) -> int:
+        text = httpx.get(f"{self.root}/metrics", timeout=30).text
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "vllm:cache_config_info":
+                    blocks = sample.labels.get("num_gpu_blocks") or sample.labels.get(
+                        "num_cpu_blocks", "0"
+                    )
+                    return int(blocks) * int(sample.labels.get("block_size", BLOCK_SIZE))
+        return 0
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache; vLLM refuses while blocks are held, so try again."""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            reply = httpx.post(f"{self.root}/reset_prefix_cache", timeout=30)
+            if reply.status_code == 200 and reply.json().get("success"):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.root} would not reset its prefix cache in 60 s")
+
+
+@contextlib.contextmanager
+def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Iterator[list[Replica]]:
+    """Two plain vLLM servers, each stopped as a process group when the block ends."""
+    from tests.vllm.vllm_process import run_vllm
+
+    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache
+    extra = (
+        "--served-model-name", MODEL,
+        "--max-model-len", str(max_model_len),
+        "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN),
+        "--block-size", str(BLOCK_SIZE),
+        "--enable-prefix-caching",
+        "--enforce-eager",
+    )  # fmt: skip
+    cores = os.sched_getaffinity(0)
+    with contextlib.ExitStack() as stack:
+        replicas = []
+        for index in range(2):
+            # One core each, as two GPUs would be: left to itself, each replica binds its
+            # compute threads to the first core (VLLM_CPU_OMP_THREADS_BIND=auto reserves
+            # the rest), so the two would take turns on one core and the load-aware
+            # clients would pile onto whichever was running.
+            core = sorted(cores)[index % len(cores)]
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
+            server = stack.enter_context(run_vllm(model_dir, admission=False, extra=extra))
+            bound = [line for line in server.log().splitlines() if "core ids=" in line]
+            print(f"replica {index}: {bound[-1].split(']', 1)[-1].strip() if bound else '?'}")
+            replicas.append(Replica(root=server.root, port=server.port))
+        yield replicas
+
+
+# -- the clients -------------------------------------------------------------------------
+
+#: One turn: (conversation, turn, messages) -> (seconds to the first chunk, the replica
+#: that served it or None, whether stormguard's affinity sent it past its home).
+TurnCall = Callable[
+    [Conversation, int, list[dict[str, Any]]], Awaitable[tuple[float | None, str | None, bool]]
+]
+
+
+def _replica_of(text: str | None, replicas: Sequence[Replica]) -> str | None:
+    if text is None:
+        return None
+    for replica in replicas:
+        if f":{replica.port}" in text:
+            return str(replica.port)
+    return None
+
+
+@contextlib.asynccontextmanager
+async def client_for(name: str, replicas: Sequence[Replica], epsilon: float) -> Any:
+    urls = [r.base_url for r in replicas]
+    if name.startswith("sg-"):
+        import stormguard
+
+        affinity = {
+            "sg-none": None,
+            "sg-key": AffinityPolicy(epsilon=epsilon),
+            "sg-derived": AffinityPolicy(epsilon=epsilon, derive_from_prompt=True),
+        }[name]
+        client = stormguard.AsyncClient(base_url=urls, model=MODEL, timeout=120, affinity=affinity)
+
+        async def sg_call(conv: Conversation, turn: int, messages: list[dict[str, Any]]) -> Any:
+            key = {"prompt_cache_key": conv.id} if name == "sg-key" else None
+            started = time.monotonic()
+            first = None
+            stream = await client.chat.completions.create(
+                messages=messages,
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                stream=True,
+                extra_body=key,
+            )
+            async with stream:
+                async for _ in stream:
+                    if first is None:
+                        first = time.monotonic() - started
+            attempt = stream.call_info.attempt_history[-1]
+            replica = _replica_of(attempt.endpoint, replicas)
+            return first, replica, attempt.affinity == "overflow"
+
+        try:
+            yield sg_call
+        finally:
+            await client.close()
+    elif name.startswith("litellm-"):
+        from stormguard_drill.clients.litellm_client import import_litellm
+
+        litellm = import_litellm()
+        model_list = [
+            {
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"hosted_vllm/{MODEL}",
+                    "api_base": r.base_url,
+                    "api_key": "none",
+                },
+                "model_info": {"id": str(r.port)},
+            }
+            for r in replicas
+        ]
+        options: dict[str, Any] = {"routing_strategy": "least-busy", "num_retries": 0}
+        if name != "litellm-lb":
+            options["optional_pre_call_checks"] = ["prompt_caching"]
+        router = litellm.Router(model_list=model_list, **options)
+        marked = name == "litellm-pc-marked"
+
+        async def litellm_call(
+            conv: Conversation, turn: int, messages: list[dict[str, Any]]
+        ) -> Any:
+            if marked:
+                messages = [
+                    *messages[:-1],
+                    {**messages[-1], "cache_control": {"type": "ephemeral"}},
+                ]
+            started = time.monotonic()
+            first = None
+            stream = await router.acompletion(
+                model=MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0, stream=True
+            )
+            async for _ in stream:
+                if first is None:
+                    first = time.monotonic() - started
+            hidden = getattr(stream, "_hidden_params", {}) or {}
+            replica = hidden.get("model_id") or hidden.get("api_base")
+            return first, _replica_of(f":{replica}" if replica else None, replicas), False
+
+        yield litellm_call
+    elif name == "openai-rr":
+        import openai
+
+        clients = [openai.AsyncOpenAI(base_url=u, api_key="none", max_retries=0) for u in urls]
+        sent = 0
+
+        async def openai_call(conv: Conversation, turn: int, messages: list[dict[str, Any]]) -> Any:
+            nonlocal sent
+            index, sent = sent % len(clients), sent + 1
+            started = time.monotonic()
+            first = None
+            stream: Any = await clients[index].chat.completions.create(
+                model=MODEL,
+                messages=messages,  # type: ignore[arg-type]
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                stream=True,
+            )
+            async for _ in stream:
+                if first is None:
+                    first = time.monotonic() - started
+            return first, str(replicas[index].port), False
+
+        try:
+            yield openai_call
+        finally:
+            for c in clients:
+                await c.close()
+    else:
+        raise ValueError(f"unknown client {name!r}; one of {', '.join(CLIENTS)}")
+
+
+# -- the run -----------------------------------------------------------------------------
+
+
+async def drive(
+    call: TurnCall, conversations: Sequence[Conversation], *, in_flight: int, seed: int, run: Run
+) -> None:
+    """Every turn of every conversation through ``call``, at most ``in_flight`` at once:
+    the first turns in a seeded order, each conversation's next turn queued at the back
+    when its turn ends (failed or not: the history is the workload's own)."""
+    queue: asyncio.Queue[tuple[Conversation, int] | None] = asyncio.Queue()
+    order = list(conversations)
+    random.Random(seed).shuffle(order)
+    for conv in order:
+        queue.put_nowait((conv, 0))
+        run.served[conv.id] = []
+    left = sum(len(c.users) for c in conversations)
+
+    async def worker() -> None:
+        nonlocal left
+        while (job := await queue.get()) is not None:
+            conv, turn = job
+            run.turns += 1
+            try:
+                first, replica, overflow = await call(conv, turn, conv.messages(turn))
+            except Exception as exc:  # counted and shown: a benchmark reports, never stops
+                run.failures += 1
+                run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+                run.served[conv.id].append(None)
+            else:
+                if first is None:
+                    run.failures += 1
+                    run.errors.append("a stream without a chunk")
+                else:
+                    run.ttfts.append(first)
+                run.served[conv.id].append(replica)
+                run.overflows += overflow
+            left -= 1
+            if turn + 1 < len(conv.users):
+                queue.put_nowait((conv, turn + 1))
+            if left == 0:
+                for _ in range(in_flight):
+                    queue.put_nowait(None)
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    run.wall_s = time.monotonic() - started
+
+
+def run_client(
+    name: str,
+    replicas: Sequence[Replica],
+    conversations: Sequence[Conversation],
+    *,
+    in_flight: int,
+    seed: int,
+    round_: int,
+    epsilon: float = DEFAULT_EPSILON,
+) -> Run:
+    for replica in replicas:
+        replica.reset_prefix_cache()
+    before = [r.counters() for r in replicas]
+    run = Run(client=name, round=round_, seed=seed)
+
+    async def main() -> None:
+        async with client_for(name, replicas, epsilon) as call:
+            await drive(call, conversations, in_flight=in_flight, seed=seed, run=run)
+
+    asyncio.run(main())
+    done = run.turns - run.failures
+    deadline = time.monotonic() + 30  # vLLM counts a request just after answering it
+    while True:
+        after = [r.counters() for r in replicas]
+        counted = sum(a["requests"] - b["requests"] for a, b in zip(after, before, strict=True))
+        if counted >= done or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    run.replicas = [delta(a, b) for a, b in zip(after, before, strict=True)]
+    return run
+
+
+def prompt_ids(model_dir: str) -> Callable[[list[Any]], list[int]]:
+    """The token ids vLLM prefills for a list of messages: its chat template with the
+    generation prompt, tokenized without special tokens (as vLLM's chat endpoint does)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+
+    def ids(messages: list[Any]) -> list[int]:
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    return ids
+
+
+def prefix_cache_floor(requests: Iterable[tuple[int, Sequence[int]]], block: int) -> int:
+    """Prefill tokens computed by replicas whose prefix caches never evict, for
+    ``requests`` (replica, prompt token ids) in order: each prompt less its longest run
+    of full blocks that an earlier prompt on the same replica began with (vLLM's
+    automatic prefix caching: a chain of block hashes), never the whole prompt (vLLM
+    computes at least its last token)."""
+    seen: dict[int, set[int]] = {}
+    computed = 0
+    for replica, tokens in requests:
+        cache = seen.setdefault(replica, set())
+        chain, hit, matching = 0, 0, True
+        for end in range(block, len(tokens) + 1, block):
+            chain = hash((chain, tuple(tokens[end - block : end])))
+            if matching and chain in cache and end <= len(tokens) - 1:
+                hit = end
+            else:
+                matching = False
+            cache.add(chain)
+        computed += len(tokens) - hit
+    return computed
+
+
+def affinity_floor(
+    conversations: Sequence[Conversation], ids: Callable[[list[Any]], list[int]], seed: int
+) -> int:
+    """The least prefill two replicas can compute for the workload: each conversation
+    on one replica for all its turns (a seeded random split), nothing ever evicted, the
+    turns in the driver's order (every first turn, then every second, ...)."""
+    rng = random.Random(seed)
+    home = {c.id: rng.randrange(2) for c in conversations}
+    turns = max(len(c.users) for c in conversations)
+    requests = (
+        (home[c.id], ids(c.messages(turn)))
+        for turn in range(turns)
+        for c in conversations
+        if turn < len(c.users)
+    )
+    return prefix_cache_floor(requests, BLOCK_SIZE)
+
+
+def sizing(
+    shape: Shape, seeds: Sequence[int], model_dir: str, kv_share: float, in_flight: int
+) -> dict[str, Any]:
+    """The cache and context the workload needs: ``kv_share`` of the largest working set
+    over the seeds, and never less than ``in_flight`` of the longest prompts at once (a
+    replica that cannot hold the turns it runs preempts them, which is another test);
+    and each seed's ``affinity_floor``."""
+    ids = prompt_ids(model_dir)
+
+    def count(messages: list[Any]) -> int:
+        return len(ids(messages))
+
+    working, longest, floors = 0, 0, {}
+    for seed in seeds:
+        conversations = build_conversations(shape, seed)
+        working = max(working, distinct_tokens(conversations, count))
+        longest = max(longest, max(count(c.messages(len(c.users) - 1)) for c in conversations))
+        floors[seed] = affinity_floor(conversations, ids, seed)
+    max_model_len = -(-(longest + MAX_TOKENS) // 256) * 256
+    kv_tokens = max(int(working * kv_share), in_flight * (longest + MAX_TOKENS), max_model_len)
+    return {
+        "working_set": working,
+        "longest": longest,
+        "max_model_len": max_model_len,
+        "kv_tokens": kv_tokens,
+        "floor": floors,
+    }
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _spread(values: Sequence[float | None], spec: str) -> str:
+    known = [v for v in values if v is not None]
+    if not known:
+        return "-"
+    mid = format(statistics.median(known), spec)
+    if len(known) == 1:
+        return mid
+    return f"{mid} [{format(min(known), spec)}-{format(max(known), spec)}]"
+
+
+def table(all_figures: Sequence[Mapping[str, Any]], clients: Sequence[str]) -> str:
+    """Each client's figures: the median over rounds, [min-max] with more than one."""
+    header = (
+        f"{'client':<18} {'TTFT p50 ms':>20} {'TTFT p99 ms':>20} {'computed tok':>24}"
+        f" {'cut vs none':>20} {'p50 cut':>20} {'max/fair':>18} {'turns/s':>18}"
+        f" {'moved':>12} {'fail':>5}"
+    )
+    lines = [header, "-" * len(header)]
+    for name in clients:
+        rows = [f for f in all_figures if f["client"] == name]
+        if not rows:
+            continue
+        moved = [f["moved"] / f["moved_of"] if f["moved_of"] else None for f in rows]
+        lines.append(
+            f"{name:<18} {_spread([f['ttft_p50_ms'] for f in rows], '.0f'):>20}"
+            f" {_spread([f['ttft_p99_ms'] for f in rows], '.0f'):>20}"
+            f" {_spread([f['computed_tokens'] for f in rows], '.0f'):>24}"
+            f" {_spread([f.get('prefill_cut') for f in rows], '.0%'):>20}"
+            f" {_spread([f.get('ttft_p50_cut') for f in rows], '.0%'):>20}"
+            f" {_spread([f['max_share'] for f in rows], '.2f'):>18}"
+            f" {_spread([f['turns_per_s'] for f in rows], '.1f'):>18}"
+            f" {_spread(moved, '.0%'):>12} {sum(f['failures'] for f in rows):>5}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="8 conversations of 3 turns, 1 round")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=None, help="default 2 (quick: 1)")
+    parser.add_argument("--clients", default=",".join(CLIENTS))
+    parser.add_argument("--conversations", type=int)
+    parser.add_argument("--tenants", type=int)
+    parser.add_argument("--turns", type=int)
+    parser.add_argument("--system-words", type=int)
+    parser.add_argument("--user-words", type=int)
+    parser.add_argument("--reply-words", type=int)
+    parser.add_argument("--in-flight", type=int, default=None, help="default 6 (quick: 4)")
+    parser.add_argument("--kv-share", type=float, default=0.7)
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=DEFAULT_EPSILON,
+        help="AffinityPolicy.epsilon of sg-key and sg-derived (default 0.25)",
+    )
+    parser.add_argument("--model-dir", help="a model built by tiny_model (default: build one)")
+    parser.add_argument("--json", help="write every run's figures to this file")
+    args = parser.parse_args(argv)
+
+    base = QUICK if args.quick else Shape()
+    shape = Shape(
+        **{
+            name: getattr(args, name) if getattr(args, name) is not None else getattr(base, name)
+            for name in Shape.__dataclass_fields__
+        }
+    )
+    rounds = args.rounds or (1 if args.quick else 2)
+    in_flight = args.in_flight or (4 if args.quick else 6)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    for name in clients:
+        if name not in CLIENTS:
+            parser.error(f"unknown client {name!r}; one of {', '.join(CLIENTS)}")
+    seeds = [args.seed * 1000 + r for r in range(rounds)]
+
+    with tempfile.TemporaryDirectory(prefix="bench-affinity-") as scratch:
+        model_dir = args.model_dir
+        if model_dir is None:
+            from stormguard_server.vllm.tiny_model import build_tiny_model
+
+            model_dir = str(build_tiny_model(Path(scratch) / "tiny-llama"))
+        sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
+        print(
+            f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds},"
+            f" affinity epsilon {args.epsilon}"
+        )
+        print(
+            f"tokens: all conversations' distinct prompt {sized['working_set']}, the longest"
+            f" prompt {sized['longest']}; per replica: KV cache {sized['kv_tokens']} tokens"
+            f" ({args.kv_share:.0%} of all), max-model-len {sized['max_model_len']}"
+        )
+        print(f"load average at start: {os.getloadavg()}", flush=True)
+        results: list[dict[str, Any]] = []
+        with two_replicas(
+            model_dir, max_model_len=sized["max_model_len"], kv_tokens=sized["kv_tokens"]
+        ) as replicas:
+            capacity = [r.capacity_tokens() for r in replicas]
+            print(f"replicas: {[r.root for r in replicas]}, KV capacity (tokens): {capacity}")
+            warm = build_conversations(Shape(conversations=2, turns=1), seed=-1)
+            run_client("openai-rr", replicas, warm, in_flight=2, seed=0, round_=-1)  # warm-up
+            for round_, seed in enumerate(seeds):
+                conversations = build_conversations(shape, seed)
+                order = list(clients)
+                random.Random(seed).shuffle(order)
+                runs: dict[str, Run] = {}
+                for name in order:
+                    runs[name] = run_client(
+                        name,
+                        replicas,
+                        conversations,
+                        in_flight=in_flight,
+                        seed=seed,
+                        round_=round_,
+                        epsilon=args.epsilon,
+                    )
+                    figures = runs[name].figures(None)
+                    print(
+                        f"  round {round_} {name}: {figures['turns']} turns in"
+                        f" {runs[name].wall_s:.1f} s, {figures['failures']} failed,"
+                        f" computed {figures['computed_tokens']:.0f}"
+                        f" of {figures['prompt_tokens']:.0f},"
+                        f" requests {figures['requests']}, load {os.getloadavg()[0]:.2f}",
+                        flush=True,
+                    )
+                    for error in runs[name].errors[:3]:
+                        print(f"    {error}")
+                baseline = runs.get(BASELINE)
+                floor = sized["floor"][seed]
+                print(
+                    f"  round {round_}: the floor (each conversation on one replica, no eviction)"
+                    f" computes {floor} tokens"
+                )
+                for name in clients:
+                    figures = runs[name].figures(baseline)
+                    figures["floor_tokens"] = floor
+                    if baseline is not None:
+                        figures["floor_cut"] = _cut(floor, baseline.computed)
+                    results.append(figures)
+        print()
+        print(table(results, clients))
+        print()
+        for name in AFFINITY_CLIENTS:
+            for figures in (f for f in results if f["client"] == name):
+                met = verdicts(figures)
+                print(
+                    f"{name} round {figures['round']}: "
+                    + ", ".join(
+                        f"{k} {'met' if v else 'MISSED' if v is not None else '-'}"
+                        for k, v in met.items()
+                    )
+                )
+        print(f"load average at end: {os.getloadavg()}")
+        if args.json:
+            Path(args.json).write_text(
+                json.dumps({"shape": asdict(shape), "sizing": sized, "runs": results}, indent=1)
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
