@@ -64,40 +64,47 @@ client's clock reads when a chunk arrives, not when the client got the CPU.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import itertools
 import json
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.vllm.vllm_process
-
 from stormguard import AffinityPolicy
+from vllm_bench import (
+    BLOCK_SIZE,
+    MODEL,
+    Column,
+    Replica,
+    client_list,
+    delta,
+    litellm_router,
+    metric,
+    ms,
+    parser_for,
+    percentile,
+    print_verdicts,
+    prompt_ids,
+    shape_from,
+    table,
+    tiny_model,
+    two_replicas,
+)
 
 #: AffinityPolicy's default: at most 1.25 times an endpoint's share of calls in flight.
 DEFAULT_EPSILON = AffinityPolicy().epsilon
 TARGET_PREFILL_CUT = 0.40
 TARGET_TTFT_CUT = 0.30
 TARGET_MAX_SHARE = 1.25
-MODEL = "tiny"
 MAX_TOKENS = 16
-BLOCK_SIZE = 32
-#: Bytes of KV cache per token of the tiny model: 2 (K and V) x 2 layers x 4 heads x
-#: 32 dimensions x 2 bytes (vLLM's CPU build keeps it in bf16); checked against the
-#: capacity vLLM reports (``vllm:cache_config_info``).
-KV_BYTES_PER_TOKEN = 1024
 CLIENTS = (
     "sg-none",
     "sg-key",
@@ -187,18 +194,6 @@ def distinct_tokens(
 # -- the arithmetic ----------------------------------------------------------------------
 
 
-def metric(text: str, name: str, **labels: str) -> float:
-    """The sum of a Prometheus sample ``name`` over the label sets that have ``labels``."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
-
-
 #: The vLLM counters read before and after each client's run.
 COUNTERS = {
     "prompt": ("vllm:prompt_tokens_total", {}),
@@ -212,17 +207,6 @@ COUNTERS = {
 
 def counters(text: str) -> dict[str, float]:
     return {key: metric(text, name, **labels) for key, (name, labels) in COUNTERS.items()}
-
-
-def delta(after: Mapping[str, float], before: Mapping[str, float]) -> dict[str, float]:
-    return {key: after[key] - before.get(key, 0.0) for key in after}
-
-
-def percentile(values: Sequence[float], p: int) -> float | None:
-    """Inclusive percentile ``p`` (1-99) of ``values``; None for fewer than two."""
-    if len(values) < 2:
-        return None
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
 def max_share(per_replica: Sequence[float]) -> float | None:
@@ -278,8 +262,8 @@ class Run:
             "seed": self.seed,
             "turns": self.turns,
             "failures": self.failures,
-            "ttft_p50_ms": _ms(percentile(self.ttfts, 50)),
-            "ttft_p99_ms": _ms(percentile(self.ttfts, 99)),
+            "ttft_p50_ms": ms(percentile(self.ttfts, 50)),
+            "ttft_p99_ms": ms(percentile(self.ttfts, 99)),
             "turns_per_s": done / self.wall_s if self.wall_s > 0 else None,
             "prompt_tokens": self.total("prompt"),
             "computed_tokens": self.computed,
@@ -297,10 +281,6 @@ class Run:
                 figures["ttft_p50_ms"], baseline.figures(None)["ttft_p50_ms"]
             )
         return figures
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else seconds * 1000.0
 
 
 def _cut(value: float | None, baseline: float | None) -> float | None:
@@ -325,73 +305,6 @@ def _at_least(value: float | None, target: float) -> bool | None:
 
 
 # -- the replicas ------------------------------------------------------------------------
-
-
-@dataclass
-class Replica:
-    root: str
-    port: int
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.root}/v1"
-
-    def counters(self) -> dict[str, float]:
-        return counters(httpx.get(f"{self.root}/metrics", timeout=30).text)
-
-    def capacity_tokens(self) -> int:
-        text = httpx.get(f"{self.root}/metrics", timeout=30).text
-        from prometheus_client.parser import text_string_to_metric_families
-
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "vllm:cache_config_info":
-                    blocks = sample.labels.get("num_gpu_blocks") or sample.labels.get(
-                        "num_cpu_blocks", "0"
-                    )
-                    return int(blocks) * int(sample.labels.get("block_size", BLOCK_SIZE))
-        return 0
-
-    def reset_prefix_cache(self) -> None:
-        """Empty the prefix cache; vLLM refuses while blocks are held, so try again."""
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            reply = httpx.post(f"{self.root}/reset_prefix_cache", timeout=30)
-            if reply.status_code == 200 and reply.json().get("success"):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"{self.root} would not reset its prefix cache in 60 s")
-
-
-@contextlib.contextmanager
-def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Iterator[list[Replica]]:
-    """Two plain vLLM servers, each stopped as a process group when the block ends."""
-    from tests.vllm.vllm_process import run_vllm
-
-    os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache
-    extra = (
-        "--served-model-name", MODEL,
-        "--max-model-len", str(max_model_len),
-        "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN),
-        "--block-size", str(BLOCK_SIZE),
-        "--enable-prefix-caching",
-        "--enforce-eager",
-    )  # fmt: skip
-    cores = os.sched_getaffinity(0)
-    with contextlib.ExitStack() as stack:
-        replicas = []
-        for index in range(2):
-            # One core each, as two GPUs would be: left to itself, each replica binds its
-            # compute threads to the first core (VLLM_CPU_OMP_THREADS_BIND=auto reserves
-            # the rest), so the two would take turns on one core and the load-aware
-            # clients would pile onto whichever was running.
-            core = sorted(cores)[index % len(cores)]
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
-            server = stack.enter_context(run_vllm(model_dir, admission=False, extra=extra))
-            bound = [line for line in server.log().splitlines() if "core ids=" in line]
-            print(f"replica {index}: {bound[-1].split(']', 1)[-1].strip() if bound else '?'}")
-            replicas.append(Replica(root=server.root, port=server.port))
-        yield replicas
 
 
 # -- the clients -------------------------------------------------------------------------
@@ -449,25 +362,10 @@ async def client_for(name: str, replicas: Sequence[Replica], epsilon: float) -> 
         finally:
             await client.close()
     elif name.startswith("litellm-"):
-        from stormguard_drill.clients.litellm_client import import_litellm
-
-        litellm = import_litellm()
-        model_list = [
-            {
-                "model_name": MODEL,
-                "litellm_params": {
-                    "model": f"hosted_vllm/{MODEL}",
-                    "api_base": r.base_url,
-                    "api_key": "none",
-                },
-                "model_info": {"id": str(r.port)},
-            }
-            for r in replicas
-        ]
         options: dict[str, Any] = {"routing_strategy": "least-busy", "num_retries": 0}
         if name != "litellm-lb":
             options["optional_pre_call_checks"] = ["prompt_caching"]
-        router = litellm.Router(model_list=model_list, **options)
+        router = litellm_router(replicas, **options)
         marked = name == "litellm-pc-marked"
 
         async def litellm_call(
@@ -583,7 +481,7 @@ def run_client(
 ) -> Run:
     for replica in replicas:
         replica.reset_prefix_cache()
-    before = [r.counters() for r in replicas]
+    before = [counters(r.metrics()) for r in replicas]
     run = Run(client=name, round=round_, seed=seed)
 
     async def main() -> None:
@@ -594,27 +492,13 @@ def run_client(
     done = run.turns - run.failures
     deadline = time.monotonic() + 30  # vLLM counts a request just after answering it
     while True:
-        after = [r.counters() for r in replicas]
+        after = [counters(r.metrics()) for r in replicas]
         counted = sum(a["requests"] - b["requests"] for a, b in zip(after, before, strict=True))
         if counted >= done or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     run.replicas = [delta(a, b) for a, b in zip(after, before, strict=True)]
     return run
-
-
-def prompt_ids(model_dir: str) -> Callable[[list[Any]], list[int]]:
-    """The token ids vLLM prefills for a list of messages: its chat template with the
-    generation prompt, tokenized without special tokens (as vLLM's chat endpoint does)."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-
-    def ids(messages: list[Any]) -> list[int]:
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return list(tokenizer.encode(text, add_special_tokens=False))
-
-    return ids
 
 
 def prefix_cache_floor(requests: Iterable[tuple[int, Sequence[int]]], block: int) -> int:
@@ -689,58 +573,25 @@ def sizing(
 # -- the report --------------------------------------------------------------------------
 
 
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
-def _spread(values: Sequence[float | None], spec: str) -> str:
-    known = [v for v in values if v is not None]
-    if not known:
-        return "-"
-    mid = format(statistics.median(known), spec)
-    if len(known) == 1:
-        return mid
-    return f"{mid} [{format(min(known), spec)}-{format(max(known), spec)}]"
-
-
-def table(all_figures: Sequence[Mapping[str, Any]], clients: Sequence[str]) -> str:
-    """Each client's figures: the median over rounds, [min-max] with more than one."""
-    header = (
-        f"{'client':<18} {'TTFT p50 ms':>20} {'TTFT p99 ms':>20} {'computed tok':>24}"
-        f" {'cut vs none':>20} {'p50 cut':>20} {'max/fair':>18} {'turns/s':>18}"
-        f" {'moved':>12} {'fail':>5}"
-    )
-    lines = [header, "-" * len(header)]
-    for name in clients:
-        rows = [f for f in all_figures if f["client"] == name]
-        if not rows:
-            continue
-        moved = [f["moved"] / f["moved_of"] if f["moved_of"] else None for f in rows]
-        lines.append(
-            f"{name:<18} {_spread([f['ttft_p50_ms'] for f in rows], '.0f'):>20}"
-            f" {_spread([f['ttft_p99_ms'] for f in rows], '.0f'):>20}"
-            f" {_spread([f['computed_tokens'] for f in rows], '.0f'):>24}"
-            f" {_spread([f.get('prefill_cut') for f in rows], '.0%'):>20}"
-            f" {_spread([f.get('ttft_p50_cut') for f in rows], '.0%'):>20}"
-            f" {_spread([f['max_share'] for f in rows], '.2f'):>18}"
-            f" {_spread([f['turns_per_s'] for f in rows], '.1f'):>18}"
-            f" {_spread(moved, '.0%'):>12} {sum(f['failures'] for f in rows):>5}"
-        )
-    return "\n".join(lines)
+#: The columns of the report.
+COLUMNS = (
+    Column("TTFT p50 ms", 20, lambda f: f["ttft_p50_ms"], ".0f"),
+    Column("TTFT p99 ms", 20, lambda f: f["ttft_p99_ms"], ".0f"),
+    Column("computed tok", 24, lambda f: f["computed_tokens"], ".0f"),
+    Column("cut vs none", 20, lambda f: f.get("prefill_cut"), ".0%"),
+    Column("p50 cut", 20, lambda f: f.get("ttft_p50_cut"), ".0%"),
+    Column("max/fair", 18, lambda f: f["max_share"], ".2f"),
+    Column("turns/s", 18, lambda f: f["turns_per_s"], ".1f"),
+    Column("moved", 12, lambda f: f["moved"] / f["moved_of"] if f["moved_of"] else None, ".0%"),
+    Column("fail", 5, lambda f: f["failures"], "d", total=True),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="8 conversations of 3 turns, 1 round")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=None, help="default 2 (quick: 1)")
-    parser.add_argument("--clients", default=",".join(CLIENTS))
-    parser.add_argument("--conversations", type=int)
-    parser.add_argument("--tenants", type=int)
-    parser.add_argument("--turns", type=int)
-    parser.add_argument("--system-words", type=int)
-    parser.add_argument("--user-words", type=int)
-    parser.add_argument("--reply-words", type=int)
+    parser = parser_for(
+        __doc__, quick="8 conversations of 3 turns, 1 round", clients=CLIENTS, shape=Shape,
+        rounds=None,
+    )  # fmt: skip
     parser.add_argument("--in-flight", type=int, default=None, help="default 6 (quick: 4)")
     parser.add_argument("--kv-share", type=float, default=0.7)
     parser.add_argument(
@@ -749,31 +600,16 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_EPSILON,
         help="AffinityPolicy.epsilon of sg-key and sg-derived (default 0.25)",
     )
-    parser.add_argument("--model-dir", help="a model built by tiny_model (default: build one)")
-    parser.add_argument("--json", help="write every run's figures to this file")
     args = parser.parse_args(argv)
 
-    base = QUICK if args.quick else Shape()
-    shape = Shape(
-        **{
-            name: getattr(args, name) if getattr(args, name) is not None else getattr(base, name)
-            for name in Shape.__dataclass_fields__
-        }
-    )
+    shape = shape_from(args, QUICK if args.quick else Shape())
     rounds = args.rounds or (1 if args.quick else 2)
     in_flight = args.in_flight or (4 if args.quick else 6)
-    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    for name in clients:
-        if name not in CLIENTS:
-            parser.error(f"unknown client {name!r}; one of {', '.join(CLIENTS)}")
+    clients = client_list(parser, args.clients, CLIENTS)
     seeds = [args.seed * 1000 + r for r in range(rounds)]
 
     with tempfile.TemporaryDirectory(prefix="bench-affinity-") as scratch:
-        model_dir = args.model_dir
-        if model_dir is None:
-            from stormguard_server.vllm.tiny_model import build_tiny_model
-
-            model_dir = str(build_tiny_model(Path(scratch) / "tiny-llama"))
+        model_dir = tiny_model(args.model_dir, scratch)
         sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
         print(
             f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds},"
@@ -832,18 +668,9 @@ def main(argv: list[str] | None = None) -> int:
                         figures["floor_cut"] = _cut(floor, baseline.computed)
                     results.append(figures)
         print()
-        print(table(results, clients))
+        print(table(results, clients, COLUMNS))
         print()
-        for name in AFFINITY_CLIENTS:
-            for figures in (f for f in results if f["client"] == name):
-                met = verdicts(figures)
-                print(
-                    f"{name} round {figures['round']}: "
-                    + ", ".join(
-                        f"{k} {'met' if v else 'MISSED' if v is not None else '-'}"
-                        for k, v in met.items()
-                    )
-                )
+        print_verdicts(results, AFFINITY_CLIENTS, verdicts)
         print(f"load average at end: {os.getloadavg()}")
         if args.json:
             Path(args.json).write_text(
