@@ -35,8 +35,9 @@ in a seeded order per round:
   a deployment per replica; LiteLLM has no hedged requests.
 
 **The figures**, per client: TTFT (the first streamed chunk, client side) p50 and p99;
-attempts per call, the requests the replicas counted (``vllm:request_success``, every
-finished reason, aborts included) over the calls made; the loser tokens' share, the
+attempts per call, the requests the replicas' HTTP servers counted
+(``http_requests_total`` of ``/v1/chat/completions``: vLLM leaves an aborted request
+out of ``vllm:request_success``) less the flood's, over the calls made; the loser tokens' share, the
 tokens the replicas generated (``vllm:generation_tokens``) less those of the answers
 the client used (each stream's ``usage``) and the flood's, over all generated; hedges
 sent and won (stormguard's ``client.stats()``); failures.
@@ -120,7 +121,10 @@ def flood_words(model_dir: str, tokens: int) -> int:
 #: The vLLM counters read before and after each client's run.
 COUNTERS = {
     "generated": ("vllm:generation_tokens_total", {}),
-    "requests": ("vllm:request_success_total", {}),
+    #: Every request the HTTP server answered or saw cut (an aborted loser is not
+    #: among vLLM's finished requests).
+    "requests": ("http_requests_total", {"handler": "/v1/chat/completions"}),
+    "finished": ("vllm:request_success_total", {}),
     "aborted": ("vllm:request_success_total", {"finished_reason": "abort"}),
     "prompt": ("vllm:prompt_tokens_total", {}),
 }
@@ -430,6 +434,7 @@ COLUMNS = (
     Column("TTFT p99 ms", 20, lambda f: f["ttft_p99_ms"], ".0f"),
     Column("p99/default", 18, lambda f: f.get("p99_ratio"), ".2f"),
     Column("attempts/call", 20, lambda f: f["attempts_per_call"], ".3f"),
+    Column("sg att/call", 12, lambda f: f["sg_attempts_per_call"], ".3f"),
     Column("loser tokens", 18, lambda f: f["loser_share"], ".1%"),
     Column("hedges", 7, lambda f: f["hedges_sent"], "d", total=True),
     Column("won", 5, lambda f: f["hedges_won"], "d", total=True),

@@ -28,6 +28,10 @@ vllm:prompt_tokens_total{engine="0",model_name="tiny"} 9054.0
 vllm:request_success_total{engine="0",finished_reason="stop",model_name="tiny"} 2.0
 vllm:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 60.0
 vllm:request_success_total{engine="0",finished_reason="abort",model_name="tiny"} 3.0
+# HELP http_requests_total Total number of requests by method, status and handler.
+# TYPE http_requests_total counter
+http_requests_total{handler="/v1/chat/completions",method="POST",status="2xx"} 66.0
+http_requests_total{handler="/v1/models",method="GET",status="2xx"} 4.0
 """
 
 
@@ -39,10 +43,11 @@ def test_every_client_of_a_round_sends_the_same_prompts_and_another_round_others
     assert all(len(t.split()) == 2 + 5 for t in texts)  # "call N:" and its words
 
 
-def test_the_counters_read_generated_tokens_and_every_finished_request_aborts_included() -> None:
+def test_the_counters_read_generated_tokens_and_the_chat_requests_the_http_server_saw() -> None:
     assert bh.counters(METRICS) == {
         "generated": 980.0,
-        "requests": 65.0,
+        "requests": 66.0,
+        "finished": 65.0,
         "aborted": 3.0,
         "prompt": 9054.0,
     }
@@ -54,7 +59,7 @@ def test_the_flood_runs_in_the_middle_third_of_the_run() -> None:
 
 def _run(**counts: float) -> bh.Run:
     run = bh.Run(client="sg-hedge", round=0, seed=1, calls=100)
-    base = {"generated": 0.0, "requests": 0.0, "aborted": 0.0, "prompt": 0.0}
+    base = {"generated": 0.0, "requests": 0.0, "finished": 0.0, "aborted": 0.0, "prompt": 0.0}
     run.replicas = [{**base, **counts}, dict(base)]
     return run
 
