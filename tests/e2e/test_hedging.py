@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 
 import pytest
 
 import stormguard
-from stormguard import Endpoint, HedgePolicy
+from stormguard import AttemptRecord, Endpoint, HedgePolicy
 from stormguard._policies.routing.affinity import ranking
 from tests.e2e.conftest import ServerFactory, spec
 from tests.e2e.server_process import RunningServer
@@ -55,6 +56,22 @@ async def wait_for_disconnects(server: RunningServer, at_least: float) -> float:
         await asyncio.sleep(0.1)
         seen = disconnects(server)
     return seen
+
+
+def check_call(text: str, elapsed: float, history: Sequence[AttemptRecord]) -> None:
+    """One call to the slow server: answered, well within the 30 s it holds a
+    request, by the hedge to the fast one, the primary recorded as the loser."""
+    assert text
+    assert elapsed < 10.0, elapsed
+    assert [(r.endpoint, r.outcome, r.hedge) for r in history] == [
+        ("slow", "hedge_lost", False),
+        ("fast", "ok", True),
+    ]
+
+
+def check_stats(client: stormguard.Client | stormguard.AsyncClient) -> None:
+    stats = client.stats()
+    assert (stats.hedges_sent, stats.hedges_won) == (2, 2)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -99,16 +116,9 @@ def _sync_script(slow: RunningServer, fast: RunningServer, stream: bool) -> None
                 )
                 text = resp.choices[0].message.content or ""
                 history = resp.attempt_history
-            elapsed = time.monotonic() - started
-            assert text
-            assert elapsed < 10.0, elapsed  # the slow server holds it 30 s
-            assert [(r.endpoint, r.outcome, r.hedge) for r in history] == [
-                ("slow", "hedge_lost", False),
-                ("fast", "ok", True),
-            ]
+            check_call(text, time.monotonic() - started, history)
         assert asyncio.run(wait_for_disconnects(slow, before + 2)) >= before + 2
-        stats = client.stats()
-        assert (stats.hedges_sent, stats.hedges_won) == (2, 2)
+        check_stats(client)
 
 
 async def _script(slow: RunningServer, fast: RunningServer, stream: bool) -> None:
@@ -139,14 +149,7 @@ async def _script(slow: RunningServer, fast: RunningServer, stream: bool) -> Non
                 )
                 text = resp.choices[0].message.content or ""
                 history = resp.attempt_history
-            elapsed = time.monotonic() - started
-            assert text
-            assert elapsed < 10.0, elapsed  # the slow server holds it 30 s
-            assert [(r.endpoint, r.outcome, r.hedge) for r in history] == [
-                ("slow", "hedge_lost", False),
-                ("fast", "ok", True),
-            ]
+            check_call(text, time.monotonic() - started, history)
         # The slow server saw both clients leave (the hedges' losers, closed).
         assert await wait_for_disconnects(slow, before + 2) >= before + 2
-        stats = client.stats()
-        assert (stats.hedges_sent, stats.hedges_won) == (2, 2)
+        check_stats(client)
