@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
@@ -219,6 +219,10 @@ class ClientCore(SpecBuilder):
         )
         #: Receives every call's events (spans, metrics); None: no events at all.
         self.observer = telemetry
+        #: The observer's cheap "this call would record nothing" (``Telemetry.quiet``),
+        #: asked before a call's start event is built; None: an observer without one.
+        quiet = getattr(telemetry, "quiet", None)
+        self.observer_quiet: Callable[[], bool] | None = quiet if callable(quiet) else None
         listeners = tuple(breaker_listeners)
         if telemetry is not None:
             listeners += (telemetry.breaker_changed,)

@@ -130,8 +130,9 @@ class LogicalCall(CallBase):
         super().__init__(core, spec)
         if http is not None:
             self.http = http  # the driver's pool: what it performs the call's I/O with
-        if core.observer is not None:
-            self._trace = core.observer.start_call(started_event(self))
+        observer = core.observer
+        if observer is not None and not (core.observer_quiet and core.observer_quiet()):
+            self._trace = observer.start_call(started_event(self))
 
     @classmethod
     def hedge_of(cls, primary: LogicalCall, target: EndpointState) -> LogicalCall:

@@ -167,23 +167,33 @@ class Telemetry:
 
     # -- the Observer interface ---------------------------------------------------------
 
-    def start_call(self, event: CallStarted) -> CallTrace | None:
-        # Fast paths, taken on every call of a program that never configured
-        # OpenTelemetry: the API not even imported, or the same two providers found
-        # to record nothing last time (a provider set later is a new object): nothing
-        # to record. Both go through the API's public getters only.
+    def quiet(self) -> bool:
+        """Whether a call would record nothing, known cheaply: the fast paths taken on
+        every call of a program that never configured OpenTelemetry (the API not even
+        imported, or the same two providers found to record nothing last time; a
+        provider set later is a new object). Both go through the API's public getters
+        only. The pipeline asks before it builds a call's ``CallStarted``."""
         tracer_provider = self._tracer_provider
         meter_provider = self._meter_provider
         if tracer_provider is None or meter_provider is None:
             if not _api_in_use():
                 if tracer_provider is None and meter_provider is None:
-                    return None
+                    return True
             else:
                 trace, metrics = _api()
                 tracer_provider = tracer_provider or trace.get_tracer_provider()
                 meter_provider = meter_provider or metrics.get_meter_provider()
-        if tracer_provider is self._idle[0] and meter_provider is self._idle[1]:
+        return tracer_provider is self._idle[0] and meter_provider is self._idle[1]
+
+    def start_call(self, event: CallStarted) -> CallTrace | None:
+        if self.quiet():
             return None
+        tracer_provider = self._tracer_provider
+        meter_provider = self._meter_provider
+        if (tracer_provider is None or meter_provider is None) and _api_in_use():
+            trace, metrics = _api()
+            tracer_provider = tracer_provider or trace.get_tracer_provider()
+            meter_provider = meter_provider or metrics.get_meter_provider()
         tracer, instruments = self.tracer(), self.metrics()
         if tracer is None and instruments is None:
             self._idle = (tracer_provider, meter_provider)

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -151,6 +152,20 @@ async def test_not_given_and_omit_are_left_out(
     assert sent.url.query == b""
     assert "x-trace" not in sent.headers
     assert sent.headers["x-request-deadline-ms"] == "120000"
+
+
+async def test_omitted_values_are_left_out_of_tuples_mappings_and_list_subclasses(
+    api: Api, mock: respx.MockRouter
+) -> None:
+    class Messages(list[Any]):
+        pass
+
+    route = mock.post("/chat/completions").respond(200, json=chat_json())
+    client = api.client()
+    message = MappingProxyType({"role": "user", "content": "hi", "name": stormguard.omit})
+    for messages in ((message,), Messages([message]), [message]):
+        await api.run(client.chat.completions.create(messages=messages))
+        assert json.loads(route.calls.last.request.content)["messages"] == MESSAGES
 
 
 def test_stormguard_never_imports_openai() -> None:

@@ -469,12 +469,28 @@ async def test_no_provider_means_no_events_and_no_traceparent(
     route = mock.post("/chat/completions").respond(200, json=chat_json())
     telemetry = Telemetry()  # the global providers: not configured in this test process
     assert telemetry.start_call(None) is None  # type: ignore[arg-type]
+    assert telemetry.quiet()  # known now: the pipeline builds no start event for it
     client = api.client(telemetry=telemetry)
     await api.run(client.chat.completions.create(messages=MESSAGES))
     assert "traceparent" not in route.calls.last.request.headers
     off = api.client(telemetry=None)
     await api.run(off.chat.completions.create(messages=MESSAGES))
     assert "traceparent" not in route.calls.last.request.headers
+
+
+def test_a_configured_provider_is_not_quiet(otel: Otel) -> None:
+    assert not otel.telemetry.quiet()
+    client = stormguard.Client(
+        base_url="http://llm.test/v1",
+        model="m",
+        http_client=httpx.Client(
+            transport=httpx.MockTransport(lambda r: httpx.Response(200, json=chat_json()))
+        ),
+        telemetry=otel.telemetry,
+    )
+    client.chat.completions.create(messages=MESSAGES)
+    assert [s.name for s in otel.spans()] == ["POST /v1/chat/completions", "chat m"]
+    assert not otel.telemetry.quiet()
 
 
 def test_httpx_instrumentation_adds_no_duplicate_attempt_spans(otel: Otel) -> None:

@@ -154,7 +154,7 @@ class HostStore(QuotaStore):
     # -- inside ------------------------------------------------------------------
 
     def _path(self, name: str) -> str:
-        return os.path.join(self.directory, _file_name(name))
+        return _joined(self.directory, name)
 
     def _prepare(self) -> None:
         """Make the directory (0700) or check the one there is ours alone; drop the
@@ -210,6 +210,12 @@ class HostStore(QuotaStore):
 
 
 @functools.lru_cache(maxsize=4096)
+def _joined(directory: str, name: str) -> str:
+    """A key's file in ``directory``, worked out once: every call of a key no process
+    paces yet looks for it."""
+    return os.path.join(directory, _file_name(name))
+
+
 def _file_name(name: str) -> str:
     return name.replace(":", "-") + ".json"
 
