@@ -43,10 +43,13 @@ def _response(status: int) -> httpx.Response:
 
 async def calls_the_collector_freed(one: Callable[[], Awaitable[None]]) -> list[LogicalCall]:
     """The calls of three runs of ``one`` (after a first: lazy imports, caches) that
-    only the cyclic collector freed, not their reference counts."""
+    only the cyclic collector freed, not their reference counts. What existed before
+    them is frozen (``gc.freeze``): the collections look at the runs' objects only,
+    not at the whole suite's heap, which made each of these tests take seconds."""
     await one()
     gc.collect()
     gc.disable()
+    gc.freeze()
     gc.set_debug(gc.DEBUG_SAVEALL)  # keep what a collection finds, to look at it
     try:
         for _ in range(3):
@@ -56,6 +59,7 @@ async def calls_the_collector_freed(one: Callable[[], Awaitable[None]]) -> list[
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
+        gc.unfreeze()
         gc.enable()
 
 

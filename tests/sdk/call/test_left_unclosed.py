@@ -39,6 +39,17 @@ SECRET = "sk-test-secret-key"
 BASE = "http://left.test/v1"
 
 
+@pytest.fixture(autouse=True)
+def _frozen_heap() -> Iterator[None]:
+    """What the suite made before this test is frozen (``gc.freeze``): the test's
+    collections look at its own objects only, not at the whole suite's heap (seconds
+    a collection), and no other test's garbage warns while it counts warnings."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 @pytest.fixture
 def mock() -> Iterator[respx.MockRouter]:
     with respx.mock(base_url=BASE, assert_all_called=False) as router:
