@@ -31,8 +31,16 @@ from typing import Literal
 Mode = Literal["full", "quick", "tiny"]
 Engine = Literal["sim", "vllm"]
 ENGINES: tuple[Engine, ...] = ("sim", "vllm")
-Scenario = Literal["avalanche", "burst", "rebound", "fleet", "quota", "outage"]
-SCENARIOS: tuple[Scenario, ...] = ("avalanche", "burst", "rebound", "fleet", "quota", "outage")
+Scenario = Literal["avalanche", "burst", "rebound", "fleet", "quota", "outage", "replicas"]
+SCENARIOS: tuple[Scenario, ...] = (
+    "avalanche",
+    "burst",
+    "rebound",
+    "fleet",
+    "quota",
+    "outage",
+    "replicas",
+)
 Kind = Literal["short", "medium", "long"]
 
 # Engine flags passed to every `python -m stormguard_server`. The KV cache holds

@@ -197,6 +197,14 @@ class SimEngine:
             raise DeadlineExceeded(0)
         raise InjectedError("injected hang ended without an answer")
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, as vLLM's ``reset_prefix_cache``: only when no
+        request is in the engine (False, and nothing changes, otherwise)."""
+        if self.scheduler.running or self.scheduler.waiting:
+            return False
+        self.allocator.reset_prefix_cache()
+        return True
+
     def abort(self, request_id: str) -> None:
         if request_id in self._streams:
             self._pending_aborts.add(request_id)

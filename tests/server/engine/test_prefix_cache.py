@@ -199,3 +199,30 @@ def test_a_prompt_counted_from_other_text_is_not_cached() -> None:
     engine = SimEngine(SimEngineConfig())
     request = GenerationRequest(request_id="x", prompt="hello", prompt_tokens=900, max_tokens=1)
     assert engine._block_hashes(request) is None
+
+
+async def test_a_reset_empties_the_cache_only_when_the_engine_is_idle() -> None:
+    clock = FakeClock()
+    engine = await started(FAST, clock)
+    try:
+        prompt = tokenizer.apply_chat_template([("user", " ".join(["word"] * 40))])
+        n = tokenizer.count_tokens(prompt)
+
+        def request(name: str) -> GenerationRequest:
+            return GenerationRequest(
+                request_id=name, prompt=prompt, prompt_tokens=n, max_tokens=2, ignore_eos=True
+            )
+
+        await clock.drive(collect(engine.generate(request("a"))))
+        assert engine.allocator.num_cached_blocks > 0
+        engine.scheduler.add(SequenceState(request=request("busy"), target_output_tokens=1))
+        assert engine.reset_prefix_cache() is False  # a request is in the engine
+        assert engine.allocator.num_cached_blocks > 0
+        engine.scheduler.waiting.clear()
+        assert engine.reset_prefix_cache() is True
+        assert engine.allocator.num_cached_blocks == 0
+        await clock.drive(collect(engine.generate(request("b"))))
+        # The same prompt again, after the reset: nothing hit.
+        assert (engine.stats.prefix_cache_queries, engine.stats.prefix_cache_hits) == (2 * n, 0)
+    finally:
+        await engine.stop()
