@@ -7,8 +7,10 @@ the replay, the sampler and the summary are the same code for all three. The fou
 ``fleet`` (a partial outage of several replicas under several client processes), has
 its own runner, figures and plots (the ``fleet`` subpackage) and shares the rest; the
 fifth, ``quota`` (a batch job of several processes on one API key against a hosted
-API's quota, ``quota/``), and the sixth, ``outage`` (a primary provider in partial
-outage and a secondary, ``outage/``), have their own runner and figures, and no plots.
+API's quota, ``quota/``), the sixth, ``outage`` (a primary provider in partial
+outage and a secondary, ``outage/``), and the seventh, ``replicas`` (affinity and
+hedging over replicas with prefix caching, ``replicas/``), have their own runner and
+figures, and no plots.
 """
 
 from __future__ import annotations
