@@ -10,7 +10,9 @@ back after the cold start; both also with openai-python on stormguard's httpx
 transport and with LiteLLM. ``fleet``: a partial outage of several replicas under
 several client processes. ``quota``: a batch job of several processes on one API key
 against a hosted API's quota (OpenAI's 429s, Retry-After, ``x-ratelimit-*``), every
-client side by side, LiteLLM's Router with Redis included. ``stormguard-drill --help``.
+client side by side, LiteLLM's Router with Redis included. ``replicas``: prefix-cache
+affinity and hedged requests over three replicas whose engine caches prefixes.
+``stormguard-drill --help``.
 
 It is a package of its own, beside the server rather than inside it: it drives
 ``stormguard_server`` processes and borrows a few of its pieces (the tiny model

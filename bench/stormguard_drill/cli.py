@@ -7,8 +7,10 @@ the replay, the sampler and the summary are the same code for all three. The fou
 ``fleet`` (a partial outage of several replicas under several client processes), has
 its own runner, figures and plots (the ``fleet`` subpackage) and shares the rest; the
 fifth, ``quota`` (a batch job of several processes on one API key against a hosted
-API's quota, ``quota/``), and the sixth, ``outage`` (a primary provider in partial
-outage and a secondary, ``outage/``), have their own runner and figures, and no plots.
+API's quota, ``quota/``), the sixth, ``outage`` (a primary provider in partial
+outage and a secondary, ``outage/``), and the seventh, ``replicas`` (affinity and
+hedging over replicas with prefix caching, ``replicas/``), have their own runner and
+figures, and no plots.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ from stormguard_drill.quota.config import (
 from stormguard_drill.quota.drill import quota_drill
 from stormguard_drill.quota.summary import quota_targets_line
 from stormguard_drill.records import ADMISSIONS, Admission
+from stormguard_drill.replicas.clients import REPLICAS_CLIENTS, ReplicasClientName
+from stormguard_drill.replicas.config import replicas_preset
+from stormguard_drill.replicas.drill import replicas_drill
+from stormguard_drill.replicas.summary import targets_line as replicas_targets_line
 from stormguard_drill.report import (
     load_average,
     machine,
@@ -108,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(two Deployments), LiteLLM Router (a model group each, fallbacks) and openai on the "
         "primary alone (with and without tenacity), each on its own two servers; the quick "
         "run's pairings at once (--concurrency N: N at once). "
+        "replicas: three replicas with prefix caching, one pairing at a time; multi-turn "
+        "conversations over shared system prompts (stormguard, stormguard with affinity "
+        "keyed by conversation, LiteLLM Router least-busy: prefill computed, TTFT, balance), "
+        "then one replica slow for the middle of the run (stormguard, stormguard with "
+        "HedgePolicy(), LiteLLM Router: TTFT p99, requests per call, loser tokens). "
         "Traffic goes to 127.0.0.1 only.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -142,7 +153,8 @@ def build_parser() -> argparse.ArgumentParser:
         + f" (default: {', '.join(AVALANCHE_CLIENTS)} in the avalanche, "
         + f"{', '.join(FLEET_CLIENTS)} in the fleet (its only clients), all in the others; "
         + f"the quota's: {', '.join(QUOTA_CLIENTS)}, all by default; "
-        + f"the outage's: {', '.join(OUTAGE_CLIENTS)}, all by default)",
+        + f"the outage's: {', '.join(OUTAGE_CLIENTS)}, all by default; "
+        + f"the replicas': {', '.join(REPLICAS_CLIENTS)}, all by default)",
     )
     parser.add_argument(
         "--admission",
@@ -315,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if scenario == "outage":
         _outage_main(args, mode)
+        return
+    if scenario == "replicas":
+        _replicas_main(args, mode)
         return
     config = preset(
         mode,
@@ -501,6 +516,35 @@ def _outage_main(args: argparse.Namespace, mode: Mode) -> None:
         f" {config.deadline_s:g} s a call; wall time {document['wall_time_s']} s"
     )
     print(f"targets (stormguard): {targets_line(document['targets_checked'])}")
+    print(f"JSON: {out / 'drill.json'}")
+
+
+def _replicas_main(args: argparse.Namespace, mode: Mode) -> None:
+    config = replicas_preset(mode, seed=args.seed)
+    out: Path = args.out or Path("bench/results") / f"drill-replicas-{mode}"
+    skipped: dict[str, str] = {}
+    asked = _values(args.clients, "--clients", REPLICAS_CLIENTS)
+    clients: list[ReplicasClientName] = [c for c in REPLICAS_CLIENTS if asked is None or c in asked]
+    if "litellm-router" in clients:
+        reason = unavailable(("litellm-router",)).get("litellm-router")
+        if reason is not None:
+            skipped["litellm-router"] = reason
+            clients.remove("litellm-router")
+            print(f"skipped litellm-router: {reason}", file=sys.stderr)
+    if not clients:
+        raise SystemExit("no client selected: check --clients")
+    document = _run_and_report(
+        replicas_drill(config, out, clients, skipped), out, "replicas", "every replica was stopped"
+    )
+    sizing = document["sizing"]
+    print(
+        f"\n{config.replicas} replicas, KV cache {sizing['kv_blocks']} blocks of 16 each"
+        f" (all conversations' distinct prompt tokens: {sizing['working_set_tokens']});"
+        f" hedging: {config.rate:g} calls/s for {config.hedge_s:g} s, the last replica"
+        f" {config.slow_ms:g} ms slower over [{config.slow_from_s:g}, {config.slow_until_s:g}) s;"
+        f" wall time {document['wall_time_s']} s"
+    )
+    print(f"claims: {replicas_targets_line(document['targets_checked'])}")
     print(f"JSON: {out / 'drill.json'}")
 
 

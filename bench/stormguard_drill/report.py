@@ -139,6 +139,23 @@ _OUTAGE_COLUMNS = (
     ("peak 1st", "primary_peak_over_offered_after", "{:.2f}"),
     ("failed as", "windows.outage.errors", "errors"),
 )
+# The replicas': both parts' rows; prefill tokens computed and the prefix cache's hit
+# rate say what affinity saves, TTFT p99 and requests per call what hedging costs.
+_REPLICAS_COLUMNS = (
+    ("part", "part", "{}"),
+    ("client", "client", "{}"),
+    ("calls", "calls", "{}"),
+    ("success", "success_rate", "{:.1%}"),
+    ("ttft50", "ttft_p50_s", "{:.3f}"),
+    ("ttft99", "ttft_p99_s", "{:.3f}"),
+    ("prefill", "prefill_tokens", "{}"),
+    ("hit", "cache_hit_rate", "{:.1%}"),
+    ("max/fair", "max_over_fair", "{:.2f}"),
+    ("req/call", "requests_per_call", "{:.2f}"),
+    ("hedges", "hedges_sent", "{}"),
+    ("loser tok", "loser_tokens", "{}"),
+    ("failed as", "errors", "errors"),
+)
 _COLUMNS_OF = {
     "avalanche": _COLUMNS,
     "burst": _BACKLOG_COLUMNS,
@@ -146,6 +163,7 @@ _COLUMNS_OF = {
     "fleet": _FLEET_COLUMNS,
     "quota": _QUOTA_COLUMNS,
     "outage": _OUTAGE_COLUMNS,
+    "replicas": _REPLICAS_COLUMNS,
 }
 # Columns of a scenario that say nothing about it: the burst has no crash.
 _HIDDEN = {"burst": {"crash_count", "extra_crashes", "back_s"}}
@@ -158,6 +176,8 @@ SCENARIO_TITLES = {
     "quota": "a batch job on one API key meets a hosted API's quota (TPM/RPM, 429s)",
     "outage": "a provider in partial outage (5xx, hangs, x10 time to first token), then"
     " recovering; a healthy, slower secondary",
+    "replicas": "three replicas with prefix caching: conversations over shared system"
+    " prompts (affinity), then one replica slow for a while (hedging)",
 }
 
 

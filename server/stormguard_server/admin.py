@@ -11,6 +11,8 @@ GETs only read. Routes:
                                     ``oom_crash``
 - ``POST /admin/stall``             freeze the engine loop for ``seconds``
 - ``POST /admin/crash``             crash the engine now (as an OOM would); body ``{}``
+- ``POST /admin/reset_prefix_cache`` empty the prefix cache when the engine is idle
+                                    (``{"reset": false}`` otherwise); body ``{}``
 - ``GET  /admin/engine``            live engine load and lifetime counters
 - ``GET  /admin/quota``             the quota's limits and keys tracked (404 when off)
 - ``POST /admin/quota``             switch ``insufficient_quota`` (every key out of credit)
@@ -110,6 +112,13 @@ def create_admin_app(state: ServerState, *, token: str) -> FastAPI:
             return current
         current.request_crash()
         return {"crash": "requested"}
+
+    @app.post("/admin/reset_prefix_cache")
+    async def reset_prefix_cache(body: CrashRequest) -> Any:
+        reset = getattr(state.engine, "reset_prefix_cache", None)
+        if reset is None:
+            return error_response(404, "this engine has no prefix cache to reset")
+        return {"reset": reset()}
 
     @app.get("/admin/engine")
     async def engine() -> dict[str, Any]:

@@ -33,6 +33,10 @@ class SimEngineConfig:
     # engine "OOMs" and crashes (the OOM avalanche); False = vLLM's
     # recompute preemption of the newest running sequence.
     oom_crash: bool = True
+    # Automatic prefix caching (kv_cache.py): a prompt's full blocks already in the KV
+    # cache are not prefilled again. On, as in vLLM V1; a workload whose prompts share
+    # no leading block (every drill's but the replicas') computes exactly as without.
+    prefix_caching: bool = True
     # Cold restart after a crash, then a warm-up probe, then a slow-start ramp
     # during which the engine's batch (and the admission budget) grow linearly.
     restart_s: float = 3.0

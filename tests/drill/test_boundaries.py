@@ -23,7 +23,7 @@ LAYERS = [
     # The figures read from the records; one logical call replayed through a client.
     {"figures", "app"},
     # The avalanche's runner and summary, and the scenarios each in a package of its own.
-    {"runner", "summary", "fleet", "quota", "outage"},
+    {"runner", "summary", "fleet", "quota", "outage", "replicas"},
     # The command line picks a scenario and writes its document and plots.
     {"cli"},
     {"__main__"},

@@ -21,12 +21,13 @@ pytestmark = pytest.mark.e2e
 Start = ServerFactory
 
 
-def long_prompt_flood_body() -> dict[str, Any]:
+def long_prompt_flood_body(index: int) -> dict[str, Any]:
     # 700 prompt tokens + 10 output: three of these overflow the 2048-token test KV cache
-    # (their prompts alone do), and admission lets two run at once.
+    # (their prompts alone do), and admission lets two run at once. Each starts with
+    # its own number, so no two share a block of the prefix cache.
     return {
         "model": "stormguard-sim",
-        "prompt": " ".join(["word"] * 700),
+        "prompt": " ".join([str(index), *["word"] * 699]),
         "max_tokens": 10,
         "ignore_eos": True,
     }
@@ -37,8 +38,8 @@ async def flood(server: RunningServer, n: int) -> list[httpx.Response | Exceptio
     async with httpx.AsyncClient(limits=limits, timeout=30) as client:
         return await asyncio.gather(
             *(
-                client.post(server.url("/v1/completions"), json=long_prompt_flood_body())
-                for _ in range(n)
+                client.post(server.url("/v1/completions"), json=long_prompt_flood_body(i))
+                for i in range(n)
             ),
             return_exceptions=True,
         )

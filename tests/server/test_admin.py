@@ -377,3 +377,10 @@ def test_help_states_the_admin_rules(capsys: pytest.CaptureFixture[str]) -> None
     for rule in ("Authorization: Bearer TOKEN", "Origin", "localhost", "application/json",
                  ADMIN_TOKEN_ENV, "logged once at start"):  # fmt: skip
         assert rule in out, rule
+
+
+async def test_reset_prefix_cache_empties_an_idle_engines_cache(state: ServerState) -> None:
+    response = await call(state, "POST", "/admin/reset_prefix_cache", json={})
+    assert response.status_code == 200 and response.json() == {"reset": True}
+    refused = await call(state, "POST", "/admin/reset_prefix_cache", content=b'{"now": 1}')
+    assert refused.status_code == 400

@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from stormguard_drill.config import Mode, PromptShape
+from stormguard_drill.config import NO_PREFIX_CACHING, Mode, PromptShape
 from stormguard_server.config import RetryAfterMode
 
 __all__ = [
@@ -51,6 +51,7 @@ BOUNDS: tuple[Bound, ...] = ("tpm", "rpm")
 # call), at most 256 sequences in the batch.
 ANSWER_S = 0.5
 QUOTA_ENGINE_ARGS: tuple[str, ...] = (
+    NO_PREFIX_CACHING,
     "--added-latency-ms",
     str(int(ANSWER_S * 1000)),
     "--step-base-ms",

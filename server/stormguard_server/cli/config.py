@@ -38,6 +38,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         prefill_token_s=args.prefill_token_us / 1e6,
         decode_seq_s=args.decode_seq_us / 1e6,
         oom_crash=args.oom,
+        prefix_caching=args.prefix_caching,
         restart_s=args.restart_s,
         warmup_probe_tokens=args.warmup_probe_tokens,
         slow_start_s=args.slow_start_s,

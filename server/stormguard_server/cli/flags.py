@@ -307,6 +307,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-oom preempts like vLLM instead",
     )
     engine.add_argument(
+        "--prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=_ENGINE.prefix_caching,
+        help="automatic prefix caching as vLLM V1's: a prompt's full KV blocks already "
+        "cached (same leading tokens) are not prefilled again; freed blocks stay cached "
+        "until evicted, least recently used first (on by default, as in vLLM V1)",
+    )
+    engine.add_argument(
         "--restart-s",
         type=_non_negative,
         default=_ENGINE.restart_s,

@@ -81,6 +81,10 @@ class EngineStats:
     requests_deadline_exceeded: int = 0
     requests_failed: int = 0
     prompt_tokens_computed: int = 0
+    # Prefix cache, in tokens as vLLM counts them: prompt tokens looked up when a
+    # request entered the batch, and those found cached (not computed).
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
     output_tokens: int = 0
     steps: int = 0
     preemptions: int = 0

@@ -13,6 +13,11 @@ in arrival order while the batch has room. KV slots come from the
   trusts its memory profile, it starts waiting sequences without checking
   that they will fit, and any allocation that fails raises ``KVExhausted``;
   the engine turns that into a crash: the OOM avalanche's crash.
+
+With ``prefix_caching``, a sequence entering the batch first takes the cached
+blocks its prompt starts with (vLLM's ``get_computed_blocks``): only the rest is
+prefilled, and at least its last token is computed, since sampling needs it. Its
+full blocks are offered to the cache as soon as their slots are reserved.
 """
 
 from __future__ import annotations
@@ -40,6 +45,9 @@ class SequenceState:
     num_computed: int = 0
     output_tokens: int = 0
     text_seed: int = 0
+    # Chained hashes of the prompt's full blocks (prefix_cache.block_hashes); None
+    # when the prompt is neither looked up nor cached (the warm-up probe).
+    block_hashes: tuple[int, ...] | None = None
 
     @property
     def request_id(self) -> str:
@@ -77,6 +85,10 @@ class StepPlan:
 
     work: list[tuple[SequenceState, int]] = field(default_factory=list)
     preempted: list[SequenceState] = field(default_factory=list)
+    # Prefix-cache lookups of the sequences that entered the batch, in tokens, as
+    # vLLM counts them: their tokens queried, and those found cached.
+    cache_queries: int = 0
+    cache_hits: int = 0
 
     @property
     def is_empty(self) -> bool:
@@ -101,8 +113,10 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         oom_crash: bool,
+        prefix_caching: bool = False,
     ) -> None:
         self.allocator = allocator
+        self.prefix_caching = prefix_caching
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.oom_crash = oom_crash
@@ -165,6 +179,7 @@ class Scheduler:
             seq = self.running[index]
             tokens = min(seq.known_tokens - seq.num_computed, budget)
             if self._reserve(seq, tokens, plan):
+                self._offer_blocks(seq, seq.num_computed + tokens)
                 plan.work.append((seq, tokens))
                 budget -= tokens
                 index += 1
@@ -177,16 +192,35 @@ class Scheduler:
 
         while self.waiting and len(self.running) < limit and budget > 0:
             seq = self.waiting[0]
-            tokens = min(seq.known_tokens - seq.num_computed, budget)
-            if not self.oom_crash and not self.allocator.can_allocate(seq, tokens):
+            cached = self._cached_prefix(seq)
+            hit = len(cached) * self.allocator.block_size
+            tokens = min(seq.known_tokens - hit, budget)
+            if not self.oom_crash and not self.allocator.can_allocate(seq, tokens, cached):
                 break  # it waits until blocks are freed
-            if self.allocator.allocate(seq, tokens) is None:
+            if self.allocator.allocate(seq, tokens, cached) is None:
                 raise KVExhausted(f"{seq.request_id}: {tokens} slots do not fit")
+            seq.num_computed = hit
+            if self.prefix_caching and seq.block_hashes is not None:
+                plan.cache_queries += seq.known_tokens
+                plan.cache_hits += hit
+            self._offer_blocks(seq, hit + tokens)
             self.waiting.popleft()
             self.running.append(seq)
             plan.work.append((seq, tokens))
             budget -= tokens
         return plan
+
+    def _cached_prefix(self, seq: SequenceState) -> list[int]:
+        """The cached blocks ``seq`` starts with; never all of its tokens."""
+        if not self.prefix_caching or seq.block_hashes is None:
+            return []
+        return self.allocator.find_cached(seq.block_hashes, seq.known_tokens - 1)
+
+    def _offer_blocks(self, seq: SequenceState, computed_tokens: int) -> None:
+        """Name the prompt's full blocks up to ``computed_tokens`` in the cache."""
+        if self.prefix_caching and seq.block_hashes is not None:
+            full = computed_tokens // self.allocator.block_size
+            self.allocator.cache_blocks(seq, seq.block_hashes, full)
 
     def _reserve(self, seq: SequenceState, tokens: int, plan: StepPlan) -> bool:
         """Slots for a running sequence, preempting the newest ones if allowed."""

@@ -39,6 +39,7 @@ from stormguard_server.engine.base import (
 )
 from stormguard_server.engine.faults import FaultState
 from stormguard_server.engine.kv_cache import BlockAllocator
+from stormguard_server.engine.prefix_cache import block_hashes
 from stormguard_server.engine.scheduler import (
     KVExhausted,
     Scheduler,
@@ -84,6 +85,7 @@ class SimEngine:
             max_num_seqs=config.max_num_seqs,
             max_num_batched_tokens=config.max_num_batched_tokens,
             oom_crash=self.faults.oom_crash,
+            prefix_caching=config.prefix_caching,
         )
         self._streams: dict[str, _Stream] = {}
         self._pending_aborts: set[str] = set()
@@ -195,6 +197,14 @@ class SimEngine:
             raise DeadlineExceeded(0)
         raise InjectedError("injected hang ended without an answer")
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block, as vLLM's ``reset_prefix_cache``: only when no
+        request is in the engine (False, and nothing changes, otherwise)."""
+        if self.scheduler.running or self.scheduler.waiting:
+            return False
+        self.allocator.reset_prefix_cache()
+        return True
+
     def abort(self, request_id: str) -> None:
         if request_id in self._streams:
             self._pending_aborts.add(request_id)
@@ -205,7 +215,12 @@ class SimEngine:
     def _enqueue(self, request: GenerationRequest, deadline: float | None) -> _Stream:
         target = natural_output_tokens(request, self.config.natural_output_tokens)
         seed = zlib.crc32(request.prompt.encode("utf-8", "surrogatepass")) ^ self.config.seed
-        seq = SequenceState(request=request, target_output_tokens=target, text_seed=seed)
+        seq = SequenceState(
+            request=request,
+            target_output_tokens=target,
+            text_seed=seed,
+            block_hashes=self._block_hashes(request),
+        )
         stream = _Stream()
         self._streams[request.request_id] = stream
         self.scheduler.add(seq)
@@ -214,6 +229,17 @@ class SimEngine:
             self._track_deadline(deadline, request.request_id)
         self._wake.set()
         return stream
+
+    def _block_hashes(self, request: GenerationRequest) -> tuple[int, ...] | None:
+        """The prompt's block hashes for the prefix cache; None when caching is off or
+        the prompt's text is not what its token count was taken from (then the prompt
+        is neither looked up nor cached)."""
+        if not self.config.prefix_caching:
+            return None
+        token_ids = tokenizer.encode(request.prompt)
+        if len(token_ids) != request.prompt_tokens:
+            return None
+        return block_hashes(token_ids, self.config.block_size)
 
     def _track_deadline(self, deadline: float, request_id: str) -> None:
         heapq.heappush(self._deadlines, (deadline, request_id))
@@ -240,6 +266,8 @@ class SimEngine:
                 await self._crash(f"out of KV cache: {exc}")
                 continue
             self._stats.preemptions += len(plan.preempted)
+            self._stats.prefix_cache_queries += plan.cache_queries
+            self._stats.prefix_cache_hits += plan.cache_hits
             if plan.is_empty:
                 # Idle: sleep until work arrives, polling now and then for faults
                 # switched on from the admin endpoint (crash now, stall), and waking
@@ -356,6 +384,7 @@ class SimEngine:
         if loop:
             self._stats.oom_restart_loops += 1
         self._fail_everything(EngineCrashed(f"engine crashed: {why}"))
+        self.allocator.reset_prefix_cache()
         self._state = "restarting"
         self._ready_at = now + self.config.restart_s + self._probe_time()
         logger.warning(

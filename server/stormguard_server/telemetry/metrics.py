@@ -44,6 +44,16 @@ _ENGINE_COUNTERS = (
     ),
     ("requests_failed", "engine_requests_failed", "Requests failed by an engine crash."),
     ("prompt_tokens_computed", "engine_prefill_tokens", "Prompt tokens prefilled (recompute too)."),
+    (
+        "prefix_cache_queries",
+        "engine_prefix_cache_queries",
+        "Prompt tokens looked up in the prefix cache as requests entered the batch.",
+    ),
+    (
+        "prefix_cache_hits",
+        "engine_prefix_cache_hits",
+        "Prompt tokens found in the prefix cache (not prefilled).",
+    ),
     ("output_tokens", "engine_output_tokens", "Tokens the engine generated."),
     ("steps", "engine_steps", "Engine steps run."),
     ("preemptions", "engine_preemptions", "Sequences preempted for lack of KV blocks."),
@@ -52,6 +62,21 @@ _ENGINE_COUNTERS = (
     ("restarts", "engine_restarts", "Cold restarts completed."),
     ("oom_restart_loops", "engine_oom_restart_loops", "Crashes soon after a restart."),
     ("injected_errors", "engine_injected_errors", "Requests failed by the error-rate fault."),
+)
+
+# The same counts under vLLM's own names (vllm/v1/metrics/loggers.py), so that what
+# reads a vLLM replica's /metrics reads the simulated engine's the same way.
+_VLLM_COUNTERS = (
+    (
+        "prefix_cache_queries",
+        "vllm:prefix_cache_queries",
+        "Prefix cache queries, in terms of number of queried tokens.",
+    ),
+    (
+        "prefix_cache_hits",
+        "vllm:prefix_cache_hits",
+        "Prefix cache hits, in terms of number of cached tokens.",
+    ),
 )
 
 
@@ -101,6 +126,10 @@ class _LiveCollector(Collector):
         stats = self._engine_stats()
         for field_name, name, doc in _ENGINE_COUNTERS:
             family = CounterMetricFamily(f"{PREFIX}_{name}", doc)
+            family.add_metric([], float(getattr(stats, field_name)))
+            yield family
+        for field_name, name, doc in _VLLM_COUNTERS:
+            family = CounterMetricFamily(name, doc)
             family.add_metric([], float(getattr(stats, field_name)))
             yield family
 
