@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from prometheus_client import generate_latest
 
 from stormguard_server.config import SimEngineConfig
@@ -224,5 +225,31 @@ async def test_a_reset_empties_the_cache_only_when_the_engine_is_idle() -> None:
         await clock.drive(collect(engine.generate(request("b"))))
         # The same prompt again, after the reset: nothing hit.
         assert (engine.stats.prefix_cache_queries, engine.stats.prefix_cache_hits) == (2 * n, 0)
+    finally:
+        await engine.stop()
+
+
+async def test_a_prompt_the_api_just_counted_is_not_tokenized_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    engine = await started(FAST, clock)
+    encoded: list[str] = []
+    real = tokenizer.encode
+
+    def counting(text: str) -> list[int]:
+        encoded.append(text)
+        return real(text)
+
+    monkeypatch.setattr(tokenizer, "encode", counting)
+    try:
+        prompt = tokenizer.apply_chat_template([("user", "counted once " * 30)])
+        n = len(engine.encode(prompt))  # what the API does to check the prompt's length
+        request = GenerationRequest(
+            request_id="a", prompt=prompt, prompt_tokens=n, max_tokens=2, ignore_eos=True
+        )
+        await clock.drive(collect(engine.generate(request)))
+        assert encoded == [prompt]
+        assert engine.stats.prefix_cache_queries >= n
     finally:
         await engine.stop()
