@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .._core.exceptions import CircuitOpenError, QuotaWaitError
-from .._policies.routing.affinity import DEFAULT_EPSILON
+from .._policies.routing.affinity import DEFAULT_EPSILON, DEFAULT_SLACK
 from .call_base import CallBase
 from .call_quota import answered_key, credential, current_key, left_pacing, pace_key
 
@@ -66,6 +66,7 @@ def pick_endpoint(
         usable=partial(usable, call),
         affinity_key=None if affinity is None else key,
         epsilon=DEFAULT_EPSILON if affinity is None else affinity.epsilon,
+        slack=DEFAULT_SLACK if affinity is None else affinity.slack,
         latency=core.latency_routing,
         stream=call.spec.stream,
     )

@@ -53,7 +53,7 @@ from collections.abc import Callable, Collection, Sequence
 from ..._core.clock import Clock
 from ..._core.fork import forget_in_child, fork_safe_lock
 from ...protocol import Priority, ServerLoad
-from .affinity import DEFAULT_EPSILON, affinity_choice
+from .affinity import DEFAULT_EPSILON, DEFAULT_SLACK, affinity_choice
 from .endpoint_config import Endpoint as Endpoint
 from .endpoint_config import SpillOver as SpillOver
 from .endpoint_config import _none_serves
@@ -163,6 +163,7 @@ class EndpointPicker:
         usable: Callable[[EndpointState], bool] = lambda s: True,
         affinity_key: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
+        slack: int = DEFAULT_SLACK,
         latency: LatencyRouting | None = None,
         stream: bool = False,
     ) -> list[EndpointState]:
@@ -172,7 +173,7 @@ class EndpointPicker:
         lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
         in their pool while another usable one exists. With deployments of several
         tiers, tier by tier (1 first), each in that order. With an ``affinity_key``,
-        the key's endpoint (bounded loads with ``epsilon``) comes first in the own
+        the key's endpoint (bounded loads with ``epsilon`` and ``slack``) comes first in the own
         pool's best tier (``choose``). With ``latency``, endpoints are ranked by peak
         EWMA's cost, ``(load + 1) * latency estimate`` of the call's kind (a
         ``stream``'s first chunk, or a plain call's time per token), instead of by
@@ -185,6 +186,7 @@ class EndpointPicker:
             usable=usable,
             affinity_key=affinity_key,
             epsilon=epsilon,
+            slack=slack,
             latency=latency,
             stream=stream,
         )[0]
@@ -199,6 +201,7 @@ class EndpointPicker:
         usable: Callable[[EndpointState], bool] = lambda s: True,
         affinity_key: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
+        slack: int = DEFAULT_SLACK,
         latency: LatencyRouting | None = None,
         stream: bool = False,
     ) -> Ranked:
@@ -223,7 +226,7 @@ class EndpointPicker:
                     keyed = False  # the own pool's best tier only
                     assert affinity_key is not None
                     home, first = self._by_affinity(
-                        own_tier, affinity_key, epsilon, avoided, now, latency, stream
+                        own_tier, affinity_key, (epsilon, slack), avoided, now, latency, stream
                     )
                     ordered += first
                 else:
@@ -267,7 +270,7 @@ class EndpointPicker:
         self,
         states: list[EndpointState],
         key: bytes,
-        epsilon: float,
+        bound: tuple[float, int],
         avoided: set[str],
         now: float,
         latency: LatencyRouting | None,
@@ -282,7 +285,8 @@ class EndpointPicker:
         home, chosen = affinity_choice(
             key,
             states,
-            epsilon=epsilon,
+            epsilon=bound[0],
+            slack=bound[1],
             skip=lambda s: s.name in avoided or s.shedding(now, self._stale_after),
         )
         if chosen is None:
