@@ -48,8 +48,8 @@ the server's requests), and Ray Serve's prefix-aware router when the queue lengt
 differ by more than ``imbalanced_threshold``. Over two endpoints, "fair share
 plus ``slack``" is SGLang's ``max - min`` of ``2 * slack``. ``slack = 2``: at 6
 calls in flight over two endpoints the bound is 5, and a key leaves its home only
-when all 5 others are there too (1 time in 32 by an even split, against 6); at 1
-or 2 in flight, a key is never moved by its own load; from about ``2 * slack /
+when all 5 others are there too (1 time in 32 by an even split, against 6); up to 5
+in flight, never; from about ``2 * slack /
 epsilon`` calls in flight over two endpoints (16) the relative bound is the larger
 and the paper's ``1 + epsilon`` holds, so that one hot key still spills over when
 the client is busy. Two calls above an even share is little to a vLLM replica,
