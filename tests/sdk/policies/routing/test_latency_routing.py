@@ -266,3 +266,33 @@ async def test_with_options_turns_it_on(api: Api) -> None:
 
 def _states(client: Any) -> list[Any]:
     return list(client._core.picker.states)
+
+
+async def test_openai_python_over_the_transport_feeds_it(mode: str) -> None:
+    """A plain call through ``stormguard.httpx_client`` (its answer parsed only for its
+    usage) gives a sample per completion token, as the facade's do."""
+    from tests.sdk.transport.test_transport import Oai
+
+    clock_box: list[FakeClock] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        clock_box[0].advance(2.0 if request.url.host == "a.test" else 0.1)
+        return httpx.Response(200, json=chat_json())
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url__regex=r"http://[ab]\.test/v1/chat/completions").mock(side_effect=answer)
+        oai = Oai(mode, base_url=[A, B], latency_routing=ON)
+        oai.client = oai.client.with_options(base_url=A)
+        clock_box.append(oai.clock)
+        for _ in range(20):
+            await oai.chat()
+        states = oai.http._transport.client._core.picker.states
+    a, b = states
+    assert a.token_latency is not None and b.token_latency is not None
+    assert a.token_latency.value == pytest.approx(1.0)  # 2 s over 2 completion tokens
+    assert b.token_latency.value == pytest.approx(0.05)
+
+
+@pytest.fixture(params=["sync", "async"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
