@@ -16,6 +16,7 @@ from .._core.stop_reason import StopReason
 from .._core.verdict import LimitOutcome, classify
 from .._policies.breaker.states import CircuitState
 from .._policies.routing.ejection_rules import evidence_of
+from .._policies.routing.peak_ewma import token_sample
 from ..protocol import ServerLoad
 from ..telemetry._events import AttemptEnded
 from .call_base import OK, CallBase
@@ -232,7 +233,7 @@ def _latency_sample(
     """The attempt's latency sample (``_policies/routing/peak_ewma.py`` says why
     these): a stream's time to its first chunk, or a lower bound on it when it
     ended before one, cancelled or timed out; a plain call's seconds per
-    completion token. Other endings give none."""
+    completion token (at least 16). Other endings give none."""
     latency = call.core.latency_routing
     assert latency is not None
     stream = call.spec.stream
@@ -243,7 +244,7 @@ def _latency_sample(
             tokens = completion_tokens(usage)
             if tokens is None:
                 return
-            sample = elapsed / tokens
+            sample = token_sample(elapsed, tokens)
         call.core.picker.observe_latency(endpoint, sample, latency, stream=stream)
     elif stream and (outcome == StopReason.CANCELLED or isinstance(error, APITimeoutError)):
         call.core.picker.observe_latency(endpoint, elapsed, latency, stream=True, lower_bound=True)

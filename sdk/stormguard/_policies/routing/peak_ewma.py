@@ -34,7 +34,13 @@ ranked by the one of its kind.
   "answered"): queueing and prefill, what another client's load slows down.
 - A plain call's sample is its latency divided by its completion tokens (from
   its ``usage``; a call without them, such as embeddings or a body the caller
-  reads later, gives none: its latency is in another unit).
+  reads later, gives none: its latency is in another unit), and by no fewer than
+  ``MIN_TOKENS`` (16). A short answer's time is mostly what every call pays once
+  (the round trip, queueing, prefill): divided by its own 1 or 2 tokens, that
+  part would swing 16-fold between two answers of one replica, and a peak-
+  sensitive estimate takes the highest swing (a fast replica's one-token answer
+  looked slower than a slow replica's eight-token one, end to end). Below 16
+  tokens the samples are latencies on one scale; above, per token, as LiteLLM's.
 - A stream attempt that ended before its first chunk after ``t`` seconds,
   cancelled (a hedge race's loser, the caller leaving) or timed out, gives a
   lower bound: the first chunk would have taken more than ``t``. It raises the
@@ -46,8 +52,8 @@ ranked by the one of its kind.
 ranked as the fastest estimate among those being compared (tower starts one at
 a default of 1 s, Finagle at 0 with a penalty once a call is pending; a fixed
 default means nothing for LLMs, whose first chunks take 50 ms to a minute): a
-new endpoint is tried as soon as its load says so, and its first answer places
-it. With no estimate among them, the endpoints are ranked by load alone, as
+new endpoint is tried as soon as its load says so (first among equal costs), and
+its first answer places it. With no estimate among them, the endpoints are ranked by load alone, as
 without ``LatencyRouting``.
 
 No lock here: ``EndpointPicker`` (``_policies/routing/picker.py``) reads and
@@ -58,7 +64,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["PeakEwma", "peak_cost"]
+__all__ = ["MIN_TOKENS", "PeakEwma", "peak_cost", "token_sample"]
+
+#: The fewest completion tokens a plain call's latency is divided by (see above).
+MIN_TOKENS = 16
 
 
 class PeakEwma:
@@ -95,3 +104,9 @@ def peak_cost(score: float, weight: float, latency: float) -> float:
     """Peak EWMA's cost of one more call: ``(load + 1) * latency`` per unit of
     weight, ``score`` being the load per unit of weight (``EndpointState.score``)."""
     return (score + 1.0 / weight) * latency
+
+
+def token_sample(seconds: float, completion_tokens: int) -> float:
+    """A plain call's sample: its latency per completion token, at least
+    ``MIN_TOKENS`` of them."""
+    return seconds / max(completion_tokens, MIN_TOKENS)

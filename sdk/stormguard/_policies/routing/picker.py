@@ -71,6 +71,9 @@ DEFAULT_STALE_AFTER = 5.0
 #: of its ranking; None: no key, or no choice to make). A plain tuple: one is made
 #: for every attempt of every call.
 Ranked = tuple[list[EndpointState], "EndpointState | None"]
+#: What endpoints are ranked by, lower first (``EndpointPicker._rank``): peak EWMA's
+#: cost (0 without ``LatencyRouting``), whether its estimate is known, the load.
+Rank = tuple[float, bool, float]
 
 
 class EndpointPicker:
@@ -244,25 +247,28 @@ class EndpointPicker:
         now: float,
         latency: LatencyRouting | None,
         stream: bool,
-    ) -> Callable[[EndpointState], tuple[float, float]]:
+    ) -> Callable[[EndpointState], Rank]:
         """The key ``states`` are ranked by (lower is better): their load per unit of
-        weight (``EndpointState.score``); with ``latency``, peak EWMA's cost first
-        (an endpoint without an estimate taken as the fastest of ``states``; with no
+        weight (``EndpointState.score``); with ``latency``, peak EWMA's cost first,
+        an endpoint without an estimate taken as the fastest of ``states`` and
+        going first among equal costs, so that each is tried early (with no
         estimate among them, load alone)."""
         stale = self._stale_after
         if latency is None or len(states) <= 1:
-            return lambda s: (0.0, s.score(now, stale))
+            return lambda s: (0.0, False, s.score(now, stale))
         decay = latency.decay
         estimates = {s: s.latency(stream, now, decay) for s in states}
         known = [e for e in estimates.values() if e is not None]
         if not known:
-            return lambda s: (0.0, s.score(now, stale))
+            return lambda s: (0.0, False, s.score(now, stale))
         fastest = min(known)
 
-        def key(s: EndpointState) -> tuple[float, float]:
+        def key(s: EndpointState) -> Rank:
             score = s.score(now, stale)
             estimate = estimates.get(s)
-            return peak_cost(score, s.weight, fastest if estimate is None else estimate), score
+            if estimate is None:
+                return peak_cost(score, s.weight, fastest), False, score
+            return peak_cost(score, s.weight, estimate), True, score
 
         return key
 
@@ -300,7 +306,7 @@ class EndpointPicker:
         self,
         usable_states: list[EndpointState],
         avoided: set[str],
-        rank: Callable[[EndpointState], tuple[float, float]],
+        rank: Callable[[EndpointState], Rank],
     ) -> list[EndpointState]:
         preferred = [s for s in usable_states if s.name not in avoided] or usable_states
         if len(preferred) <= 1:
