@@ -2,7 +2,7 @@
 balance, stormguard with and without affinity beside LiteLLM's Router.
 
     .venv-vllm/bin/python bench/bench_affinity.py [--quick] [--seed 1] [--rounds 2]
-        [--clients sg-none,sg-key,...] [--json out.json]
+        [--clients sg-none,sg-key,...] [--epsilon 0.25] [--slack 2] [--json out.json]
 
 Two replicas of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
 api_server``) serve the tiny random-weight Llama (``stormguard_server.vllm.tiny_model``)
@@ -35,6 +35,8 @@ prefix cache emptied before each (vLLM's ``POST /reset_prefix_cache``, which nee
 * ``sg-key``: the default ``AffinityPolicy()``, each call with its conversation's
   ``prompt_cache_key``;
 * ``sg-derived``: ``AffinityPolicy(derive_from_prompt=True)``, no key;
+  (both with ``--epsilon`` and ``--slack``: ``--slack 0`` is the bound of epsilon
+  alone, the affinity measured before the slack);
 * ``litellm-lb``: LiteLLM ``Router(routing_strategy="least-busy")``, a deployment per
   replica (``hosted_vllm/``);
 * ``litellm-pc``: the same with ``optional_pre_call_checks=["prompt_caching"]``, its
@@ -107,6 +109,7 @@ from vllm_bench import (
 
 #: AffinityPolicy's default: at most 1.25 times an endpoint's share of calls in flight.
 DEFAULT_EPSILON = AffinityPolicy().epsilon
+DEFAULT_SLACK = AffinityPolicy().slack
 TARGET_PREFILL_CUT = 0.40
 TARGET_TTFT_CUT = 0.30
 TARGET_MAX_SHARE = 1.25
@@ -264,17 +267,24 @@ def _replica_of(text: str | None, replicas: Sequence[Replica]) -> str | None:
     return None
 
 
+def sg_affinity(name: str, epsilon: float, slack: int) -> AffinityPolicy | None:
+    """The ``affinity`` option of stormguard's client ``name``."""
+    return {
+        "sg-none": None,
+        "sg-key": AffinityPolicy(epsilon=epsilon, slack=slack),
+        "sg-derived": AffinityPolicy(epsilon=epsilon, slack=slack, derive_from_prompt=True),
+    }[name]
+
+
 @contextlib.asynccontextmanager
-async def client_for(name: str, replicas: Sequence[Replica], epsilon: float) -> Any:
+async def client_for(
+    name: str, replicas: Sequence[Replica], epsilon: float, slack: int = DEFAULT_SLACK
+) -> Any:
     urls = [r.base_url for r in replicas]
     if name.startswith("sg-"):
         import stormguard
 
-        affinity = {
-            "sg-none": None,
-            "sg-key": AffinityPolicy(epsilon=epsilon),
-            "sg-derived": AffinityPolicy(epsilon=epsilon, derive_from_prompt=True),
-        }[name]
+        affinity = sg_affinity(name, epsilon, slack)
         client = stormguard.AsyncClient(base_url=urls, model=MODEL, timeout=120, affinity=affinity)
 
         async def sg_call(conv: Conversation, turn: int, messages: list[dict[str, Any]]) -> Any:
@@ -417,6 +427,7 @@ def run_client(
     seed: int,
     round_: int,
     epsilon: float = DEFAULT_EPSILON,
+    slack: int = DEFAULT_SLACK,
 ) -> Run:
     for replica in replicas:
         replica.reset_prefix_cache()
@@ -424,7 +435,7 @@ def run_client(
     run = Run(client=name, round=round_, seed=seed)
 
     async def main() -> None:
-        async with client_for(name, replicas, epsilon) as call:
+        async with client_for(name, replicas, epsilon, slack) as call:
             await drive(call, conversations, in_flight=in_flight, seed=seed, run=run)
 
     asyncio.run(main())
@@ -539,6 +550,13 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_EPSILON,
         help="AffinityPolicy.epsilon of sg-key and sg-derived (default 0.25)",
     )
+    parser.add_argument(
+        "--slack",
+        type=int,
+        default=DEFAULT_SLACK,
+        help=f"AffinityPolicy.slack of sg-key and sg-derived (default {DEFAULT_SLACK};"
+        " 0: epsilon's bound alone)",
+    )
     args = parser.parse_args(argv)
 
     shape = shape_from(args, QUICK if args.quick else Shape())
@@ -552,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
         print(
             f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds},"
-            f" affinity epsilon {args.epsilon}"
+            f" affinity epsilon {args.epsilon}, slack {args.slack}"
         )
         print(
             f"tokens: all conversations' distinct prompt {sized['working_set']}, the longest"
@@ -582,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                         seed=seed,
                         round_=round_,
                         epsilon=args.epsilon,
+                        slack=args.slack,
                     )
                     figures = runs[name].figures(None)
                     print(

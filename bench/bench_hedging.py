@@ -31,6 +31,12 @@ in a seeded order per round:
 * ``sg-hedge-fixed``: ``HedgePolicy(delay=D)``, D from ``--fixed-delay`` or, by
   default, the calibration: the p95 time to first chunk of 40 calls through
   ``sg-default`` with no flood, before the first round;
+* ``sg-ewma``: ``LatencyRouting()``, no hedging: the two choices compare ``(load +
+  1) * the endpoint's peak-EWMA time to first chunk``, so the flooded replica is
+  avoided once one of its first chunks was slow (and tried again as its estimate
+  decays);
+* ``sg-ewma-hedge``: ``LatencyRouting()`` and ``HedgePolicy()``: the probes that
+  still reach the flooded replica are what hedging is left to rescue;
 * ``litellm-lb``: LiteLLM ``Router(routing_strategy="least-busy", num_retries=0)``,
   a deployment per replica; LiteLLM has no hedged requests.
 
@@ -42,8 +48,9 @@ tokens the replicas generated (``vllm:generation_tokens``) less those of the ans
 the client used (each stream's ``usage``) and the flood's, over all generated; hedges
 sent and won (stormguard's ``client.stats()``); failures.
 
-Targets (hedging against ``sg-default``): TTFT p99 at most half, at most 1.05 attempts
-per call, at most 2 % of generated tokens on losers. ``--quick``: 60 calls, one round.
+Targets (hedging and latency-aware choice against ``sg-default``): TTFT p99 at most
+half, at most 1.05 attempts per call, at most 2 % of generated tokens on losers.
+``--quick``: 60 calls, one round.
 Not a timed test: the numbers depend on the machine.
 """
 
@@ -72,8 +79,9 @@ TARGET_ATTEMPTS = 1.05
 TARGET_LOSER_SHARE = 0.02
 MAX_TOKENS = 16
 MAX_MODEL_LEN = 4096  # the tiny model's max_position_embeddings
-CLIENTS = ("sg-default", "sg-hedge", "sg-hedge-fixed", "litellm-lb")
-HEDGE_CLIENTS = ("sg-hedge", "sg-hedge-fixed")
+CLIENTS = ("sg-default", "sg-hedge", "sg-hedge-fixed", "sg-ewma", "sg-ewma-hedge", "litellm-lb")
+#: The clients judged against the targets.
+HEDGE_CLIENTS = ("sg-hedge", "sg-hedge-fixed", "sg-ewma", "sg-ewma-hedge")
 BASELINE = "sg-default"
 CALIBRATION_CALLS = 40
 
@@ -254,19 +262,31 @@ async def _read(stream: Any, started: float) -> tuple[float | None, int]:
     return first, usage if usage is not None else chunks
 
 
+def sg_options(name: str, fixed_delay: float) -> dict[str, Any]:
+    """The ``AsyncClient`` options of stormguard's client ``name`` beside its
+    endpoints (its hedging and its latency-aware choice)."""
+    from stormguard import HedgePolicy, LatencyRouting
+
+    hedge = {
+        "sg-default": None,
+        "sg-hedge": HedgePolicy(),
+        "sg-hedge-fixed": HedgePolicy(delay=fixed_delay),
+        "sg-ewma": None,
+        "sg-ewma-hedge": HedgePolicy(),
+    }[name]
+    latency = LatencyRouting() if name.startswith("sg-ewma") else None
+    return {"hedge": hedge, "latency_routing": latency}
+
+
 @contextlib.asynccontextmanager
 async def client_for(name: str, replicas: Sequence[Replica], fixed_delay: float, run: Run) -> Any:
     urls = [r.base_url for r in replicas]
     if name.startswith("sg-"):
         import stormguard
-        from stormguard import HedgePolicy
 
-        hedge = {
-            "sg-default": None,
-            "sg-hedge": HedgePolicy(),
-            "sg-hedge-fixed": HedgePolicy(delay=fixed_delay),
-        }[name]
-        client = stormguard.AsyncClient(base_url=urls, model=MODEL, timeout=60, hedge=hedge)
+        client = stormguard.AsyncClient(
+            base_url=urls, model=MODEL, timeout=60, **sg_options(name, fixed_delay)
+        )
         attempts = 0
 
         async def sg_call(prompt: str) -> tuple[float | None, int]:

@@ -114,6 +114,7 @@ if TYPE_CHECKING:
         EndpointStatus,
     )
     from ._policies.routing.endpoint_config import Endpoint, SpillOver
+    from ._policies.routing.latency_config import LatencyRouting
     from ._policies.routing.tiers import DeploymentSnapshot
     from ._transport.clients import async_httpx_client, httpx_client, openai_http_library
     from ._transport.transport import AsyncStormguardTransport, StormguardTransport
@@ -187,6 +188,7 @@ __all__ = [
     "Fallbacks",
     "HedgePolicy",
     "InternalServerError",
+    "LatencyRouting",
     "LegacyAPIResponse",
     "LimitSnapshot",
     "LocalQueueFullError",
@@ -259,6 +261,7 @@ _MODULES: dict[str, str] = {
     "DeadlineTransport": "._io.deadline_transport",
     "AffinityPolicy": "._policies.routing.affinity_config",
     "HedgePolicy": "._policies.hedge.policy",
+    "LatencyRouting": "._policies.routing.latency_config",
     "Deployment": "._policies.routing.deployment",
     "Pin": "._policies.routing.deployment",
     "DeploymentSnapshot": "._policies.routing.tiers",

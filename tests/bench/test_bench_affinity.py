@@ -229,3 +229,12 @@ def test_the_affinity_floor_keeps_a_conversation_on_one_replica() -> None:
     # Each later turn re-sends the earlier ones: most of every prompt is cached.
     assert 0 < floor < every / 2
     assert floor == ba.affinity_floor(conversations, ids, seed=6)
+
+
+def test_each_stormguard_client_has_its_affinity() -> None:
+    assert ba.sg_affinity("sg-none", 0.25, 2) is None
+    assert ba.sg_affinity("sg-key", 0.5, 0) == AffinityPolicy(epsilon=0.5, slack=0)
+    assert ba.sg_affinity("sg-derived", 0.25, 3) == AffinityPolicy(
+        epsilon=0.25, slack=3, derive_from_prompt=True
+    )
+    assert ba.DEFAULT_SLACK == AffinityPolicy().slack == 2

@@ -129,3 +129,18 @@ def test_the_driver_keeps_its_bound_in_flight_and_counts_each_failure() -> None:
     assert peak == 3
     assert (run.calls, run.failures, len(run.ttfts), run.used_tokens) == (6, 2, 4, 64)
     assert run.errors == ["RuntimeError: refused", "a stream without a chunk"]
+
+
+def test_each_stormguard_client_has_its_options() -> None:
+    from stormguard import HedgePolicy, LatencyRouting
+
+    options = {name: bh.sg_options(name, 0.3) for name in bh.CLIENTS if name.startswith("sg-")}
+    assert options["sg-default"] == {"hedge": None, "latency_routing": None}
+    assert options["sg-hedge"] == {"hedge": HedgePolicy(), "latency_routing": None}
+    assert options["sg-hedge-fixed"]["hedge"] == HedgePolicy(delay=0.3)
+    assert options["sg-ewma"] == {"hedge": None, "latency_routing": LatencyRouting()}
+    assert options["sg-ewma-hedge"] == {
+        "hedge": HedgePolicy(),
+        "latency_routing": LatencyRouting(),
+    }
+    assert set(bh.HEDGE_CLIENTS) == set(options) - {bh.BASELINE}

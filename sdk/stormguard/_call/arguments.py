@@ -27,6 +27,7 @@ from .._policies.routing.affinity_config import DEFAULT_AFFINITY, AffinityPolicy
 from .._policies.routing.ejection_config import EjectionConfig
 from .._policies.routing.ejection_status import EjectionListener
 from .._policies.routing.endpoint_config import Endpoint, SpillOver
+from .._policies.routing.latency_config import LatencyRouting
 from ..protocol import Priority
 from ..telemetry._events import Observer
 from .openai_conventions import NOT_GIVEN, NotGiven, TimeoutLike, Unset
@@ -91,6 +92,7 @@ class CallSettings:
     stream_timeouts: StreamTimeouts | None = None
     affinity: AffinityPolicy | None = DEFAULT_AFFINITY
     hedge: HedgePolicy | None = None
+    latency_routing: LatencyRouting | None = None
 
 
 def checked_stream_timeouts(value: object) -> StreamTimeouts | None:
@@ -132,6 +134,7 @@ class StormguardOptions(TypedDict, total=False):
     quota: QuotaPolicy | None
     affinity: AffinityPolicy | None
     hedge: HedgePolicy | None
+    latency_routing: LatencyRouting | None
 
 
 class ClientOptions(StormguardOptions, total=False):
@@ -188,6 +191,10 @@ class ClientOptions(StormguardOptions, total=False):
     ``hedge`` sends one more attempt of a call that is slow to answer to another
     endpoint, and keeps the first answer (``HedgePolicy``; None, the default, turns
     it off; also per call; docs/resilience.md, "Hedged requests").
+    ``latency_routing`` ranks endpoints of several by how fast they have answered
+    this client as well as by load, so that a replica slowed by others' calls is
+    avoided (``LatencyRouting``, peak EWMA; None, the default, turns it off;
+    docs/resilience.md, "Latency-aware choice").
     """
 
     base_url: BaseURL | None
@@ -221,3 +228,4 @@ class ClientChanges(TypedDict, total=False):
     stream_timeouts: StreamTimeouts | None
     affinity: AffinityPolicy | None
     hedge: HedgePolicy | None
+    latency_routing: LatencyRouting | None

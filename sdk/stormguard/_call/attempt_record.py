@@ -5,6 +5,7 @@ the throttle (one ``Verdict`` read by each), and its ``AttemptRecord``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .._core.exceptions import APIError, APIStatusError, APITimeoutError
@@ -15,6 +16,7 @@ from .._core.stop_reason import StopReason
 from .._core.verdict import LimitOutcome, classify
 from .._policies.breaker.states import CircuitState
 from .._policies.routing.ejection_rules import evidence_of
+from .._policies.routing.peak_ewma import token_sample
 from ..protocol import ServerLoad
 from ..telemetry._events import AttemptEnded
 from .call_base import OK, CallBase
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "close_record",
+    "completion_tokens",
     "deadline_error",
     "deadline_passed",
     "failed",
@@ -118,16 +121,17 @@ def _note(call: CallBase, status: int | None, error_type: str | None) -> None:
     call._pending = (status, error_type, call.core.clock.now() - call._started)
 
 
-def close_record(call: CallBase, outcome: str) -> None:
+def close_record(call: CallBase, outcome: str, usage: object = None) -> None:
     """Close the attempt's record with ``outcome`` (settling an attempt still in
-    flight first); the caller then takes the step the outcome leads to."""
+    flight first, with the answer's ``usage`` when it has one); the caller then
+    takes the step the outcome leads to."""
     if call.machine.state not in ATTEMPT_OPEN:
         return  # no attempt was sent (refused before it: open breaker, throttle)
     status, error_type, duration = call._pending or (None, None, 0.0)
     if call._pending is None:
         duration = call.core.clock.now() - call._started
     if call.machine.state in IN_FLIGHT:
-        _settle_attempt(call, outcome, None if outcome == OK else call._attempt_error)
+        _settle_attempt(call, outcome, None if outcome == OK else call._attempt_error, usage)
     lease = call._lease
     if outcome != OK or not call.spec.stream:
         call.release_slot()  # a stream holds its slot until it ends (``ended``)
@@ -183,21 +187,25 @@ def stop_open_attempt(call: CallBase) -> None:
 
 
 def _settle_attempt(
-    call: CallBase, outcome: str | None, error: BaseException | None = None
+    call: CallBase, outcome: str | None, error: BaseException | None = None, usage: object = None
 ) -> None:
     """Tell the lease, the breaker, ejection and the throttle how the attempt in
     flight went, once: as soon as it failed (so the retry decision sees an opened
-    breaker) or when it ended. Nothing is told of a cancelled attempt: that says
+    breaker) or when it ended; and the endpoint's latency estimate, with
+    ``LatencyRouting``. Nothing else is told of a cancelled attempt: that says
     nothing about the server."""
     permit, call._permit = call._permit, None
-    if outcome == "cancelled":
+    # A stream settles at its first chunk: the time so far is its first token's.
+    elapsed = call.core.clock.now() - call._started
+    if call.core.latency_routing is not None and call._endpoint is not None:
+        _latency_sample(call, call._endpoint, outcome, error, elapsed, usage)
+    if outcome == StopReason.CANCELLED:
         if permit is not None:
             permit.ignore()
         return
     verdict = classify(error, call.core.retry_policy)  # read by each policy below
     if call._lease is not None:
-        # A stream settles at its first chunk: the time so far is its first token's.
-        ttft = call.core.clock.now() - call._started if call.spec.stream else None
+        ttft = elapsed if call.spec.stream else None
         # A quota 429 the pacer paces is the caller's rate, not the server's load.
         limit = LimitOutcome.IGNORED if call._quota_refusal else verdict.limit
         call._lease.mark(limit, call.server_load, ttft)
@@ -212,6 +220,45 @@ def _settle_attempt(
             _after_ejection(call, endpoint)
     if call.core.throttle is not None:
         call.core.throttle.record(error, verdict=verdict)
+
+
+def _latency_sample(
+    call: CallBase,
+    endpoint: EndpointState,
+    outcome: str | None,
+    error: BaseException | None,
+    elapsed: float,
+    usage: object,
+) -> None:
+    """The attempt's latency sample (``_policies/routing/peak_ewma.py`` says why
+    these): a stream's time to its first chunk, or a lower bound on it when it
+    ended before one, cancelled or timed out; a plain call's seconds per
+    completion token (at least 16). Other endings give none."""
+    latency = call.core.latency_routing
+    assert latency is not None
+    stream = call.spec.stream
+    if outcome == OK:
+        if stream:
+            sample = elapsed
+        else:
+            tokens = completion_tokens(usage)
+            if tokens is None:
+                return
+            sample = token_sample(elapsed, tokens)
+        call.core.picker.observe_latency(endpoint, sample, latency, stream=stream)
+    elif stream and (outcome == StopReason.CANCELLED or isinstance(error, APITimeoutError)):
+        call.core.picker.observe_latency(endpoint, elapsed, latency, stream=True, lower_bound=True)
+
+
+def completion_tokens(usage: object) -> int | None:
+    """The completion (or Responses API output) tokens an answer's ``usage`` counts;
+    None: none counted."""
+    if not isinstance(usage, Mapping):
+        return None
+    tokens = usage.get("completion_tokens", usage.get("output_tokens"))
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+        return None
+    return tokens
 
 
 def _after_breaker_failure(call: CallBase, endpoint: EndpointState) -> None:

@@ -179,13 +179,19 @@ def finish(call: CallBase, result: R | httpx.Response | object) -> Any:
         return _finished(call, result)
     if isinstance(result, response_types()):
         info = call_info(call, result)
-        succeeded_info(call, info)
-        result.extensions[CALL_INFO_EXTENSION] = info
         payload = None
-        if call._trace is not None or call._reservation is not None or quota_learns(call):
+        if (
+            call._trace is not None
+            or call._reservation is not None
+            or quota_learns(call)
+            or call.core.latency_routing is not None
+        ):
             payload = parse_json_object(result.content)
-            if payload is not None:
-                settle(call, payload.get("usage"))
+        usage = None if payload is None else payload.get("usage")
+        succeeded_info(call, info, usage)
+        result.extensions[CALL_INFO_EXTENSION] = info
+        if payload is not None:
+            settle(call, usage)
         if call._trace is not None:
             ended(call, response=None if payload is None else summarize(payload))
     return result
@@ -219,15 +225,17 @@ def _finished(call: CallBase, result: R) -> R:
 
 def succeeded(call: CallBase, result: R) -> R:
     """Close the history with an ``ok`` attempt and attach it to the result."""
+    usage = result.get("usage")
     if result.call_info is not None:
-        succeeded_info(call, result.call_info)
-    settle(call, result.get("usage"))
+        succeeded_info(call, result.call_info, usage)
+    settle(call, usage)
     return result
 
 
-def succeeded_info(call: CallBase, info: CallInfo) -> None:
-    """Close the history with an ``ok`` attempt and attach it to ``info``."""
-    close_record(call, OK)
+def succeeded_info(call: CallBase, info: CallInfo, usage: object = None) -> None:
+    """Close the history with an ``ok`` attempt (its answer's ``usage``, when known)
+    and attach it to ``info``."""
+    close_record(call, OK, usage)
     call.machine.step("succeeded")
     info.attempt_history = tuple(call.history)
     info.precheck = call.precheck

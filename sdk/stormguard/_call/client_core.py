@@ -34,6 +34,7 @@ from .._policies.routing.ejection import EjectionTracker
 from .._policies.routing.ejection_config import EjectionConfig
 from .._policies.routing.ejection_status import EjectionListener, EjectionTransition
 from .._policies.routing.endpoint_config import Endpoint, SpillOver
+from .._policies.routing.latency_config import LatencyRouting
 from .._policies.routing.picker import EndpointPicker
 from .._policies.routing.tiers import TierWatch
 from ..openai_errors import openai_errors_option
@@ -144,6 +145,7 @@ class ClientCore(SpecBuilder):
         quota: QuotaPolicy | None = DEFAULT_QUOTA,
         affinity: AffinityPolicy | None = DEFAULT_AFFINITY,
         hedge: HedgePolicy | None = None,
+        latency_routing: LatencyRouting | None = None,
     ) -> None:
         if base_url is None:
             base_url = (
@@ -215,6 +217,7 @@ class ClientCore(SpecBuilder):
                 stream_timeouts=stream_timeouts,
                 affinity=affinity,
                 hedge=hedge,
+                latency_routing=latency_routing,
             )
         )
         #: Receives every call's events (spans, metrics); None: no events at all.

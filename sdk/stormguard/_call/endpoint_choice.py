@@ -9,7 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from .._core.exceptions import CircuitOpenError, QuotaWaitError
-from .._policies.routing.affinity import DEFAULT_EPSILON
+from .._policies.routing.affinity import DEFAULT_EPSILON, DEFAULT_SLACK
 from .call_base import CallBase
 from .call_quota import answered_key, credential, current_key, left_pacing, pace_key
 
@@ -66,6 +66,9 @@ def pick_endpoint(
         usable=partial(usable, call),
         affinity_key=None if affinity is None else key,
         epsilon=DEFAULT_EPSILON if affinity is None else affinity.epsilon,
+        slack=DEFAULT_SLACK if affinity is None else affinity.slack,
+        latency=core.latency_routing,
+        stream=call.spec.stream,
     )
     if call.spec.pin is not None:
         _serving(call)  # a clear error when the pin leaves none of the model's
@@ -320,7 +323,8 @@ def hedge_target(call: CallBase) -> EndpointState | None:
     its model and class and is in rotation (not ejected, breaker accepting), not
     the one its own attempt is on, not shedding, not paused by its limiter, with a
     free concurrency slot (a hedge that queues is no faster); untried first, then
-    by load, as a retry's. None: no endpoint can take it."""
+    by load (with ``LatencyRouting``, by load and latency), as a retry's. None: no
+    endpoint can take it."""
     core = call.core
     own = own_endpoint(call)
     candidates, _ = core.picker.choose(
@@ -329,6 +333,8 @@ def hedge_target(call: CallBase) -> EndpointState | None:
         spill=core.spill_over,
         avoid=call._tried,
         usable=partial(usable, call),
+        latency=core.latency_routing,
+        stream=call.spec.stream,
     )
     limiter = core.limiter
     for state in candidates:

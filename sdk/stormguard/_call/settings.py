@@ -20,6 +20,7 @@ from .._policies.retry.retry import RetryPolicy
 from .._policies.routing.affinity_config import checked_affinity
 from .._policies.routing.deployment import Deployment, is_account_header
 from .._policies.routing.endpoint_config import Endpoint, check_served
+from .._policies.routing.latency_config import checked_latency
 from .._version import __version__
 from ..protocol import (
     HEADER_ENDPOINT_LOAD_METRICS_FORMAT,
@@ -102,6 +103,10 @@ class ClientSettings:
         #: with one endpoint, where a hedge has nowhere else to go.
         self.hedge = checked_hedge(settings.hedge)
         self.hedge_calls = self.hedge if self.several_endpoints else None
+        #: Latency-aware choice (None: turned off, or one endpoint: no choice to make,
+        #: and no sample worth taking).
+        latency = checked_latency(settings.latency_routing)
+        self.latency_routing = latency if self.several_endpoints else None
         default_headers = drop_omitted(settings.default_headers or {})
         priority = settings.priority
         #: The class of the client's calls (its ``x-priority``), which picks their pool.

@@ -321,6 +321,31 @@ async def test_a_stream_hedge_wins_at_its_first_chunk(router: respx.MockRouter, 
     ]
 
 
+async def test_a_stream_race_loser_gives_its_endpoint_a_lower_bound(
+    router: respx.MockRouter, make: Any
+) -> None:
+    """With ``LatencyRouting``, the cancelled loser's first chunk is known to take
+    longer than it waited: its endpoint's estimate is at least that, and the next
+    stream goes to the winner's endpoint first."""
+    body = Hanging()
+    slow = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=body)
+    fast = httpx.Response(
+        200, headers={"content-type": "text/event-stream"}, content=sse(chunk("x"))
+    )
+    serve(router, slow, fast)
+    client = make(latency_routing=stormguard.LatencyRouting())
+    stream = await client.chat.completions.create(messages=MESSAGES, stream=True)
+    assert [c async for c in stream]
+    lost, won = stream.attempt_history
+    states = {s.name: s for s in client._core.picker.states}
+    loser = states[lost.endpoint].first_chunk_latency
+    assert loser is not None and loser.value >= HEDGE.delay
+    winner = states[won.endpoint].first_chunk_latency
+    assert winner is not None and winner.value < loser.value
+    ranked = client._core.picker.candidates(latency=client._core.latency_routing, stream=True)
+    assert ranked[0].name == won.endpoint
+
+
 async def test_the_token_reservation_is_charged_once(router: respx.MockRouter, make: Any) -> None:
     serve(router, "hang", httpx.Response(200, json=chat_json()))  # usage: 7 tokens
     clock = FakeClock()

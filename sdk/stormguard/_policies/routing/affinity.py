@@ -35,7 +35,25 @@ at most a quarter over its share, the most one client should add to a replica
 that is already the busiest. With few calls in flight the bound is coarse, and an
 even load's chance swings cross it: at 6 calls over two endpoints, 18-32 % of a
 chat's turns left their home on real vLLM (docs/benchmarks.md, "Prefix-cache
-affinity on real vLLM"); a larger ``epsilon`` keeps them home.
+affinity on real vLLM"): the bound was 4 of 6, and an even split of the other 5
+calls' keys puts 4 or 5 on one home 6 times in 32.
+
+**Slack** (``slack``, whole calls): an endpoint also takes the call while it holds
+fewer than its fair share plus ``slack``, whichever bound is larger. Gateways that
+route on prefixes add the same absolute margin to a relative one, for the same
+reason: SGLang's router leaves cache-aware routing only when the load is
+imbalanced by both measures (``max - min > --balance-abs-threshold`` and ``max >
+--balance-rel-threshold * min``; 32 and 1.1 in its library's defaults, counted in
+the server's requests), and Ray Serve's prefix-aware router when the queue lengths
+differ by more than ``imbalanced_threshold``. Over two endpoints, "fair share
+plus ``slack``" is SGLang's ``max - min`` of ``2 * slack``. ``slack = 2``: at 6
+calls in flight over two endpoints the bound is 5, and a key leaves its home only
+when all 5 others are there too (1 time in 32 by an even split, against 6); up to 5
+in flight, never; from about ``2 * slack /
+epsilon`` calls in flight over two endpoints (16) the relative bound is the larger
+and the paper's ``1 + epsilon`` holds, so that one hot key still spills over when
+the client is busy. Two calls above an even share is little to a vLLM replica,
+which batches up to 256 sequences by default.
 """
 
 from __future__ import annotations
@@ -52,6 +70,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_EPSILON",
     "DEFAULT_PREFIX_CHARS",
+    "DEFAULT_SLACK",
     "affinity_choice",
     "key_of",
     "load_bound",
@@ -62,6 +81,9 @@ __all__ = [
 #: How far over its fair share of this client's calls in flight an endpoint may go
 #: before a call walks on to the key's next endpoint (``AffinityPolicy.epsilon``).
 DEFAULT_EPSILON = 0.25
+#: Calls in flight an endpoint may hold above its fair share of this client's, however
+#: few are in flight, before a key's calls move on (``AffinityPolicy.slack``).
+DEFAULT_SLACK = 2
 #: How much of a prompt a derived key reads: 16,384 characters, the horizon of the
 #: Gateway API Inference Extension's prefix-cache scorer (256 blocks of 16 tokens at
 #: about 4 characters a token), past which two prompts that share their start count
@@ -177,11 +199,13 @@ def ranking(key: bytes, states: Sequence[EndpointState]) -> list[EndpointState]:
     return [states[index] for _, _, index in sorted(_ranked(key, states))]
 
 
-def load_bound(total_in_flight: int, weight_share: float, epsilon: float) -> int:
-    """The attempts in flight an endpoint may hold before it takes one more:
-    ``ceil((1 + epsilon) * (total + 1) * share)`` (the ``+ 1`` is the call being
-    placed; rounded to 9 places first, so that 1.25 * 4 * 0.25 is 1.25, not above)."""
-    return math.ceil(round((1.0 + epsilon) * (total_in_flight + 1) * weight_share, 9))
+def load_bound(total_in_flight: int, weight_share: float, epsilon: float, slack: int = 0) -> int:
+    """The attempts in flight an endpoint may hold before it takes one more: its fair
+    share ``(total + 1) * share`` (the ``+ 1`` is the call being placed) times ``1 +
+    epsilon``, or plus ``slack``, whichever is larger, rounded up (to 9 places
+    first, so that 1.25 * 4 * 0.25 is 1.25, not above)."""
+    fair = (total_in_flight + 1) * weight_share
+    return math.ceil(round(max((1.0 + epsilon) * fair, fair + slack), 9))
 
 
 def affinity_choice(
@@ -190,6 +214,7 @@ def affinity_choice(
     *,
     epsilon: float,
     skip: Callable[[EndpointState], bool],
+    slack: int = 0,
 ) -> tuple[EndpointState, EndpointState | None]:
     """The key's home among ``states`` (the first of its ranking), and the endpoint
     the call goes to: the first of the ranking not ``skip``-ped (shedding, tried
@@ -202,7 +227,7 @@ def affinity_choice(
     def fits(state: EndpointState) -> bool:
         if skip(state):
             return False
-        return state.in_flight < load_bound(total, state.weight / weights, epsilon)
+        return state.in_flight < load_bound(total, state.weight / weights, epsilon, slack)
 
     home = states[min(scored)[2]]
     if fits(home):  # most calls: their home, found without sorting

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .affinity import DEFAULT_EPSILON, DEFAULT_PREFIX_CHARS, key_of
+from .affinity import DEFAULT_EPSILON, DEFAULT_PREFIX_CHARS, DEFAULT_SLACK, key_of
 
 __all__ = ["DEFAULT_AFFINITY", "AffinityPolicy", "checked_affinity"]
 
@@ -22,15 +22,17 @@ class AffinityPolicy:
 
     A call with a key goes to the key's endpoint (weighted rendezvous hashing over
     the endpoints' names) while that endpoint holds less than ``1 + epsilon`` times
-    its fair share of this client's calls in flight, does not shed and is in
-    rotation; else to the key's next endpoint, and with none, by load as any call.
+    its fair share of this client's calls in flight, or that share plus ``slack``
+    calls (whichever is more: the slack is what keeps keys home when few calls
+    are in flight), does not shed and is in rotation; else to the key's next
+    endpoint, and with none, by load as any call.
     The key is the body's ``prompt_cache_key``; with ``derive_from_prompt``, a call
     without one takes the start of its prompt (at most ``prefix_chars``
     characters: chat messages through the first user message, the start of a
     completion's ``prompt`` or a response's ``input``).
 
-    >>> AffinityPolicy().epsilon, AffinityPolicy().derive_from_prompt
-    (0.25, False)
+    >>> AffinityPolicy().epsilon, AffinityPolicy().slack, AffinityPolicy().derive_from_prompt
+    (0.25, 2, False)
     >>> AffinityPolicy(derive_from_prompt=True, prefix_chars=4096).prefix_chars
     4096
     """
@@ -39,6 +41,9 @@ class AffinityPolicy:
     #: go before a key's calls move on to its next endpoint (bounded loads; 0.25:
     #: at most 1.25 times the share).
     epsilon: float = DEFAULT_EPSILON
+    #: Calls in flight an endpoint may hold above its fair share however few are in
+    #: flight (2: at 6 calls over two endpoints, 5 may go to one home, not 4).
+    slack: int = DEFAULT_SLACK
     #: Derive a key from the prompt's start for calls that give no ``prompt_cache_key``.
     derive_from_prompt: bool = False
     #: How much of a prompt a derived key reads (and of a ``prompt_cache_key``).
@@ -54,6 +59,11 @@ class AffinityPolicy:
             raise ValueError(
                 f"epsilon must be a positive finite number (0.25: at most 1.25 times an"
                 f" endpoint's share), got {epsilon!r}"
+            )
+        slack = self.slack
+        if isinstance(slack, bool) or not isinstance(slack, int) or slack < 0:
+            raise ValueError(
+                f"slack must be a whole number of calls >= 0 (0: epsilon alone), got {slack!r}"
             )
         if not isinstance(self.derive_from_prompt, bool):
             raise TypeError(

@@ -9,6 +9,7 @@ from ...protocol import Priority, ServerLoad
 from .base_url import normalize_base_url
 from .deployment import Deployment
 from .endpoint_config import Endpoint, priority_classes
+from .peak_ewma import PeakEwma
 
 if TYPE_CHECKING:
     from .ejection_status import _Record
@@ -26,6 +27,7 @@ class EndpointState:
         "base_url",
         "classes",
         "ejection",
+        "first_chunk_latency",
         "in_flight",
         "load",
         "load_at",
@@ -34,6 +36,7 @@ class EndpointState:
         "provider",
         "server_hostname",
         "tier",
+        "token_latency",
         "weight",
     )
 
@@ -65,6 +68,11 @@ class EndpointState:
         self.in_flight = 0
         self.load: ServerLoad | None = None
         self.load_at = float("-inf")
+        #: Its latency estimates (``_policies/routing/peak_ewma.py``): a stream's time
+        #: to its first chunk, a plain call's latency per completion token; None
+        #: until a sample of that kind (fed only with ``LatencyRouting`` on).
+        self.first_chunk_latency: PeakEwma | None = None
+        self.token_latency: PeakEwma | None = None
         #: Its ejection record (``_Record``, ``_policies/routing/ejection_status.py``),
         #: made by the tracker (``_policies/routing/ejection.py``) on first use.
         self.ejection: _Record | None = None
@@ -87,6 +95,24 @@ class EndpointState:
             if load.inflight_tokens is not None and load.token_capacity:
                 score += load.inflight_tokens / load.token_capacity
         return score / self.weight
+
+    def latency(self, stream: bool, now: float, decay: float) -> float | None:
+        """Its latency estimate for a call of this kind now (None: no sample yet)."""
+        ewma = self.first_chunk_latency if stream else self.token_latency
+        return None if ewma is None else ewma.estimate(now, decay)
+
+    def observe_latency(
+        self, seconds: float, now: float, decay: float, *, stream: bool, lower_bound: bool
+    ) -> None:
+        """Add a latency sample of this kind (``PeakEwma.observe``); a first one that is
+        only a lower bound starts the estimate all the same."""
+        ewma = self.first_chunk_latency if stream else self.token_latency
+        if ewma is not None:
+            ewma.observe(seconds, now, decay, lower_bound=lower_bound)
+        elif stream:
+            self.first_chunk_latency = PeakEwma(seconds, now)
+        else:
+            self.token_latency = PeakEwma(seconds, now)
 
     def shedding(self, now: float, stale_after: float) -> bool:
         """Whether its freshest load report came with a shed (``x-load-shed``): the

@@ -15,6 +15,12 @@ while its last report is fresh (``stale_after``, 5 s) — the server's
 server that was busy ten seconds ago may be idle now, and one that stopped
 answering has no fresh report at all. Load divides by weight.
 
+**Latency-aware choice** (``LatencyRouting``, off unless given): the two are
+compared by peak EWMA's cost, ``(load + 1) * latency estimate``, where the
+estimate is how fast the endpoint has answered this client lately (a stream's
+first chunk, a plain call's time per token; ``_policies/routing/peak_ewma.py``).
+Load alone cannot see a replica slowed by someone else's calls; its answers can.
+
 **Pools by class.** An endpoint may serve only some priority classes (the
 ``x-priority`` values: ``critical``, ``standard``, ``sheddable``), so batch work
 cannot take an interactive replica: a call goes to the endpoints of its own
@@ -40,17 +46,20 @@ one endpoint's live state ``_policies/routing/endpoint_state.py``, and the base 
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Collection, Sequence
 
 from ..._core.clock import Clock
 from ..._core.fork import forget_in_child, fork_safe_lock
 from ...protocol import Priority, ServerLoad
-from .affinity import DEFAULT_EPSILON, affinity_choice
+from .affinity import DEFAULT_EPSILON, DEFAULT_SLACK, affinity_choice
 from .endpoint_config import Endpoint as Endpoint
 from .endpoint_config import SpillOver as SpillOver
 from .endpoint_config import _none_serves
 from .endpoint_state import EndpointState as EndpointState
+from .latency_config import LatencyRouting
+from .peak_ewma import peak_cost
 
 __all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker", "Ranked"]
 
@@ -62,6 +71,9 @@ DEFAULT_STALE_AFTER = 5.0
 #: of its ranking; None: no key, or no choice to make). A plain tuple: one is made
 #: for every attempt of every call.
 Ranked = tuple[list[EndpointState], "EndpointState | None"]
+#: What endpoints are ranked by, lower first (``EndpointPicker._rank``): peak EWMA's
+#: cost (0 without ``LatencyRouting``), whether its estimate is known, the load.
+Rank = tuple[float, bool, float]
 
 
 class EndpointPicker:
@@ -154,6 +166,9 @@ class EndpointPicker:
         usable: Callable[[EndpointState], bool] = lambda s: True,
         affinity_key: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
+        slack: int = DEFAULT_SLACK,
+        latency: LatencyRouting | None = None,
+        stream: bool = False,
     ) -> list[EndpointState]:
         """Usable endpoints serving ``model`` for ``priority`` in the order to try
         them: of the call's own pool, the power-of-two-choices winner first, then the
@@ -161,8 +176,11 @@ class EndpointPicker:
         lets it use. Those in ``avoid`` (endpoints a retry has tried already) go last
         in their pool while another usable one exists. With deployments of several
         tiers, tier by tier (1 first), each in that order. With an ``affinity_key``,
-        the key's endpoint (bounded loads with ``epsilon``) comes first in the own
-        pool's best tier (``choose``)."""
+        the key's endpoint (bounded loads with ``epsilon`` and ``slack``) comes first in the own
+        pool's best tier (``choose``). With ``latency``, endpoints are ranked by peak
+        EWMA's cost, ``(load + 1) * latency estimate`` of the call's kind (a
+        ``stream``'s first chunk, or a plain call's time per token), instead of by
+        load (``_policies/routing/peak_ewma.py``)."""
         return self.choose(
             model=model,
             priority=priority,
@@ -171,6 +189,9 @@ class EndpointPicker:
             usable=usable,
             affinity_key=affinity_key,
             epsilon=epsilon,
+            slack=slack,
+            latency=latency,
+            stream=stream,
         )[0]
 
     def choose(
@@ -183,6 +204,9 @@ class EndpointPicker:
         usable: Callable[[EndpointState], bool] = lambda s: True,
         affinity_key: bytes | None = None,
         epsilon: float = DEFAULT_EPSILON,
+        slack: int = DEFAULT_SLACK,
+        latency: LatencyRouting | None = None,
+        stream: bool = False,
     ) -> Ranked:
         """``candidates``, with the affinity key's home (``Ranked``)."""
         own, others = self._pools(model, priority, spill)
@@ -204,53 +228,95 @@ class EndpointPicker:
                 if keyed and own_tier:
                     keyed = False  # the own pool's best tier only
                     assert affinity_key is not None
-                    home, first = self._by_affinity(own_tier, affinity_key, epsilon, avoided, now)
+                    home, first = self._by_affinity(
+                        own_tier, affinity_key, (epsilon, slack), avoided, now, latency, stream
+                    )
                     ordered += first
                 else:
-                    ordered += self._ordered(own_tier, avoided, now)
-                ordered += self._ordered([s for s in usable_others if s.tier == tier], avoided, now)
+                    rank = self._rank(own_tier, now, latency, stream)
+                    ordered += self._ordered(own_tier, avoided, rank)
+                others_tier = [s for s in usable_others if s.tier == tier]
+                ordered += self._ordered(
+                    others_tier, avoided, self._rank(others_tier, now, latency, stream)
+                )
             return ordered, home
+
+    def _rank(
+        self,
+        states: list[EndpointState],
+        now: float,
+        latency: LatencyRouting | None,
+        stream: bool,
+    ) -> Callable[[EndpointState], Rank]:
+        """The key ``states`` are ranked by (lower is better): their load per unit of
+        weight (``EndpointState.score``); with ``latency``, peak EWMA's cost first,
+        an endpoint without an estimate taken as the fastest of ``states`` and
+        going first among equal costs, so that each is tried early (with no
+        estimate among them, load alone)."""
+        stale = self._stale_after
+        if latency is None or len(states) <= 1:
+            return lambda s: (0.0, False, s.score(now, stale))
+        decay = latency.decay
+        estimates = {s: s.latency(stream, now, decay) for s in states}
+        known = [e for e in estimates.values() if e is not None]
+        if not known:
+            return lambda s: (0.0, False, s.score(now, stale))
+        fastest = min(known)
+
+        def key(s: EndpointState) -> Rank:
+            score = s.score(now, stale)
+            estimate = estimates.get(s)
+            if estimate is None:
+                return peak_cost(score, s.weight, fastest), False, score
+            return peak_cost(score, s.weight, estimate), True, score
+
+        return key
 
     def _by_affinity(
         self,
         states: list[EndpointState],
         key: bytes,
-        epsilon: float,
+        bound: tuple[float, int],
         avoided: set[str],
         now: float,
+        latency: LatencyRouting | None,
+        stream: bool,
     ) -> tuple[EndpointState | None, list[EndpointState]]:
         """The key's home among ``states`` and ``states`` in order: the key's choice
         first (neither avoided nor shedding, within its load bound), the rest by
-        load; with no choice, the order without a key."""
+        ``_rank``; with no choice, the order without a key."""
+        rank = self._rank(states, now, latency, stream)
         if len(states) <= 1:
-            return None, self._ordered(states, avoided, now)
+            return None, self._ordered(states, avoided, rank)
         home, chosen = affinity_choice(
             key,
             states,
-            epsilon=epsilon,
+            epsilon=bound[0],
+            slack=bound[1],
             skip=lambda s: s.name in avoided or s.shedding(now, self._stale_after),
         )
         if chosen is None:
-            return home, self._ordered(states, avoided, now)
+            return home, self._ordered(states, avoided, rank)
         rest = sorted(
-            (s for s in states if s is not chosen),
-            key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+            (s for s in states if s is not chosen), key=lambda s: (s.name in avoided, rank(s))
         )
         return home, [chosen, *rest]
 
     def _ordered(
-        self, usable_states: list[EndpointState], avoided: set[str], now: float
+        self,
+        usable_states: list[EndpointState],
+        avoided: set[str],
+        rank: Callable[[EndpointState], Rank],
     ) -> list[EndpointState]:
         preferred = [s for s in usable_states if s.name not in avoided] or usable_states
         if len(preferred) <= 1:
             first = preferred
         else:
             a, b = self._two_by_weight(preferred)
-            score_a, score_b = a.score(now, self._stale_after), b.score(now, self._stale_after)
-            first = [a if score_a <= score_b else b]
+            first = [a if rank(a) <= rank(b) else b]
         rest = sorted(
             (s for s in usable_states if s not in first),
-            key=lambda s: (s.name in avoided, s.score(now, self._stale_after)),
+            key=lambda s: (s.name in avoided, rank(s)),
         )
         return first + rest
 
@@ -272,6 +338,25 @@ class EndpointPicker:
     def finished(self, state: EndpointState) -> None:
         with self._lock:
             state.in_flight = max(state.in_flight - 1, 0)
+
+    def observe_latency(
+        self,
+        state: EndpointState,
+        seconds: float,
+        latency: LatencyRouting,
+        *,
+        stream: bool,
+        lower_bound: bool = False,
+    ) -> None:
+        """Add a latency sample of ``state`` (``peak_ewma.py`` says which): a stream's
+        time to its first chunk, a plain call's seconds per completion token; a
+        ``lower_bound`` when the attempt ended before its answer."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            return
+        with self._lock:
+            state.observe_latency(
+                seconds, self._clock.now(), latency.decay, stream=stream, lower_bound=lower_bound
+            )
 
     def observe(self, state: EndpointState, load: ServerLoad) -> None:
         """Remember the load a response reported (responses without load headers leave

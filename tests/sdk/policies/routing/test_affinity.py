@@ -124,11 +124,43 @@ def test_one_hot_key_never_puts_more_than_its_bound_on_an_endpoint() -> None:
             total = sum(s.in_flight for s in pick.states)
             for s in pick.states:
                 share = total * s.weight / total_weight
-                assert s.in_flight <= math.ceil(1.25 * share + 1e-9), (s, total)
+                bound = max(1.25 * share, share + 2)  # the default epsilon and slack
+                assert s.in_flight <= math.ceil(bound + 1e-9), (s, total)
         # The home takes what it can; the overflow goes down the key's ranking, in
         # its order (the last may never be needed: the bounds add up to 1.25 times all).
         used = list(dict.fromkeys(placed))
         assert used == order[: len(used)] and len(used) >= 2
+        # At 400 in flight the slack is far below epsilon's quarter: the paper's bound.
+        home = next(s for s in pick.states if s.name == order[0])
+        assert home.in_flight <= math.ceil(1.25 * 400 * home.weight / total_weight + 1e-9)
+
+
+def test_slack_keeps_a_few_calls_home_and_one_hot_key_still_spills_when_busy() -> None:
+    # Two endpoints, each call's key homes on the first of its ranking.
+    for in_flight, epsilon_only, with_slack in ((1, 1, 3), (6, 4, 5), (64, 40, 40)):
+        # The bound for the call that makes ``in_flight``: the others are in flight.
+        assert load_bound(in_flight - 1, 0.5, 0.25) == epsilon_only
+        assert load_bound(in_flight - 1, 0.5, 0.25, 2) == with_slack
+    pick, _ = picker(Endpoint(URLS[0]), Endpoint(URLS[1]))
+    hot = key("a chat's history")
+    home, other = ranking(hot, pick.states)
+    for _ in range(4):
+        pick.started(home)
+    pick.started(other)
+    # 5 in flight, 4 of them at the home: the 6th still goes home (epsilon alone: away).
+    assert pick.candidates(affinity_key=hot)[0] is home
+    assert pick.candidates(affinity_key=hot, slack=0)[0] is other
+    pick.started(home)
+    pick.finished(other)  # 5 in flight, all at the home: the 6th leaves it
+    assert pick.candidates(affinity_key=hot)[0] is other
+    # Busy: one hot key fills its home to 1.25 times its share, then spills.
+    busy, _ = picker(Endpoint(URLS[0]), Endpoint(URLS[1]))
+    placed = Counter()
+    for _ in range(64):
+        state = busy.candidates(affinity_key=hot)[0]
+        busy.started(state)
+        placed[state.name] += 1
+    assert placed[home.name] == 40 and placed[other.name] == 24
 
 
 def test_load_bound() -> None:
@@ -136,6 +168,8 @@ def test_load_bound() -> None:
     assert load_bound(3, 0.25, 0.25) == 2  # 1.25 * 4 * 0.25 = 1.25
     assert load_bound(9, 1 / 3, 0.25) == 5  # 1.25 * 10 / 3 = 4.17
     assert load_bound(99, 0.5, 1.0) == 100
+    assert load_bound(0, 1 / 3, 0.25, 2) == 3  # a third of one call, plus two
+    assert load_bound(99, 0.5, 0.25, 2) == 63  # 1.25 * 50 = 62.5, over 50 + 2
 
 
 def test_a_shedding_endpoint_is_skipped_while_its_report_is_fresh() -> None:
@@ -359,6 +393,9 @@ def test_a_huge_prompt_costs_what_its_prefix_costs() -> None:
         ({"epsilon": -1.0}, ValueError),
         ({"epsilon": float("inf")}, ValueError),
         ({"epsilon": True}, ValueError),
+        ({"slack": -1}, ValueError),
+        ({"slack": 1.5}, ValueError),
+        ({"slack": True}, ValueError),
         ({"epsilon": "0.25"}, ValueError),
         ({"prefix_chars": 0}, ValueError),
         ({"prefix_chars": 1.5}, ValueError),
