@@ -16,7 +16,8 @@ ones (caches cold); two parts, one pairing at a time, since both time the first 
 - **hedging**: short streamed calls at ``rate`` a second, distinct prompts; the last
   replica answers ``slow_ms`` later during the middle window (its admin endpoint's
   ``added_latency_ms``). Clients: ``stormguard``, ``stormguard-hedge``
-  (``HedgePolicy()``), ``litellm-router``. Figures: TTFT p99 (all calls, and those
+  (``HedgePolicy()``), ``stormguard-hedge-latency`` (``HedgePolicy()`` and
+  ``LatencyRouting()``), ``litellm-router``. Figures: TTFT p99 (all calls, and those
   started in the slow window), requests at the replicas per call, hedges sent and won,
   tokens generated for losers (``stormguard_gone_client_tokens_total``: generated for
   requests whose client had gone).

@@ -5,6 +5,8 @@
 - ``stormguard-affinity``: the same with ``AffinityPolicy()``, each call keyed by its
   conversation (``prompt_cache_key``);
 - ``stormguard-hedge``: the same with ``HedgePolicy()``;
+- ``stormguard-hedge-latency``: the same with ``HedgePolicy()`` and
+  ``LatencyRouting()`` (a hedge's cancelled primary raises its replica's estimate);
 - ``litellm-router``: ``litellm.Router(routing_strategy="least-busy")``, a deployment per
   replica, 2 retries.
 
@@ -24,18 +26,23 @@ from stormguard_drill.clients.litellm_client import import_litellm
 from stormguard_drill.replicas.config import Part
 
 ReplicasClientName = Literal[
-    "stormguard", "stormguard-affinity", "stormguard-hedge", "litellm-router"
+    "stormguard",
+    "stormguard-affinity",
+    "stormguard-hedge",
+    "stormguard-hedge-latency",
+    "litellm-router",
 ]
 REPLICAS_CLIENTS: tuple[ReplicasClientName, ...] = get_args(ReplicasClientName)
 #: Each part's clients, the first one the baseline its claims are measured against.
 PART_CLIENTS: dict[Part, tuple[ReplicasClientName, ...]] = {
     "affinity": ("stormguard", "stormguard-affinity", "litellm-router"),
-    "hedging": ("stormguard", "stormguard-hedge", "litellm-router"),
+    "hedging": ("stormguard", "stormguard-hedge", "stormguard-hedge-latency", "litellm-router"),
 }
 REPLICAS_CLIENT_TITLES: dict[ReplicasClientName, str] = {
     "stormguard": "stormguard.AsyncClient over the replicas, as it comes",
     "stormguard-affinity": "the same, AffinityPolicy(), keyed by conversation",
     "stormguard-hedge": "the same, HedgePolicy()",
+    "stormguard-hedge-latency": "the same, HedgePolicy() and LatencyRouting()",
     "litellm-router": "litellm.Router, least-busy, a deployment per replica, 2 retries",
 }
 
@@ -81,7 +88,10 @@ class StormguardReplicasClient:
             model=MODEL,
             timeout=deadline_s,
             affinity=stormguard.AffinityPolicy() if self._keyed else None,
-            hedge=stormguard.HedgePolicy() if name == "stormguard-hedge" else None,
+            hedge=stormguard.HedgePolicy() if name.startswith("stormguard-hedge") else None,
+            latency_routing=(
+                stormguard.LatencyRouting() if name == "stormguard-hedge-latency" else None
+            ),
         )
 
     async def call(

@@ -92,17 +92,23 @@ def check_targets(pairings: Sequence[dict[str, Any]], config: ReplicasConfig) ->
             bound,
             None if ratio is None else ratio < bound,
         )
-    default, hedged = by.get(("hedging", "stormguard")), by.get(("hedging", "stormguard-hedge"))
-    if default is not None and hedged is not None:
-        ours, theirs = hedged["ttft_p99_s"], default["ttft_p99_s"]
-        p99_bound = None if theirs is None else round(theirs * t.max_hedge_p99_ratio, 3)
-        met = None if ours is None or p99_bound is None else ours < p99_bound
-        check("hedge_ttft_p99_vs_default", ours, p99_bound, met)
-    if hedged is not None:
+    default = by.get(("hedging", "stormguard"))
+    for client, prefix in (
+        ("stormguard-hedge", "hedge"),
+        ("stormguard-hedge-latency", "hedge_latency"),
+    ):
+        hedged = by.get(("hedging", client))
+        if hedged is None:
+            continue
+        if default is not None:
+            ours, theirs = hedged["ttft_p99_s"], default["ttft_p99_s"]
+            p99_bound = None if theirs is None else round(theirs * t.max_hedge_p99_ratio, 3)
+            met = None if ours is None or p99_bound is None else ours < p99_bound
+            check(f"{prefix}_ttft_p99_vs_default", ours, p99_bound, met)
         per_call = hedged["requests_per_call"]
         bound = t.max_hedge_attempts_per_call
         met = None if per_call is None else per_call <= bound
-        check("hedge_requests_per_call", per_call, bound, met)
+        check(f"{prefix}_requests_per_call", per_call, bound, met)
     for pairing in pairings:
         rate = pairing["success_rate"]
         name = f"success_{pairing['part']}_{pairing['client']}"

@@ -34,6 +34,7 @@ def test_replicas_quick_affinity_saves_prefill_and_hedging_stays_bounded(tmp_pat
         ("affinity", "litellm-router"),
         ("hedging", "stormguard"),
         ("hedging", "stormguard-hedge"),
+        ("hedging", "stormguard-hedge-latency"),
         ("hedging", "litellm-router"),
     }
     for pairing in by.values():  # every client completes its calls within their deadline
@@ -55,3 +56,5 @@ def test_replicas_quick_affinity_saves_prefill_and_hedging_stays_bounded(tmp_pat
     # with HedgePolicy()'s 5 % budget, the few calls routed to the slow replica are
     # not all hedged, on the sim as on real vLLM (docs/benchmarks.md).
     assert checks["hedge_ttft_p99_vs_default"]["value"] is not None
+    assert checks["hedge_latency_requests_per_call"]["met"] is True, checks
+    assert checks["hedge_latency_ttft_p99_vs_default"]["value"] is not None
