@@ -262,6 +262,8 @@ class StreamCore(Generic[T]):
         if self.call.http is not None and self.call.http.is_closed:
             return self._client_closed()
         if isinstance(exc, timeout_errors(TimeoutError)):
+            if self.bounds is not None and not isinstance(exc, TimeoutError):
+                self.bounds.read_timed_out()  # the transport's read: the idle gap's?
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             return self._timed_out(
                 # A bare TimeoutError is the async read's bound: the call's deadline.

@@ -248,6 +248,21 @@ class StreamBounds:
         self.idle_passed()
         return True
 
+    def read_timed_out(self) -> None:
+        """The transport's read timeout ended a wait for more of the stream. With an
+        idle bound that read timeout is the idle gap or longer (``attempt_timeout``
+        reads for ``max(read, idle)``), so the gap passed: the stream ends by its idle
+        bound, whichever of the two timers (the transport's, from its last bytes, or
+        the async reader's, from the read) fired first. The cap, when it came
+        first, speaks for itself (``timeout_reason``)."""
+        if (
+            self._streaming
+            and self._read_started is not None
+            and self.timeouts.idle is not None
+            and self._clock.now() < self._cap
+        ):
+            self.idle_passed()
+
     def idle_passed(self) -> str:
         """Note that an idle gap ended the stream; what its error says."""
         self._fired = self._text(_IDLE)

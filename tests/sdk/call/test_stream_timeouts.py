@@ -193,6 +193,36 @@ async def test_an_idle_gap_ends_the_stream_without_a_retry(
     assert stream.response.is_closed
 
 
+class CutByReadTimeout(Paced):
+    """The pieces, then the transport's own read timeout (its timer, armed from its
+    last bytes, fired before the reader's idle bound did)."""
+
+    def _each(self) -> Iterator[bytes]:
+        yield from super()._each()
+        raise httpx.ReadTimeout("Timeout on reading data from socket")
+
+
+async def test_the_transports_read_timeout_in_an_idle_gap_is_the_idle_bound(
+    api: Api, router: respx.MockRouter
+) -> None:
+    # The transport reads for max(read, idle): its read timeout during the stream is
+    # the idle gap, whichever of the two timers fires first.
+    pieces = [(1.0, event("a")), (1.0, event("b")), (1.0, event("c"))]
+    router.post(f"{BASE}/chat/completions").mock(
+        side_effect=lambda request: httpx.Response(
+            200,
+            headers={"content-type": "text/event-stream"},
+            stream=CutByReadTimeout(api.clock, pieces),
+        )
+    )
+    client = api.client(stream_timeouts=StreamTimeouts(idle=10))
+    stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+    with pytest.raises(stormguard.APITimeoutError) as info:
+        await api.collect(stream)
+    assert "idle timeout passed (no chunk for 10 s), after 3 chunks" in str(info.value)
+    assert info.value.response_started is True
+
+
 async def test_a_stream_that_keeps_sending_outlives_the_total_with_idle_set(
     api: Api, router: respx.MockRouter
 ) -> None:
