@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV
+from stormguard_server.http.port_file import read_port_file
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,10 @@ class EngineSpec:
     # Sent once when ready, before the pairing's clock starts (POST /v1/chat/completions):
     # the sim's /ready follows its own warm-up probe, vLLM's /health does not.
     warmup_request: dict[str, Any] | None = None
+    # The sim binds port 0 and says which it got (``--port-file``): no other process can
+    # take a port between our choosing it and its binding it. vLLM serves HTTP itself and
+    # has no such flag: it gets a port free a moment before.
+    reports_ports: bool = True
 
 
 def free_port() -> int:
@@ -66,6 +71,9 @@ class ServerProcess:
     spec: EngineSpec
     admin_port: int | None = None  # the sim's admin endpoint (``--admin-port``), if on
     admin_token: str | None = field(default=None, repr=False)  # its bearer token
+    # Where it writes the ports it bound, once listening (port 0 asked for: port and
+    # admin_port are 0 until read from it).
+    port_file: Path | None = None
 
     @property
     def root(self) -> str:
@@ -125,9 +133,11 @@ class ServerFleet:
         ``admin``: with the admin endpoint (faults, ``POST /admin/crash``) on another
         free loopback port, behind a token of our own (in the environment, not argv).
         ``port``: this one (a replica restarted where it was) instead of a free one."""
-        port = free_port() if port is None else port
-        admin_port = free_port() if admin else None
-        while admin_port == port:  # both ports were free, then closed again: not the same one
+        reports = self._spec.reports_ports
+        if port is None:
+            port = 0 if reports else free_port()
+        admin_port = (0 if reports else free_port()) if admin else None
+        while admin_port == port != 0:  # both were free, then closed again: not the same one
             admin_port = free_port()
         admin_token = secrets.token_urlsafe(32) if admin else None
         command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
@@ -136,6 +146,10 @@ class ServerFleet:
             command += ["--admin-port", str(admin_port)]
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self._log_dir / f"{name}.log"
+        port_file = self._log_dir / f"{name}.ports.json" if reports else None
+        if port_file is not None:
+            port_file.unlink(missing_ok=True)  # an earlier run's
+            command += ["--port-file", str(port_file)]
         # Popen returns at once (no wait); the command is our own interpreter and flags.
         with log_path.open("wb") as log:
             process = subprocess.Popen(  # noqa: S603, ASYNC220
@@ -154,6 +168,7 @@ class ServerFleet:
             spec=self._spec,
             admin_port=admin_port,
             admin_token=admin_token,
+            port_file=port_file,
         )
         self._servers.append(server)
         try:
@@ -201,12 +216,27 @@ async def _wait_ready(server: ServerProcess) -> None:
             if server.process.poll() is not None:
                 log = server.log_path.read_text(errors="replace")[-6000:]
                 raise RuntimeError(f"server {server.name} exited early:\n{log}")
+            if not _read_ports(server):
+                await asyncio.sleep(0.05)
+                continue
             with contextlib.suppress(httpx.HTTPError):
                 if (await http.get(f"{server.root}{server.spec.ready_path}")).status_code == 200:
                     await _warm_up(server, http)
                     return
             await asyncio.sleep(0.05 if timeout <= 30 else 0.5)
     raise TimeoutError(f"server {server.name} not ready after {timeout} s")
+
+
+def _read_ports(server: ServerProcess) -> bool:
+    """Whether the server listens on its ports, as its port file says once written;
+    without one, assumed."""
+    if server.port_file is None:
+        return True
+    ports = read_port_file(server.port_file)
+    if ports is None:
+        return False
+    server.port, server.admin_port = ports
+    return True
 
 
 async def _warm_up(server: ServerProcess, http: httpx.AsyncClient) -> None:

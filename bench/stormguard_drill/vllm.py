@@ -79,6 +79,7 @@ def engine_spec(model: Path) -> EngineSpec:
         stop_grace_s=20.0,
         own_session=True,
         warmup_request=_WARMUP,
+        reports_ports=False,
     )
 
 

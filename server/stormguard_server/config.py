@@ -153,6 +153,9 @@ class ServerConfig:
     # Bearer token of the admin endpoint (None: a random one, logged once at
     # start). Out of repr, so that printing a config does not print it.
     admin_token: str | None = field(default=None, repr=False)
+    # Once listening, the ports bound (JSON: port, admin_port) are written here,
+    # so that a harness may ask for port 0 and learn which one it got.
+    port_file: str | None = None
     max_body_bytes: int = 1_048_576
     # Slow and hostile clients (connections.py, request_limits.py): a connection
     # must send its request headers within header_timeout_s (of connecting, or of

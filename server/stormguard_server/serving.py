@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Generator
+import socket
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import uvicorn
@@ -26,6 +27,7 @@ from stormguard_server.http.connections import (
     uvicorn_config,
 )
 from stormguard_server.http.memory import return_freed_buffers_to_os
+from stormguard_server.http.port_file import PortReport
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -39,7 +41,20 @@ logger = logging.getLogger("stormguard_server")
 _ADMIN_MAX_CONNECTIONS = 64
 
 
-class _AdminServer(uvicorn.Server):
+class _Server(uvicorn.Server):
+    """Tells ``on_listening`` the port it bound (``--port 0``: one the OS chose)."""
+
+    def __init__(self, config: uvicorn.Config, on_listening: Callable[[int], None]) -> None:
+        super().__init__(config)
+        self._on_listening = on_listening
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._on_listening(self.servers[0].sockets[0].getsockname()[1])
+
+
+class _AdminServer(_Server):
     """The admin server leaves signals to the main server, which stops it."""
 
     @contextlib.contextmanager
@@ -75,7 +90,8 @@ async def _serve(state: ServerState) -> None:
     forwarded_from = config.priority_trust.forwarded_from
     return_freed_buffers_to_os()
     summarize_accept_failures(asyncio.get_running_loop())
-    main = uvicorn.Server(
+    ports = PortReport(config.port_file, admin=config.admin_port is not None)
+    main = _Server(
         uvicorn_config(
             create_app(state=state),
             host=config.host,
@@ -90,7 +106,8 @@ async def _serve(state: ServerState) -> None:
             access_log=config.access_log,
             timeout_graceful_shutdown=2,
             backlog=4096,
-        )
+        ),
+        on_listening=ports.main_listening,
     )
     logger.info(
         "starting stormguard-server",
@@ -106,6 +123,15 @@ async def _serve(state: ServerState) -> None:
             "priority_token": config.priority_trust.token is not None,
         },
     )
+    try:
+        await _run(main, state, ports)
+    finally:
+        ports.remove()
+
+
+async def _run(main: uvicorn.Server, state: ServerState, ports: PortReport) -> None:
+    """The main server, with the admin server beside it when enabled."""
+    config = state.config
     if config.admin_port is None:
         await main.serve()
         return
@@ -119,7 +145,8 @@ async def _serve(state: ServerState) -> None:
             log_config=None,
             access_log=config.access_log,
             lifespan="off",
-        )
+        ),
+        on_listening=ports.admin_listening,
     )
     admin_task = asyncio.create_task(admin.serve())
     try:

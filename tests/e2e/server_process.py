@@ -36,6 +36,7 @@ from typing import Protocol
 import httpx
 
 from stormguard_server.guards.admin_guard import ADMIN_TOKEN_ENV
+from stormguard_server.http.port_file import read_port_file
 
 # Small, fast engine for tests: 2048-token KV cache, quick steps, 1 s cold restart.
 FAST_ENGINE_ARGS = (
@@ -68,9 +69,13 @@ def free_port() -> int:
 
 @dataclass
 class RunningServer:
-    port: int
+    """A server process; its ports are read from its port file by ``wait_ready`` (it
+    binds port 0 unless asked for one, so no other process can take it meanwhile)."""
+
     process: subprocess.Popen[bytes]
     log_path: Path
+    port_file: Path
+    port: int = 0
     admin_port: int | None = None
     admin_token: str | None = field(default=None, repr=False)
 
@@ -137,11 +142,22 @@ class RunningServer:
         while time.monotonic() - start < timeout:
             if self.process.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{self.log()}")
+            if not self.read_ports():
+                time.sleep(0.05)
+                continue
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url("/ready"), timeout=2).status_code == 200:
                     return time.monotonic() - start
             time.sleep(0.05)
         raise TimeoutError(f"server not ready after {timeout} s:\n{self.log()}")
+
+    def read_ports(self) -> bool:
+        """Whether it listens, as its port file says once written."""
+        ports = read_port_file(self.port_file)
+        if ports is None:
+            return False
+        self.port, self.admin_port = ports
+        return True
 
 
 class HasMetric(Protocol):
@@ -208,17 +224,16 @@ def run_servers(*specs: ServerSpec) -> Iterator[list[RunningServer]]:
 
 def launch_server(spec: ServerSpec) -> RunningServer:
     """Start a server process (not yet ready: see ``RunningServer.wait_ready``)."""
-    port = free_port() if spec.port is None else spec.port
-    admin_port = free_port() if spec.admin else None
     admin_token = secrets.token_urlsafe(32) if spec.admin else None
-    command = [sys.executable, "-m", "stormguard_server", "--port", str(port)]
+    command = [sys.executable, "-m", "stormguard_server", "--port", str(spec.port or 0)]
     if spec.fast:
         command += FAST_ENGINE_ARGS
-    if admin_port is not None:
-        command += ["--admin-port", str(admin_port)]
-    command += list(spec.args)
+    if spec.admin:
+        command += ["--admin-port", "0"]
     with tempfile.NamedTemporaryFile(prefix="stormguard-server-", suffix=".log", delete=False) as f:
         log_path = Path(f.name)
+    port_file = log_path.with_suffix(".ports.json")
+    command += ["--port-file", str(port_file), *spec.args]
     env = {k: v for k, v in os.environ.items() if k != ADMIN_TOKEN_ENV}
     env["PYTHONUNBUFFERED"] = "1"
     if admin_token is not None:
@@ -226,11 +241,7 @@ def launch_server(spec: ServerSpec) -> RunningServer:
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
     return RunningServer(
-        port=port,
-        process=process,
-        log_path=log_path,
-        admin_port=admin_port,
-        admin_token=admin_token,
+        process=process, log_path=log_path, port_file=port_file, admin_token=admin_token
     )
 
 
@@ -255,5 +266,6 @@ def stop_servers(servers: list[RunningServer]) -> None:
 
 def remove_logs(servers: list[RunningServer]) -> None:
     for server in servers:
-        with contextlib.suppress(OSError):
-            server.log_path.unlink()
+        for path in (server.log_path, server.port_file):
+            with contextlib.suppress(OSError):
+                path.unlink()

@@ -21,7 +21,7 @@ import pytest
 
 import stormguard
 from stormguard import DiscoveryConfig
-from tests.e2e.server_process import FAST_ENGINE_ARGS, RunningServer, stop_server
+from tests.e2e.server_process import FAST_ENGINE_ARGS, RunningServer, remove_logs, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -50,18 +50,20 @@ def server_on(host: str, port: int) -> Iterator[RunningServer]:
     command = [sys.executable, "-m", "stormguard_server", "--host", host, "--port", str(port)]
     with tempfile.NamedTemporaryFile(prefix="stormguard-dns-", suffix=".log", delete=False) as f:
         log_path = Path(f.name)
+    port_file = log_path.with_suffix(".ports.json")
+    command += ["--port-file", str(port_file), *FAST_ENGINE_ARGS]
     with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [*command, *FAST_ENGINE_ARGS], stdout=log, stderr=subprocess.STDOUT
-        )
-    server = RunningServer(port=port, process=process, log_path=log_path)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    server = RunningServer(process=process, log_path=log_path, port_file=port_file, port=port)
     try:
         deadline = time.monotonic() + 20
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"server exited early:\n{server.log()}")
+            # Ours listens (not another process on the port it was given), then is ready.
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://{host}:{port}/ready", timeout=2).status_code == 200:
+                url = f"http://{host}:{port}/ready"
+                if server.read_ports() and httpx.get(url, timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server on {host}:{port} not ready:\n{server.log()}")
@@ -69,8 +71,7 @@ def server_on(host: str, port: int) -> Iterator[RunningServer]:
         yield server
     finally:
         stop_server(server)
-        with contextlib.suppress(OSError):
-            log_path.unlink()
+        remove_logs([server])
 
 
 @pytest.fixture

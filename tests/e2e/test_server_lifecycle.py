@@ -8,7 +8,7 @@ import signal
 import httpx
 import pytest
 
-from .server_process import free_port, run_server
+from .server_process import run_server
 
 
 @pytest.mark.parametrize("admin", [False, True], ids=["main only", "with admin"])
@@ -22,9 +22,9 @@ def test_ctrl_c_stops_the_server_cleanly(admin: bool) -> None:
 
 
 def test_without_a_token_given_the_one_logged_at_start_opens_the_admin_endpoint() -> None:
-    admin_port = free_port()
     # --log-level error: the token line is written at any level.
-    with run_server("--admin-port", str(admin_port), "--log-level", "error") as server:
+    with run_server("--admin-port", "0", "--log-level", "error") as server:
+        admin_port = server.admin_port
         lines = [json.loads(line) for line in server.log().splitlines() if line.startswith("{")]
         logged = [line for line in lines if line.get("event") == "admin_token"]
         assert len(logged) == 1, server.log()
@@ -36,6 +36,19 @@ def test_without_a_token_given_the_one_logged_at_start_opens_the_admin_endpoint(
         assert wrong.status_code == 401 and token not in wrong.text
         right = httpx.get(url, headers={"authorization": f"Bearer {token}"}, timeout=10)
         assert right.status_code == 200 and right.json()["oom_crash"] is True
-        server.admin_token, server.admin_port = token, admin_port
+        server.admin_token = token
         assert server.admin_post("/admin/faults", {"error_rate": 0.5}).json()["error_rate"] == 0.5
         assert server.log().count(token) == 2  # and never again
+
+
+def test_the_port_file_names_the_ports_bound_while_they_are_the_servers() -> None:
+    # run_server asks for port 0 twice and reads which ports it got from this file.
+    with run_server(admin=True) as server:
+        ports = json.loads(server.port_file.read_text())
+        assert ports == {"port": server.port, "admin_port": server.admin_port}
+        assert 0 not in (server.port, server.admin_port) and server.port != server.admin_port
+        assert httpx.get(server.url("/ready"), timeout=10).status_code == 200
+        assert server.admin_get("/admin/faults").status_code == 200
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(timeout=30) == 0, server.log()
+        assert not server.port_file.exists()

@@ -70,6 +70,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         port=args.port,
         admin_port=args.admin_port,
         admin_token=args.admin_token,
+        port_file=args.port_file,
         max_body_bytes=args.max_body_bytes,
         header_timeout_s=args.header_timeout_s,
         body_timeout_s=args.body_timeout_s,
@@ -136,9 +137,11 @@ def shared_engine_flags(args: argparse.Namespace, argv: Sequence[str] | None) ->
     return out
 
 
-# The bounds on slow and hostile clients belong to this server's HTTP layer;
-# with --engine vllm, vLLM serves HTTP itself (docs/server.md: what holds there).
+# The bounds on slow and hostile clients, and the report of the ports bound, belong
+# to this server's HTTP layer; with --engine vllm, vLLM serves HTTP itself
+# (docs/server.md: what holds there).
 _SIM_HTTP_LIMITS = (
+    "port_file",
     "header_timeout_s",
     "body_timeout_s",
     "max_connections",

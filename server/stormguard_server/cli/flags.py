@@ -108,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     http.add_argument("--host", default=_SERVER.host, help="address to listen on")
     http.add_argument("--port", type=_port, default=_SERVER.port, help="port (0 = any free port)")
     http.add_argument(
+        "--port-file",
+        default=None,
+        metavar="PATH",
+        help='once listening, write the ports bound here as JSON ({"port": P, "admin_port": A '
+        "or null}), replaced whole: with --port 0 and --admin-port 0, how a script learns them",
+    )
+    http.add_argument(
         "--max-body-bytes",
         type=_positive_int,
         default=_SERVER.max_body_bytes,

@@ -129,6 +129,7 @@ def test_nonsense_slow_client_flags_are_refused(
             ["--engine", "vllm", "--max-header-count", "50"],
             "--max-header-count needs --engine sim",
         ),
+        (["--engine", "vllm", "--port-file", "ports.json"], "--port-file needs --engine sim"),
     ],
 )
 def test_slow_client_flags_that_cannot_hold_are_refused(
