@@ -52,11 +52,19 @@ def _crash_at(config: DrillConfig) -> float | None:
     return workload.crash_at_s if isinstance(workload, BacklogWorkload) else None
 
 
+# The calibration window stretches to at most this many times its length.
+_CALIBRATION_PATIENCE = 10
+
+
 async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
     """Closed loop of ``calibration_concurrency`` callers of the scenario's prompts behind
     admission (so nothing is shed or crashes); capacity = completion tokens finished per
     second after the first second of warm-up. The client does no pacing of its own (the
-    closed loop is the pacing): the figure is the server's."""
+    closed loop is the pacing): the figure is the server's.
+
+    The window runs ``calibration_s`` and on until a batch's worth of calls has finished
+    in it: on a busy machine the first calls of a short window may all end after it, and
+    a capacity of zero would size every pairing's load from nothing."""
     server = await fleet.start("calibration", *_server_args(config, "on"))
     client = StormguardClient(server.base_url, config.patience.timeout_s, paced=False)
     rng = random.Random(config.seed + 1)
@@ -64,25 +72,37 @@ async def calibrate(fleet: ServerFleet, config: DrillConfig) -> Calibration:
     pool = calibration_pool(config.workload, rng.randrange(1 << 30))
     t0 = time.monotonic()
     warmup, end = t0 + min(1.0, config.calibration_s / 3), t0 + config.calibration_s
-    tokens, calls = 0, 0
+    latest = t0 + _CALIBRATION_PATIENCE * config.calibration_s
+    enough = config.calibration_concurrency
+    tokens, calls, stopped = 0, 0, latest
+    done = asyncio.Event()
 
     async def caller(offset: int) -> None:
-        nonlocal tokens, calls
+        nonlocal tokens, calls, stopped
         i = offset
-        while time.monotonic() < end:
+        while not done.is_set():
             outcome = await client.call(pool[i % len(pool)])
             i += config.calibration_concurrency
             now = time.monotonic()
-            if outcome.ok and warmup <= now <= end:
+            if done.is_set():
+                return
+            if outcome.ok and warmup <= now:
                 tokens += outcome.completion_tokens
                 calls += 1
+            if (now >= end and calls >= enough) or now >= latest:
+                stopped = now
+                done.set()
 
     try:
         await asyncio.gather(*(caller(k) for k in range(config.calibration_concurrency)))
     finally:
         await client.aclose()
         fleet.stop(server)
-    window = end - warmup
+    if calls == 0:
+        raise RuntimeError(
+            f"calibration: no call finished in {latest - t0:.0f} s (see {server.log_path})"
+        )
+    window = stopped - warmup
     return Calibration(tokens / window, calls, window, config.calibration_concurrency)
 
 
