@@ -25,7 +25,7 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 from tqdm import tqdm
 
@@ -47,7 +47,7 @@ from stormguard_drill.fleet.clients import FLEET_CLIENTS
 from stormguard_drill.fleet.config import fleet_preset
 from stormguard_drill.fleet.drill import fleet_drill, fleet_marks, fleet_targets_line
 from stormguard_drill.fleet.plots import plot_fleet
-from stormguard_drill.outage.clients import OUTAGE_CLIENTS, OutageClientName
+from stormguard_drill.outage.clients import OUTAGE_CLIENTS
 from stormguard_drill.outage.config import outage_preset
 from stormguard_drill.outage.drill import outage_drill
 from stormguard_drill.outage.summary import targets_line
@@ -65,7 +65,7 @@ from stormguard_drill.quota.config import (
 from stormguard_drill.quota.drill import quota_drill
 from stormguard_drill.quota.summary import quota_targets_line
 from stormguard_drill.records import ADMISSIONS, Admission
-from stormguard_drill.replicas.clients import REPLICAS_CLIENTS, ReplicasClientName
+from stormguard_drill.replicas.clients import REPLICAS_CLIENTS
 from stormguard_drill.replicas.config import replicas_preset
 from stormguard_drill.replicas.drill import replicas_drill
 from stormguard_drill.replicas.summary import targets_line as replicas_targets_line
@@ -85,6 +85,8 @@ from stormguard_drill.vllm import SKIP_OFF_REASON, build_model, engine_spec
 from stormguard_drill.workload import build_schedule
 from stormguard_server.config import RETRY_AFTER_MODES, RetryAfterMode
 from stormguard_server.vllm.launch import check_environment
+
+_Name = TypeVar("_Name", bound=str)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -483,15 +485,17 @@ def _quota_main(args: argparse.Namespace, mode: Mode) -> None:
     print(f"JSON: {out / 'drill.json'}")
 
 
-def _outage_clients(args: argparse.Namespace, skipped: dict[str, str]) -> list[OutageClientName]:
-    """The outage's clients asked for; LiteLLM's Router is left out where it cannot run."""
-    asked = _values(args.clients, "--clients", OUTAGE_CLIENTS)
-    clients = [c for c in OUTAGE_CLIENTS if asked is None or c in asked]
+def _router_scenario_clients(
+    args: argparse.Namespace, names: tuple[_Name, ...], skipped: dict[str, str]
+) -> list[_Name]:
+    """The scenario's clients asked for; LiteLLM's Router is left out where it cannot run."""
+    asked = _values(args.clients, "--clients", names)
+    clients = [c for c in names if asked is None or c in asked]
     if "litellm-router" in clients:
         reason = unavailable(("litellm-router",)).get("litellm-router")
         if reason is not None:
             skipped["litellm-router"] = reason
-            clients.remove("litellm-router")
+            clients = [c for c in clients if c != "litellm-router"]
             print(f"skipped litellm-router: {reason}", file=sys.stderr)
     if not clients:
         raise SystemExit("no client selected: check --clients")
@@ -503,7 +507,7 @@ def _outage_main(args: argparse.Namespace, mode: Mode) -> None:
     config = outage_preset(mode, seed=args.seed, concurrency=given)
     out: Path = args.out or Path("bench/results") / f"drill-outage-{mode}"
     skipped: dict[str, str] = {}
-    clients = _outage_clients(args, skipped)
+    clients = _router_scenario_clients(args, OUTAGE_CLIENTS, skipped)
     document = _run_and_report(
         outage_drill(config, out, clients, skipped), out, "outage", "every server was stopped"
     )
@@ -523,16 +527,7 @@ def _replicas_main(args: argparse.Namespace, mode: Mode) -> None:
     config = replicas_preset(mode, seed=args.seed)
     out: Path = args.out or Path("bench/results") / f"drill-replicas-{mode}"
     skipped: dict[str, str] = {}
-    asked = _values(args.clients, "--clients", REPLICAS_CLIENTS)
-    clients: list[ReplicasClientName] = [c for c in REPLICAS_CLIENTS if asked is None or c in asked]
-    if "litellm-router" in clients:
-        reason = unavailable(("litellm-router",)).get("litellm-router")
-        if reason is not None:
-            skipped["litellm-router"] = reason
-            clients.remove("litellm-router")
-            print(f"skipped litellm-router: {reason}", file=sys.stderr)
-    if not clients:
-        raise SystemExit("no client selected: check --clients")
+    clients = _router_scenario_clients(args, REPLICAS_CLIENTS, skipped)
     document = _run_and_report(
         replicas_drill(config, out, clients, skipped), out, "replicas", "every replica was stopped"
     )

@@ -51,10 +51,8 @@ Kind = Literal["short", "medium", "long"]
 # scenarios' figures were measured: their prompts share no leading block, but a
 # retried call would hit its first attempt's blocks. The replicas scenario turns it on.
 NO_PREFIX_CACHING = "--no-prefix-caching"
-ENGINE_ARGS: tuple[str, ...] = (
-    NO_PREFIX_CACHING,
-    "--num-kv-blocks",
-    "512",
+# The engine's shape and step costs, the same in every scenario of the sim drill.
+ENGINE_STEPS: tuple[str, ...] = (
     "--block-size",
     "16",
     "--max-model-len",
@@ -67,6 +65,12 @@ ENGINE_ARGS: tuple[str, ...] = (
     "8",
     "--decode-seq-us",
     "400",
+)
+ENGINE_ARGS: tuple[str, ...] = (
+    NO_PREFIX_CACHING,
+    "--num-kv-blocks",
+    "512",
+    *ENGINE_STEPS,
     "--restart-s",
     "3",
     "--slow-start-s",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stormguard_drill.config import Mode
+from stormguard_drill.config import ENGINE_STEPS, Mode
 from stormguard_drill.replicas.conversations import ConversationShape
 
 Part = Literal["affinity", "hedging"]
@@ -21,20 +21,9 @@ PARTS: tuple[Part, ...] = ("affinity", "hedging")
 REPLICA_ENGINE_ARGS: tuple[str, ...] = (
     "--prefix-caching",
     "--no-oom",
-    "--block-size",
-    "16",
-    "--max-model-len",
-    "4096",
-    "--max-num-seqs",
-    "32",
-    "--max-num-batched-tokens",
-    "1024",
-    "--step-base-ms",
-    "8",
+    *ENGINE_STEPS,
     "--prefill-token-us",
     "200",
-    "--decode-seq-us",
-    "400",
 )
 
 
