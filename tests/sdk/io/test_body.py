@@ -45,7 +45,10 @@ TEXT = b'{"id": "x", "choices": []}' * 1000
         (["deflate"], deflate(TEXT, -zlib.MAX_WBITS)),  # raw deflate, as some servers send it
         (["identity"], TEXT),
         ([], TEXT),
-        (["gzip", "deflate"], deflate(gzip.compress(TEXT, mtime=0))),  # applied in order, undone reversed
+        (
+            ["gzip", "deflate"],
+            deflate(gzip.compress(TEXT, mtime=0)),
+        ),  # applied in order, undone reversed
         (["br"], TEXT),  # not asked for, not decoded: passed on as httpx does
     ],
 )
