@@ -98,9 +98,15 @@ from stormguard_drill.clients.drill_client import MODEL, ClientUnavailable, Dril
 from stormguard_drill.clients.litellm_client import import_litellm
 from stormguard_drill.clients.openai_clients import OpenAIClient
 from stormguard_drill.clients.stormguard_client import StormguardClient
-from stormguard_drill.config import VLLM_ENGINE_ARGS
+from stormguard_drill.config import VLLM_ENGINE_ARGS, VLLM_IPC_ENV
 from stormguard_drill.sampler import parse_metrics
-from stormguard_drill.servers import EngineSpec, ServerFleet, ServerProcess, free_port
+from stormguard_drill.servers import (
+    EngineSpec,
+    ServerFleet,
+    ServerProcess,
+    free_port,
+    ipc_directory,
+)
 from stormguard_drill.workload import Arrival
 
 # The model is the drill's name for it (MODEL): vLLM serves the tiny model under it too.
@@ -311,7 +317,12 @@ class SimLauncher:
 
 
 _VLLM_SPEC = EngineSpec(
-    args=VLLM_ENGINE_ARGS, ready_path="/health", stop_grace_s=20.0, own_session=True
+    args=VLLM_ENGINE_ARGS,
+    ready_path="/health",
+    stop_grace_s=20.0,
+    own_session=True,
+    reports_ports=False,
+    ipc_env=VLLM_IPC_ENV,
 )
 _VLLM_STARTUP_S = 240.0
 _WARMUP = {"model": MODEL, "messages": [{"role": "user", "content": "warm up"}], "max_tokens": 4}
@@ -373,17 +384,19 @@ class VllmLauncher:
         command += [*self._args, *VLLM_ENGINE_ARGS, *VLLM_LOG_ARGS]
         self._log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self._log_dir / f"{name}.log"
+        env = _vllm_env()
+        ipc_dir = ipc_directory(_VLLM_SPEC, env, name)
         with log_path.open("wb") as log:
             process = subprocess.Popen(
                 command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=_vllm_env(),
+                env=env,
                 start_new_session=True,
             )
         _yield_cpu(process.pid)
-        server = ServerProcess(name, port, process, log_path, _VLLM_SPEC)
+        server = ServerProcess(name, port, process, log_path, _VLLM_SPEC, ipc_dir=ipc_dir)
         self._servers.append(server)
         try:
             _wait_healthy(server)

@@ -83,6 +83,9 @@ COLD_START_S = 3.0
 # docs/vllm.md's tiny setup. A 4 MB KV cache is 3840 tokens of the tiny model
 # (budget 0.9 x 3840 = 3456 behind admission); eager mode starts in ~20 s instead
 # of ~50 s; at most 32 sequences in a batch, as in the sim engine.
+# Where vLLM puts the ZMQ sockets between its API server and engine core (the temp
+# directory unless set); it leaves them when killed, so each server gets its own.
+VLLM_IPC_ENV = "VLLM_RPC_BASE_PATH"
 VLLM_ENGINE_ARGS: tuple[str, ...] = (
     "--max-model-len",
     "1024",

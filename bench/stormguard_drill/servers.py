@@ -18,10 +18,12 @@ import atexit
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +52,11 @@ class EngineSpec:
     # take a port between our choosing it and its binding it. vLLM serves HTTP itself and
     # has no such flag: it gets a port free a moment before.
     reports_ports: bool = True
+    # The variable naming where the engine puts its IPC sockets, if it has any: vLLM's
+    # engine core and API server talk over ZMQ sockets in $VLLM_RPC_BASE_PATH (the temp
+    # directory by default) and leave them there when killed. Each server gets a
+    # directory of its own, removed when it stops.
+    ipc_env: str | None = None
 
 
 def free_port() -> int:
@@ -74,6 +81,7 @@ class ServerProcess:
     # Where it writes the ports it bound, once listening (port 0 asked for: port and
     # admin_port are 0 until read from it).
     port_file: Path | None = None
+    ipc_dir: Path | None = None  # its engine's IPC sockets (EngineSpec.ipc_env), if any
 
     @property
     def root(self) -> str:
@@ -108,6 +116,8 @@ class ServerProcess:
         if self.spec.own_session:
             # Children (vLLM's engine core) may outlive the leader: none may stay.
             self._signal(signal.SIGKILL)
+        if self.ipc_dir is not None:
+            shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
     def _signal(self, signum: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -150,6 +160,8 @@ class ServerFleet:
         if port_file is not None:
             port_file.unlink(missing_ok=True)  # an earlier run's
             command += ["--port-file", str(port_file)]
+        env = _environment(admin_token)
+        ipc_dir = ipc_directory(self._spec, env, name)
         # Popen returns at once (no wait); the command is our own interpreter and flags.
         with log_path.open("wb") as log:
             process = subprocess.Popen(  # noqa: S603, ASYNC220
@@ -157,7 +169,7 @@ class ServerFleet:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=_environment(admin_token),
+                env=env,
                 start_new_session=self._spec.own_session,
             )
         server = ServerProcess(
@@ -169,6 +181,7 @@ class ServerFleet:
             admin_port=admin_port,
             admin_token=admin_token,
             port_file=port_file,
+            ipc_dir=ipc_dir,
         )
         self._servers.append(server)
         try:
@@ -197,6 +210,15 @@ class ServerFleet:
         tb: TracebackType | None,
     ) -> None:
         self.stop_all()
+
+
+def ipc_directory(spec: EngineSpec, env: dict[str, str], name: str) -> Path | None:
+    """A new directory for the engine's IPC sockets, named in ``env``; None without any."""
+    if spec.ipc_env is None:
+        return None
+    directory = Path(tempfile.mkdtemp(prefix=f"{name}-ipc-"))
+    env[spec.ipc_env] = str(directory)
+    return directory
 
 
 def _environment(admin_token: str | None) -> dict[str, str]:

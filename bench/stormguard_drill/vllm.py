@@ -26,7 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from stormguard_drill.clients.drill_client import MODEL
-from stormguard_drill.config import VLLM_ENGINE_ARGS
+from stormguard_drill.config import VLLM_ENGINE_ARGS, VLLM_IPC_ENV
 from stormguard_drill.sampler import parse_metrics
 from stormguard_drill.servers import EngineSpec
 
@@ -80,6 +80,7 @@ def engine_spec(model: Path) -> EngineSpec:
         own_session=True,
         warmup_request=_WARMUP,
         reports_ports=False,
+        ipc_env=VLLM_IPC_ENV,
     )
 
 

@@ -86,7 +86,24 @@ def run_vllm(
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         command += ["--model", model, "--host", "127.0.0.1", "--port", str(port), *args, *extra]
     command = ["nice", "-n", str(SERVER_NICE), *command]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1"}
+    with tempfile.TemporaryDirectory(prefix="vllm-ipc-", ignore_cleanup_errors=True) as ipc:
+        # vLLM's API server and engine core talk over ZMQ sockets it names in this
+        # directory (the temp directory by default) and leaves there when killed.
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "VLLM_RPC_BASE_PATH": ipc,
+        }
+        with _started(command, env, model, port) as server:
+            yield server
+
+
+@contextlib.contextmanager
+def _started(
+    command: list[str], env: dict[str, str], model: str, port: int
+) -> Iterator[VllmServer]:
     with tempfile.NamedTemporaryFile(prefix="vllm-", suffix=".log", delete=False) as f:
         log_path = Path(f.name)
     with log_path.open("wb") as log:
