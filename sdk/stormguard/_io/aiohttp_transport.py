@@ -108,6 +108,15 @@ def _decoded(headers: httpx.Headers) -> list[tuple[str, str]]:
     return [(key.decode(encoding), value.decode(encoding)) for key, _, value in headers._list]
 
 
+def _headers(raw: tuple[tuple[bytes, bytes], ...]) -> httpx.Headers:
+    """aiohttp's raw response headers as the ``httpx.Headers`` httpx builds from them
+    (each name as sent, its lower case, the value), without httpx's check of each
+    name and value for a ``str`` to encode: aiohttp's are ``bytes``."""
+    headers = httpx.Headers()
+    headers._list = [(name, name.lower(), value) for name, value in raw]
+    return headers
+
+
 class _Body(httpx.AsyncByteStream):
     """An aiohttp response's body as httpx reads it: each piece as it arrives, its
     failures as httpx's, and its close ending the connection unless it was read to
@@ -198,7 +207,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             extensions["reason_phrase"] = response.reason.encode("latin-1", "replace")
         return httpx.Response(
             response.status,
-            headers=response.raw_headers,
+            headers=_headers(response.raw_headers),
             stream=_Body(response, request),
             extensions=extensions,
         )

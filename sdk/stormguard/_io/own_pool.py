@@ -124,8 +124,9 @@ class _AttemptRequests:
     def _cache_init(self) -> None:
         #: Each URL parsed, with the ``Host`` header the library gives a request to it.
         self._urls: dict[str, tuple[httpx.URL, list[tuple[bytes, bytes, bytes]]]] = {}
-        # Keyed by the id of a ``base`` the entry holds: that id names no other object.
-        self._merged: dict[int, tuple[Mapping[str, str], httpx.Headers]] = {}
+        # Keyed by the id of a ``base`` the entry holds: that id names no other object;
+        # with the names of the merged headers (lower case, encoded).
+        self._merged: dict[int, tuple[Mapping[str, str], httpx.Headers, frozenset[bytes]]] = {}
 
     def _cached_request(
         self,
@@ -151,15 +152,27 @@ class _AttemptRequests:
                 self._merged.clear()
             merged = httpx.Headers(self.headers)
             merged.update(base)
-            cached = self._merged[id(base)] = (base, merged)
-        merged = cached[1].copy()
+            names = frozenset(lower for _, lower, _ in merged._list)
+            cached = self._merged[id(base)] = (base, merged, names)
+        _, merged, names = cached
+        merged = merged.copy()
+        items = merged._list
+        # What ``Headers.__setitem__`` does, without its scan of every header for a
+        # name none of them has (the call's own: its attempt number, its deadline).
+        encoding = merged._encoding or "utf-8"
+        added: set[bytes] = set()
         for name, value in headers.items():
-            merged[name] = value
+            raw = name.encode(encoding)
+            lower = raw.lower()
+            if lower in names or lower in added:
+                merged[name] = value  # replaces the one there, in its place
+            else:
+                added.add(lower)
+                items.append((raw, lower, value.encode(encoding)))
         # What ``httpx.Request(content=...)`` adds, added here: its constructor copies
         # the headers twice more and looks each of these names up (about a tenth of an
         # async call's CPU). Only where httpx and httpx2 agree: the two methods the
         # pipeline sends, none of the three headers set already; else their own way.
-        items = merged._list
         if method not in _PLAIN or any(name in _AUTOMATIC for _, name, _ in items):
             return httpx.Request(
                 method, parsed, content=content, headers=merged, extensions=extensions

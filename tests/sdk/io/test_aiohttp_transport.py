@@ -283,6 +283,35 @@ async def test_the_request_on_the_wire_is_the_one_httpx_sends() -> None:
     assert list(headers_a) == list(headers_x)  # the same names, in the same order
 
 
+async def test_the_response_headers_are_the_ones_httpx_reads() -> None:
+    sent = (
+        "Content-Type: application/json",
+        "X-RateLimit-Remaining-Requests: 7",
+        "set-cookie: a=1",
+        "Set-Cookie: b=2",
+        "x-empty: ",
+        "x-latin: caf\xe9",
+    )
+
+    async def headed(wire: Wire, reader: asyncio.StreamReader, writer: Any) -> None:
+        while True:
+            await wire.read_request(reader)
+            writer.write(reply(CHAT, *sent).replace(b"caf\xc3\xa9", b"caf\xe9"))
+            await writer.drain()
+
+    async with serving(headed) as wire:
+        got = []
+        for backend in ("httpx", "aiohttp"):
+            async with pool(backend) as http:
+                response = await http.post(f"{wire.url}/chat/completions", content=b"{}")
+            got.append(response.headers)
+    from_httpx, from_aiohttp = got
+    assert from_aiohttp.raw == from_httpx.raw  # names as sent, values, order, repeats
+    assert from_aiohttp.multi_items() == from_httpx.multi_items()
+    assert from_aiohttp.get_list("set-cookie") == ["a=1", "b=2"]
+    assert from_aiohttp["x-latin"] == from_httpx["x-latin"]
+
+
 async def test_a_compressed_body_is_decoded_by_httpx_and_capped_decoded() -> None:
     packed = gzip.compress(CHAT)
     big = gzip.compress(b" " * (4 << 20) + CHAT)  # 4 MiB decoded, 4 KB on the wire

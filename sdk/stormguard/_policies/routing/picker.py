@@ -209,6 +209,13 @@ class EndpointPicker:
         stream: bool = False,
     ) -> Ranked:
         """``candidates``, with the affinity key's home (``Ranked``)."""
+        states = self.states
+        if len(states) == 1:
+            # One endpoint (the common client): no pool to split, nothing to rank.
+            state = states[0]
+            if not (state.serves(model) and state.serves_class(priority)):
+                raise ValueError(_none_serves(model, priority))
+            return ([state] if usable(state) else []), None
         own, others = self._pools(model, priority, spill)
         avoided = {avoid} if isinstance(avoid, str) else set(avoid or ())
         # Outside the lock: ``usable`` may probe.
