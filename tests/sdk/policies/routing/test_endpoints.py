@@ -12,6 +12,7 @@ import respx
 import stormguard
 from stormguard import Endpoint, ServerLoad
 from stormguard._policies.routing.picker import EndpointPicker
+from stormguard.protocol import Priority
 from stormguard.testing import FakeClock
 from tests.sdk.helpers import MESSAGES, Api, chat_json
 
@@ -52,6 +53,32 @@ def test_token_share_and_local_in_flight_count() -> None:
     for _ in range(3):
         pick.finished(b)
     assert pick.candidates()[0] is b
+
+
+@pytest.mark.parametrize(
+    ("alone", "beside"),
+    [
+        (Endpoint(A, models=["big"]), Endpoint(B, models=["big"])),
+        (Endpoint(A, classes={"sheddable"}), Endpoint(B, classes={"sheddable"})),
+    ],
+    ids=["model", "class"],
+)
+def test_a_lone_endpoint_is_chosen_as_one_of_several_would_be(
+    alone: Endpoint, beside: Endpoint
+) -> None:
+    one, _ = picker(alone)
+    two, _ = picker(alone, beside)
+    refusals = set()
+    for pick in (one, two):  # the call's model, or its class, served by none
+        with pytest.raises(ValueError) as refused:
+            pick.choose(model="huge", priority=Priority.STANDARD)
+        refusals.add(str(refused.value))
+    assert len(refusals) == 1  # the same refusal, one endpoint or two
+    served = {"model": "big", "priority": Priority.SHEDDABLE}
+    (state,) = one.states
+    assert one.choose(**served) == ([state], None)
+    assert one.choose(**served, usable=lambda s: False) == ([], None)
+    assert one.choose(**served, avoid=state.name, affinity_key=b"k") == ([state], None)
 
 
 def test_weights_share_the_draws() -> None:
