@@ -67,6 +67,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import httpx
 import httpx2
@@ -139,6 +140,16 @@ TARGETS = {"aiohttp": 1.5, "httpx": 1.2, "httpx2": 1.2, "mock": 1.2, "mock-given
 HTTP_LIBRARIES = {"httpx": httpx, "httpx2": httpx2}
 
 
+def pool_limits(calls: int, module: Any = httpx) -> Any:
+    """``module.Limits`` (httpx's or httpx2's) of every pool here: room for every
+    call, its idle connections kept ``KEEPALIVE_S``."""
+    return module.Limits(
+        max_connections=calls + 24,
+        max_keepalive_connections=calls + 24,
+        keepalive_expiry=KEEPALIVE_S,
+    )
+
+
 def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
     """An ``AsyncClient`` of ``library`` whose pool holds every call's connection;
     ``library`` "mock" is httpx with an in-process transport that answers after
@@ -149,11 +160,7 @@ def _pool(library: str, calls: int, **options: object) -> httpx.AsyncClient:
         return client
     options.pop("delay")
     module = HTTP_LIBRARIES[library]
-    limits = module.Limits(
-        max_connections=calls + 24,
-        max_keepalive_connections=calls + 24,
-        keepalive_expiry=KEEPALIVE_S,
-    )
+    limits = pool_limits(calls, module)
     client = module.AsyncClient(limits=limits, timeout=60, **options)
     return client
 
@@ -208,11 +215,7 @@ def transport_floor(base_url: str, calls: int) -> tuple[Call, Callable[[], Await
     backend costs before any resilience feature: the floor the pipeline sits on."""
     from stormguard._io.aiohttp_transport import AiohttpTransport
 
-    limits = httpx.Limits(
-        max_connections=calls + 24,
-        max_keepalive_connections=calls + 24,
-        keepalive_expiry=KEEPALIVE_S,
-    )
+    limits = pool_limits(calls)
     transport = AiohttpTransport(limits=limits, verify=True)
     url = httpx.URL(f"{base_url}/chat/completions")
     body = json.dumps(BODY).encode()
@@ -246,11 +249,7 @@ def openai_client(base_url: str, calls: int) -> tuple[Call, Callable[[], Awaitab
     (``max_retries=2``): the server never fails, so no retry is ever made."""
     import openai
 
-    limits = httpx2.Limits(
-        max_connections=calls + 24,
-        max_keepalive_connections=calls + 24,
-        keepalive_expiry=KEEPALIVE_S,
-    )
+    limits = pool_limits(calls, httpx2)
     client = openai.AsyncOpenAI(
         base_url=base_url,
         api_key=KEY,
@@ -276,11 +275,7 @@ def guard_client(
     http: httpx.AsyncClient | None = None
     limits = None
     if library in ("httpx", "aiohttp"):
-        limits = httpx.Limits(
-            max_connections=calls + 24,
-            max_keepalive_connections=calls + 24,
-            keepalive_expiry=KEEPALIVE_S,
-        )
+        limits = pool_limits(calls)
     elif library == "mock":
         # The default pool's class over the mock's transport: stormguard builds this
         # pool itself, and no public option hands it a transport.
