@@ -38,6 +38,20 @@ chat's turns left their home on real vLLM (docs/benchmarks.md, "Prefix-cache
 affinity on real vLLM"): the bound was 4 of 6, and an even split of the other 5
 calls' keys puts 4 or 5 on one home 6 times in 32.
 
+**Moves.** A key whose home was full when its call came moves with that call:
+the picker remembers the endpoint it went to (``moved``) and ranks it first for
+the key's later calls, the home's place, while it takes them within its bound.
+That endpoint holds the key's newest prefix (a conversation's history through the
+turn that moved); the home holds an older one, and a turn sent back to it pays
+the turns it missed. And the load that piled up on one replica drains off by
+keys that move and stay, each paying its prefix on the other replica once,
+instead of by one call after another of many keys, each paying its whole prefix
+there and coming back. A home passed over only while it sheds, is out of rotation
+or was tried by the call keeps its key: that is brief, and its cache is intact.
+The memory is the client's own (another process's client keeps its own), and
+bounded (``picker.MOVED_KEYS``, the least recently moved forgotten first: a key
+forgotten goes home).
+
 **Slack** (``slack``, whole calls): an endpoint also takes the call while it holds
 fewer than its fair share plus ``slack``, whichever bound is larger. Gateways that
 route on prefixes add the same absolute margin to a relative one, for the same
@@ -215,11 +229,14 @@ def affinity_choice(
     epsilon: float,
     skip: Callable[[EndpointState], bool],
     slack: int = 0,
+    moved: str | None = None,
 ) -> tuple[EndpointState, EndpointState | None]:
-    """The key's home among ``states`` (the first of its ranking), and the endpoint
-    the call goes to: the first of the ranking not ``skip``-ped (shedding, tried
-    by this call) whose attempts in flight are below its ``load_bound``. None: none
-    fits, and the caller orders ``states`` by load instead."""
+    """The key's home among ``states``, and the endpoint the call goes to: the first
+    of the home and then the key's ranking not ``skip``-ped (shedding, tried by this
+    call) whose attempts in flight are below its ``load_bound``. The home is the
+    endpoint named ``moved`` when it is among ``states`` (the key moved there when
+    its home was full: ``EndpointPicker``), else the first of the ranking. None:
+    none fits, and the caller orders ``states`` by load instead."""
     scored = _ranked(key, states)
     total = sum(s.in_flight for s in states)
     weights = sum(s.weight for s in states)
@@ -230,9 +247,11 @@ def affinity_choice(
         return state.in_flight < load_bound(total, state.weight / weights, epsilon, slack)
 
     home = states[min(scored)[2]]
+    if moved is not None and moved != home.name:
+        home = next((s for s in states if s.name == moved), home)
     if fits(home):  # most calls: their home, found without sorting
         return home, home
-    for _, _, index in sorted(scored)[1:]:
-        if fits(states[index]):
+    for _, _, index in sorted(scored):
+        if states[index] is not home and fits(states[index]):
             return home, states[index]
     return home, None

@@ -33,7 +33,11 @@ has not heard from lately may be full.
 goes first, within its own pool's best tier, to the key's endpoint by rendezvous
 hashing with bounded loads, skipping one that sheds or that a retry avoids; the
 rest follow in the order above. When none of the key's endpoints fits, the call
-goes by load as one without a key.
+goes by load as one without a key. A key whose home was full moves with the call
+that left it: its later calls go first to that endpoint, which now holds its
+newest prefix, and load that piles up on one replica drains off by moving keys
+instead of by one call of many keys after another (each paying its whole prefix
+again on the other replica).
 
 The set of endpoints may change (DNS discovery, ``_policies/routing/discovery.py``): ``replace``
 swaps it at once, keeping the ``EndpointState`` of every endpoint that stays.
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
 from ..._core.clock import Clock
@@ -65,6 +70,9 @@ __all__ = ["DEFAULT_STALE_AFTER", "EndpointPicker", "Ranked"]
 
 
 DEFAULT_STALE_AFTER = 5.0
+#: Affinity keys a picker remembers as moved off their home (a key is 16 bytes:
+#: about 1 MB at most). A key it forgets goes home, and moves again if home is full.
+MOVED_KEYS = 8192
 
 
 #: The endpoints to try, in order, and the affinity key's home among them (the first
@@ -99,6 +107,9 @@ class EndpointPicker:
         self._rng = rng
         self._stale_after = stale_after
         self._lock = fork_safe_lock()
+        #: Affinity keys that moved off a full home: the endpoint each moved to, the
+        #: least recently moved first (``MOVED_KEYS`` at most).
+        self._moves: OrderedDict[bytes, str] = OrderedDict()
         forget_in_child(self)
 
     def _forget_parent_calls(self) -> None:
@@ -295,13 +306,21 @@ class EndpointPicker:
         rank = self._rank(states, now, latency, stream)
         if len(states) <= 1:
             return None, self._ordered(states, avoided, rank)
+
+        def skip(state: EndpointState) -> bool:
+            return state.name in avoided or state.shedding(now, self._stale_after)
+
+        moves = self._moves
         home, chosen = affinity_choice(
-            key,
-            states,
-            epsilon=bound[0],
-            slack=bound[1],
-            skip=lambda s: s.name in avoided or s.shedding(now, self._stale_after),
+            key, states, epsilon=bound[0], slack=bound[1], skip=skip, moved=moves.get(key)
         )
+        if chosen is not None and chosen is not home and not skip(home):
+            # Its home was full: the key moves to where this call goes, and its
+            # later calls follow the prefix there (``MOVED_KEYS``).
+            moves[key] = chosen.name
+            moves.move_to_end(key)
+            if len(moves) > MOVED_KEYS:
+                moves.popitem(last=False)
         if chosen is None:
             return home, self._ordered(states, avoided, rank)
         rest = sorted(

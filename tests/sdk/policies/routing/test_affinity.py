@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stormguard import AffinityPolicy, Endpoint, Priority, ServerLoad, SpillOver
+from stormguard._policies.routing import picker as picker_module
 from stormguard._policies.routing.affinity import (
     affinity_choice,
     key_of,
@@ -153,14 +154,97 @@ def test_slack_keeps_a_few_calls_home_and_one_hot_key_still_spills_when_busy() -
     pick.started(home)
     pick.finished(other)  # 5 in flight, all at the home: the 6th leaves it
     assert pick.candidates(affinity_key=hot)[0] is other
-    # Busy: one hot key fills its home to 1.25 times its share, then spills.
+    # Busy: one hot key fills its home to its bound, then spills over (and moves,
+    # back and forth as each fills): never past 1.25 times a share at 64 in flight.
     busy, _ = picker(Endpoint(URLS[0]), Endpoint(URLS[1]))
-    placed = Counter()
+    placed: Counter[str] = Counter()
     for _ in range(64):
         state = busy.candidates(affinity_key=hot)[0]
         busy.started(state)
         placed[state.name] += 1
-    assert placed[home.name] == 40 and placed[other.name] == 24
+        total = sum(placed.values())
+        assert state.in_flight <= max(load_bound(total - 1, 0.5, 0.25, 2), 1)
+    assert placed[home.name] <= 40 and placed[other.name] <= 40
+
+
+def fill(pick: EndpointPicker, state: EndpointState, calls: int) -> None:
+    for _ in range(calls):
+        pick.started(state)
+
+
+def test_a_key_whose_home_is_full_moves_and_its_later_calls_follow_it() -> None:
+    pick, _ = picker(*fleet(3))
+    k = key("chat-11")
+    home, second, third = ranking(k, pick.states)
+    fill(pick, home, 5)  # 5 in flight, all at the home: at its bound (6 / 3 + 2)
+    order, moved_home = pick.choose(affinity_key=k)
+    assert order[0] is second and moved_home is home  # this call overflows
+    pick.started(second)
+    for _ in range(5):
+        pick.finished(home)  # the home is empty again
+    # The key's prefix is newest on ``second`` now: its next calls go there, and
+    # ``second`` is the home they report a hit against.
+    for _ in range(3):
+        assert pick.choose(affinity_key=k) == ([second, *order[1:]], second)
+    other = key("chat-12")
+    assert first(pick, other) == ranking(other, pick.states)[0].name  # others stay
+    # Full in turn, the moved key walks its ranking from the top: home again.
+    fill(pick, second, 4)
+    order, moved_home = pick.choose(affinity_key=k)
+    assert order[0] is home and moved_home is second
+    for _ in range(5):
+        pick.finished(second)
+    assert pick.choose(affinity_key=k)[1] is home
+    assert third.in_flight == 0
+
+
+def test_a_home_passed_over_while_shedding_avoided_or_ejected_keeps_its_key() -> None:
+    pick, clock = picker(*fleet(3))
+    k = key("chat-13")
+    home, second, _ = ranking(k, pick.states)
+    pick.observe(home, ServerLoad(queue_depth=9, load_shed="queue_full"))
+    assert first(pick, k) == second.name
+    assert first(pick, k, avoid={home.name}) == second.name
+    assert first(pick, k, usable=lambda s: s is not home) == second.name
+    clock.advance(6.0)  # the shed report is stale: back home, as it never moved
+    order, same_home = pick.choose(affinity_key=k)
+    assert order[0] is home and same_home is home
+
+
+def test_a_key_moved_to_an_endpoint_that_left_goes_home() -> None:
+    pick, _ = picker(*fleet(3))
+    k = key("chat-14")
+    home, second, third = ranking(k, pick.states)
+    fill(pick, home, 5)
+    assert first(pick, k) == second.name  # moved to ``second``
+    for _ in range(5):
+        pick.finished(home)
+    pick.replace([home, third])  # discovery: ``second`` is gone
+    assert first(pick, k) == home.name
+    pick.replace([home, second, third])  # back: the key's newest prefix is there
+    assert first(pick, k) == second.name
+
+
+def test_the_moved_keys_a_picker_remembers_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(picker_module, "MOVED_KEYS", 4)
+    pick, _ = picker(*fleet(2))
+    keys = [key(f"chat-{i}") for i in range(40)]
+    homes = {k: ranking(k, pick.states)[0] for k in keys}
+    moved: list[bytes] = []
+    for k in keys:
+        home = homes[k]
+        fill(pick, home, 5)  # at its bound of two endpoints' (6 / 2 + 2)
+        state = pick.candidates(affinity_key=k)[0]
+        for _ in range(5):
+            pick.finished(home)
+        if state is not home:
+            moved.append(k)
+    assert len(moved) == len(keys)  # each left a full home
+    assert len(pick._moves) == 4
+    # The four last moved are remembered; the rest go home again.
+    for k in moved:
+        at = first(pick, k)
+        assert (at != homes[k].name) == (k in moved[-4:]), k
 
 
 def test_load_bound() -> None:
