@@ -27,7 +27,8 @@ class AttemptRecord:
     quota (docs/quotas.md); ``deployment`` and ``tier`` the ``Deployment`` it went
     to and that deployment's tier (None: a plain endpoint, docs/providers.md);
     ``affinity`` whether its endpoint was its prefix-cache affinity key's home
-    (``"hit"``: the first of the key's ranking of the endpoints in rotation) or
+    (``"hit"``: the first of the key's ranking of the endpoints in rotation, or
+    the endpoint the key moved to when its home was full) or
     another because the home was full, shedding or already tried by the call
     (``"overflow"``); None: the call had no key, or there was no choice to make
     (docs/resilience.md, "Prefix-cache affinity"); ``hedge`` whether it was a

@@ -25,7 +25,8 @@ class AffinityPolicy:
     its fair share of this client's calls in flight, or that share plus ``slack``
     calls (whichever is more: the slack is what keeps keys home when few calls
     are in flight), does not shed and is in rotation; else to the key's next
-    endpoint, and with none, by load as any call.
+    endpoint, and with none, by load as any call. A key that left a full home
+    moves: this client sends its later calls first where that call went.
     The key is the body's ``prompt_cache_key``; with ``derive_from_prompt``, a call
     without one takes the start of its prompt (at most ``prefix_chars``
     characters: chat messages through the first user message, the start of a
