@@ -2,7 +2,8 @@
 balance, stormguard with and without affinity beside LiteLLM's Router.
 
     .venv-vllm/bin/python bench/bench_affinity.py [--quick] [--seed 1] [--rounds 2]
-        [--clients sg-none,sg-key,...] [--epsilon 0.25] [--slack 2] [--json out.json]
+        [--clients sg-none,sg-key,...] [--epsilon 0.25] [--slack 2] [--rate 1.5]
+        [--model-dir DIR] [--json out.json]
 
 Two replicas of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
 api_server``) serve the tiny random-weight Llama (``stormguard_server.vllm.tiny_model``)
@@ -25,6 +26,13 @@ fixed text (``--reply-words``), not the model's, so every client sends the very 
 prompts. At most ``--in-flight`` turns run at once; the first turns of all conversations
 are queued in a seeded order and each finished turn queues its conversation's next at
 the back, so every conversation stays live through the run, as chat sessions do.
+That closed loop keeps both replicas busy; ``--rate`` runs an open one instead, turns
+started at that mean rate (the next queued each time), for a load below what the
+replicas can serve, where a turn's time to first token is its own prefill more than
+its wait behind others'. ``--model-dir`` takes a larger model built the same way
+(``python -m stormguard_server.vllm.tiny_model DIR --hidden-size 512 --layers 4``),
+whose prefill costs more than vLLM's per-step overhead; the KV cache is sized from its
+config.
 
 **The clients**, each over the same two replicas, one after the other, every replica's
 prefix cache emptied before each (vLLM's ``POST /reset_prefix_cache``, which needs
@@ -374,11 +382,20 @@ async def client_for(
 
 
 async def drive(
-    call: TurnCall, conversations: Sequence[Conversation], *, in_flight: int, seed: int, run: Run
+    call: TurnCall,
+    conversations: Sequence[Conversation],
+    *,
+    in_flight: int,
+    seed: int,
+    run: Run,
+    rate: float | None = None,
 ) -> None:
     """Every turn of every conversation through ``call``, at most ``in_flight`` at once:
     the first turns in a seeded order, each conversation's next turn queued at the back
-    when its turn ends (failed or not: the history is the workload's own)."""
+    when its turn ends (failed or not: the history is the workload's own). With
+    ``rate``, an open loop instead: turns start at seeded exponential intervals of
+    mean ``1 / rate`` s, each the next queued one (or, with none queued, the next to
+    be), however many are in flight."""
     queue: asyncio.Queue[tuple[Conversation, int] | None] = asyncio.Queue()
     order = list(conversations)
     random.Random(seed).shuffle(order)
@@ -386,35 +403,51 @@ async def drive(
         queue.put_nowait((conv, 0))
         run.served[conv.id] = []
     left = sum(len(c.users) for c in conversations)
+    workers = in_flight if rate is None else 1
+
+    async def one(conv: Conversation, turn: int) -> None:
+        nonlocal left
+        run.turns += 1
+        try:
+            first, replica, overflow = await call(conv, turn, conv.messages(turn))
+        except Exception as exc:  # counted and shown: a benchmark reports, never stops
+            run.failures += 1
+            run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
+            run.served[conv.id].append(None)
+        else:
+            if first is None:
+                run.failures += 1
+                run.errors.append("a stream without a chunk")
+            else:
+                run.ttfts.append(first)
+            run.served[conv.id].append(replica)
+            run.overflows += overflow
+        left -= 1
+        if turn + 1 < len(conv.users):
+            queue.put_nowait((conv, turn + 1))
+        if left == 0:
+            for _ in range(workers):
+                queue.put_nowait(None)
 
     async def worker() -> None:
-        nonlocal left
         while (job := await queue.get()) is not None:
-            conv, turn = job
-            run.turns += 1
-            try:
-                first, replica, overflow = await call(conv, turn, conv.messages(turn))
-            except Exception as exc:  # counted and shown: a benchmark reports, never stops
-                run.failures += 1
-                run.errors.append(f"{type(exc).__name__}: {exc}"[:300])
-                run.served[conv.id].append(None)
-            else:
-                if first is None:
-                    run.failures += 1
-                    run.errors.append("a stream without a chunk")
-                else:
-                    run.ttfts.append(first)
-                run.served[conv.id].append(replica)
-                run.overflows += overflow
-            left -= 1
-            if turn + 1 < len(conv.users):
-                queue.put_nowait((conv, turn + 1))
-            if left == 0:
-                for _ in range(in_flight):
-                    queue.put_nowait(None)
+            await one(*job)
+
+    async def arrivals(rate: float) -> None:
+        rng = random.Random(seed + 1)
+        running: set[asyncio.Task[None]] = set()
+        while (job := await queue.get()) is not None:
+            task = asyncio.create_task(one(*job))
+            running.add(task)
+            task.add_done_callback(running.discard)
+            await asyncio.sleep(rng.expovariate(rate))
+        await asyncio.gather(*running)
 
     started = time.monotonic()
-    await asyncio.gather(*(worker() for _ in range(in_flight)))
+    if rate is None:
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+    else:
+        await arrivals(rate)
     run.wall_s = time.monotonic() - started
 
 
@@ -428,6 +461,7 @@ def run_client(
     round_: int,
     epsilon: float = DEFAULT_EPSILON,
     slack: int = DEFAULT_SLACK,
+    rate: float | None = None,
 ) -> Run:
     for replica in replicas:
         replica.reset_prefix_cache()
@@ -436,7 +470,7 @@ def run_client(
 
     async def main() -> None:
         async with client_for(name, replicas, epsilon, slack) as call:
-            await drive(call, conversations, in_flight=in_flight, seed=seed, run=run)
+            await drive(call, conversations, in_flight=in_flight, seed=seed, run=run, rate=rate)
 
     asyncio.run(main())
     done = run.turns - run.failures
@@ -545,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=None, help="default 6 (quick: 4)")
     parser.add_argument("--kv-share", type=float, default=0.7)
     parser.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="an open loop: turns started at this mean rate a second (seeded exponential"
+        " gaps), however many are in flight; default: --in-flight at once, a closed loop",
+    )
+    parser.add_argument(
         "--epsilon",
         type=float,
         default=DEFAULT_EPSILON,
@@ -569,7 +610,9 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = tiny_model(args.model_dir, scratch)
         sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
         print(
-            f"workload: {asdict(shape)}, {in_flight} in flight, {rounds} round(s), seeds {seeds},"
+            f"workload: {asdict(shape)},"
+            f" {f'{args.rate} turns/s' if args.rate else f'{in_flight} in flight'},"
+            f" {rounds} round(s), seeds {seeds},"
             f" affinity epsilon {args.epsilon}, slack {args.slack}"
         )
         print(
@@ -601,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:
                         round_=round_,
                         epsilon=args.epsilon,
                         slack=args.slack,
+                        rate=args.rate,
                     )
                     figures = runs[name].figures(None)
                     print(

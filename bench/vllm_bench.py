@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import sys
@@ -23,10 +24,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.vllm.vllm_
 
 MODEL = "tiny"
 BLOCK_SIZE = 32
-#: Bytes of KV cache per token of the tiny model: 2 (K and V) x 2 layers x 4 heads x
-#: 32 dimensions x 2 bytes (vLLM's CPU build keeps it in bf16); checked against the
-#: capacity vLLM reports (``vllm:cache_config_info``).
-KV_BYTES_PER_TOKEN = 1024
+
+
+def kv_bytes_per_token(model_dir: str) -> int:
+    """Bytes of KV cache per token of the model in ``model_dir``, from its
+    config.json: 2 (K and V) x layers x KV heads x head dimensions x 2 bytes (vLLM's
+    CPU build keeps it in bf16). The tiny model's 1,024 (2 layers x 4 heads x 32) was
+    checked against the capacity vLLM reports (``vllm:cache_config_info``)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    heads = config["num_attention_heads"]
+    head_dim = config["hidden_size"] // heads
+    kv_heads = config.get("num_key_value_heads") or heads
+    return 2 * config["num_hidden_layers"] * kv_heads * head_dim * 2
+
 
 T = TypeVar("T")
 
@@ -138,7 +148,7 @@ def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Itera
     extra = (
         "--served-model-name", MODEL,
         "--max-model-len", str(max_model_len),
-        "--kv-cache-memory-bytes", str(kv_tokens * KV_BYTES_PER_TOKEN),
+        "--kv-cache-memory-bytes", str(kv_tokens * kv_bytes_per_token(model_dir)),
         "--block-size", str(BLOCK_SIZE),
         "--enable-prefix-caching",
         "--enforce-eager",

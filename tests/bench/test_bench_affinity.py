@@ -205,6 +205,33 @@ def test_the_driver_runs_every_turn_in_order_within_its_bound_and_counts_failure
     assert run.wall_s > 0
 
 
+def test_an_open_loop_starts_turns_at_its_rate_however_many_are_in_flight() -> None:
+    conversations = ba.build_conversations(SHAPE, 4)
+    seen: dict[str, list[int]] = {}
+    running = peak = 0
+    release = asyncio.Event()
+
+    async def call(conv: ba.Conversation, turn: int, messages: list[dict[str, Any]]) -> Any:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        try:
+            assert messages == conv.messages(turn)
+            seen.setdefault(conv.id, []).append(turn)
+            if running == len(conversations):  # every first turn is in flight at once
+                release.set()
+            await release.wait()
+            return 0.01, "1", False
+        finally:
+            running -= 1
+
+    run = ba.Run(client="fake", round=0, seed=4)
+    asyncio.run(ba.drive(call, conversations, in_flight=2, seed=4, run=run, rate=10_000.0))
+    assert seen == {c.id: [0, 1, 2, 3] for c in conversations}  # each in order
+    assert peak == len(conversations)  # not held to ``in_flight``
+    assert run.turns == 24 and run.failures == 0 and len(run.ttfts) == 24
+
+
 def test_the_floor_counts_what_a_never_evicting_prefix_cache_must_compute() -> None:
     block = 4
     first = list(range(10))  # 10 tokens: nothing cached yet
@@ -238,3 +265,20 @@ def test_each_stormguard_client_has_its_affinity() -> None:
         epsilon=0.25, slack=3, derive_from_prompt=True
     )
     assert ba.DEFAULT_SLACK == AffinityPolicy().slack == 2
+
+
+def test_the_kv_cache_is_sized_from_the_models_own_shape(tmp_path: Any) -> None:
+    import json
+
+    import vllm_bench
+
+    def bytes_per_token(**config: int) -> int:
+        (tmp_path / "config.json").write_text(json.dumps(config))
+        return vllm_bench.kv_bytes_per_token(str(tmp_path))
+
+    # The tiny model: 2 (K, V) x 2 layers x 4 heads x 32 dimensions x 2 bytes (bf16).
+    assert bytes_per_token(hidden_size=128, num_attention_heads=4, num_hidden_layers=2) == 1024
+    # A larger one built by ``tiny_model --hidden-size 512 --layers 4``; grouped KV heads.
+    larger = {"hidden_size": 512, "num_attention_heads": 16, "num_hidden_layers": 4}
+    assert bytes_per_token(**larger) == 8192
+    assert bytes_per_token(**larger, num_key_value_heads=4) == 2048

@@ -112,8 +112,23 @@ def _corpus(seed: int, lines: int = 20_000) -> list[str]:
     return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 24))) for _ in range(lines)]
 
 
-def build_tiny_model(path: str | Path, *, seed: int = 0, vocab_size: int = 4096) -> Path:
-    """Write the model directory at ``path`` (created; existing files replaced)."""
+def build_tiny_model(
+    path: str | Path,
+    *,
+    seed: int = 0,
+    vocab_size: int = 4096,
+    hidden_size: int = 128,
+    layers: int = 2,
+) -> Path:
+    """Write the model directory at ``path`` (created; existing files replaced).
+    ``hidden_size`` and ``layers`` make a larger model (heads of 32 dimensions, an
+    MLP twice the hidden size), for a benchmark whose prefill must cost more than
+    vLLM's per-step overhead: hidden size 512 and 4 layers do about 30 times the
+    tiny model's work per token."""
+    if hidden_size < 32 or hidden_size % 32 or layers < 1:
+        raise ValueError(
+            f"hidden_size must be a multiple of 32 and layers >= 1, got {hidden_size}, {layers}"
+        )
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -145,11 +160,11 @@ def build_tiny_model(path: str | Path, *, seed: int = 0, vocab_size: int = 4096)
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 32,
+        num_key_value_heads=hidden_size // 32,
         max_position_embeddings=4096,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
@@ -168,8 +183,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="directory to write the model into")
     parser.add_argument("--seed", type=int, default=0, help="seed of weights and tokenizer")
+    parser.add_argument("--hidden-size", type=int, default=128, help="a multiple of 32")
+    parser.add_argument("--layers", type=int, default=2)
     args = parser.parse_args(argv)
-    print(build_tiny_model(args.path, seed=args.seed))
+    print(
+        build_tiny_model(
+            args.path, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers
+        )
+    )
 
 
 if __name__ == "__main__":
