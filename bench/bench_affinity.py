@@ -3,17 +3,18 @@ balance, stormguard with and without affinity beside LiteLLM's Router.
 
     .venv-vllm/bin/python bench/bench_affinity.py [--quick] [--seed 1] [--rounds 2]
         [--clients sg-none,sg-key,...] [--epsilon 0.25] [--slack 2] [--rate 1.5]
-        [--model-dir DIR] [--json out.json]
+        [--replicas 2] [--model-dir DIR] [--json out.json]
 
-Two replicas of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
+Two replicas (``--replicas``) of plain vLLM (the CPU build, ``python -m vllm.entrypoints.openai.
 api_server``) serve the tiny random-weight Llama (``stormguard_server.vllm.tiny_model``)
 on free loopback ports, automatic prefix caching on (``--enable-prefix-caching``,
 blocks of 32 tokens), each bound to a core of its own (``VLLM_CPU_OMP_THREADS_BIND``:
-by default both bind to the first core and take turns on it). Each replica's KV
-cache is sized from the workload: it holds ``--kv-share`` (0.7) of all the
-conversations' distinct prompt tokens, more than the half a replica holds when each
+by default all bind to the first core and take turns on it; a third replica on this
+2-core machine shares the first core with the first). Each replica's KV cache is
+sized from the workload: it holds ``--kv-share`` (0.7) of all the conversations'
+distinct prompt tokens, more than the half (or third) a replica holds when each
 conversation stays on one replica, less than all of them, which a replica must hold
-when the conversations scatter over both. That is the regime where scattering costs
+when the conversations scatter over all. That is the regime where scattering costs
 prefill: a replica's least recently used prefixes are evicted before their next turn
 comes back.
 
@@ -34,7 +35,7 @@ its wait behind others'. ``--model-dir`` takes a larger model built the same way
 whose prefill costs more than vLLM's per-step overhead; the KV cache is sized from its
 config.
 
-**The clients**, each over the same two replicas, one after the other, every replica's
+**The clients**, each over the same replicas, one after the other, every replica's
 prefix cache emptied before each (vLLM's ``POST /reset_prefix_cache``, which needs
 ``VLLM_SERVER_DEV_MODE=1``) so each client starts cold, in a seeded order per round:
 
@@ -55,7 +56,7 @@ prefix cache emptied before each (vLLM's ``POST /reset_prefix_cache``, which nee
   request's last message, as Claude Code sends them: LiteLLM pins the prefix to the
   replica that served it (300 s) and sends a later turn that extends it there, with no
   bound on the replica's load;
-* ``openai-rr``: openai-python, round-robin by hand over two clients (the floor).
+* ``openai-rr``: openai-python, round-robin by hand, a client per replica.
 
 **The figures**, per client: time to first token (the first streamed chunk, client
 side) p50 and p99; prefill tokens computed, the replicas' ``vllm:prompt_tokens`` less
@@ -112,7 +113,7 @@ from vllm_bench import (
     shape_from,
     table,
     tiny_model,
-    two_replicas,
+    vllm_replicas,
 )
 
 #: AffinityPolicy's default: at most 1.25 times an endpoint's share of calls in flight.
@@ -508,13 +509,16 @@ def prefix_cache_floor(requests: Iterable[tuple[int, Sequence[int]]], block: int
 
 
 def affinity_floor(
-    conversations: Sequence[Conversation], ids: Callable[[list[Any]], list[int]], seed: int
+    conversations: Sequence[Conversation],
+    ids: Callable[[list[Any]], list[int]],
+    seed: int,
+    replicas: int = 2,
 ) -> int:
-    """The least prefill two replicas can compute for the workload: each conversation
-    on one replica for all its turns (a seeded random split), nothing ever evicted, the
-    turns in the driver's order (every first turn, then every second, ...)."""
+    """The least prefill ``replicas`` replicas can compute for the workload: each
+    conversation on one replica for all its turns (a seeded random split), nothing ever
+    evicted, the turns in the driver's order (every first turn, then every second, ...)."""
     rng = random.Random(seed)
-    home = {c.id: rng.randrange(2) for c in conversations}
+    home = {c.id: rng.randrange(replicas) for c in conversations}
     turns = max(len(c.users) for c in conversations)
     requests = (
         (home[c.id], ids(c.messages(turn)))
@@ -526,7 +530,12 @@ def affinity_floor(
 
 
 def sizing(
-    shape: Shape, seeds: Sequence[int], model_dir: str, kv_share: float, in_flight: int
+    shape: Shape,
+    seeds: Sequence[int],
+    model_dir: str,
+    kv_share: float,
+    in_flight: int,
+    replicas: int = 2,
 ) -> dict[str, Any]:
     """The cache and context the workload needs: ``kv_share`` of the largest working set
     over the seeds, and never less than ``in_flight`` of the longest prompts at once (a
@@ -542,7 +551,7 @@ def sizing(
         conversations = build_conversations(shape, seed)
         working = max(working, distinct_tokens(conversations, count))
         longest = max(longest, max(count(c.messages(len(c.users) - 1)) for c in conversations))
-        floors[seed] = affinity_floor(conversations, ids, seed)
+        floors[seed] = affinity_floor(conversations, ids, seed, replicas)
     max_model_len = -(-(longest + MAX_TOKENS) // 256) * 256
     kv_tokens = max(int(working * kv_share), in_flight * (longest + MAX_TOKENS), max_model_len)
     return {
@@ -598,6 +607,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"AffinityPolicy.slack of sg-key and sg-derived (default {DEFAULT_SLACK};"
         " 0: epsilon's bound alone)",
     )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        choices=(2, 3),
+        default=2,
+        help="vLLM replicas (default 2; a third shares the first core)",
+    )
     args = parser.parse_args(argv)
 
     shape = shape_from(args, QUICK if args.quick else Shape())
@@ -608,11 +624,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-affinity-") as scratch:
         model_dir = tiny_model(args.model_dir, scratch)
-        sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight)
+        sized = sizing(shape, seeds, model_dir, args.kv_share, in_flight, args.replicas)
         print(
             f"workload: {asdict(shape)},"
             f" {f'{args.rate} turns/s' if args.rate else f'{in_flight} in flight'},"
-            f" {rounds} round(s), seeds {seeds},"
+            f" {args.replicas} replicas, {rounds} round(s), seeds {seeds},"
             f" affinity epsilon {args.epsilon}, slack {args.slack}"
         )
         print(
@@ -622,13 +638,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"load average at start: {os.getloadavg()}", flush=True)
         results: list[dict[str, Any]] = []
-        with two_replicas(
-            model_dir, max_model_len=sized["max_model_len"], kv_tokens=sized["kv_tokens"]
+        with vllm_replicas(
+            model_dir,
+            max_model_len=sized["max_model_len"],
+            kv_tokens=sized["kv_tokens"],
+            count=args.replicas,
         ) as replicas:
             capacity = [r.capacity_tokens() for r in replicas]
             print(f"replicas: {[r.root for r in replicas]}, KV capacity (tokens): {capacity}")
-            warm = build_conversations(Shape(conversations=2, turns=1), seed=-1)
-            run_client("openai-rr", replicas, warm, in_flight=2, seed=0, round_=-1)  # warm-up
+            # Warm-up: a turn on each replica (round-robin).
+            warm = build_conversations(Shape(conversations=len(replicas), turns=1), seed=-1)
+            run_client("openai-rr", replicas, warm, in_flight=len(replicas), seed=0, round_=-1)
             for round_, seed in enumerate(seeds):
                 conversations = build_conversations(shape, seed)
                 order = list(clients)

@@ -5,7 +5,7 @@ tokens spent on losers, stormguard with and without hedging beside LiteLLM's Rou
         [--clients sg-default,sg-hedge,...] [--fixed-delay S] [--json out.json]
 
 Two replicas of plain vLLM (the CPU build) serve the tiny random-weight Llama on free
-loopback ports, each bound to a core of its own: ``bench_affinity.two_replicas``, the
+loopback ports, each bound to a core of its own: ``vllm_bench.vllm_replicas``, the
 same start, core binding and teardown as the affinity benchmark.
 
 **The slow replica** is made slow the way an LLM replica gets slow: during the middle
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"load average at start: {os.getloadavg()}", flush=True)
         results: list[dict[str, Any]] = []
-        with vb.two_replicas(
+        with vb.vllm_replicas(
             model_dir, max_model_len=MAX_MODEL_LEN, kv_tokens=kv_tokens
         ) as replicas:
             print(f"replicas: {[r.root for r in replicas]}; flooded: {replicas[1].root}")

@@ -140,8 +140,10 @@ class Replica:
 
 
 @contextlib.contextmanager
-def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Iterator[list[Replica]]:
-    """Two plain vLLM servers, each stopped as a process group when the block ends."""
+def vllm_replicas(
+    model_dir: str, *, max_model_len: int, kv_tokens: int, count: int = 2
+) -> Iterator[list[Replica]]:
+    """``count`` plain vLLM servers, each stopped as a process group when the block ends."""
     from tests.vllm.vllm_process import run_vllm
 
     os.environ["VLLM_SERVER_DEV_MODE"] = "1"  # POST /reset_prefix_cache
@@ -156,11 +158,12 @@ def two_replicas(model_dir: str, *, max_model_len: int, kv_tokens: int) -> Itera
     cores = os.sched_getaffinity(0)
     with contextlib.ExitStack() as stack:
         replicas = []
-        for index in range(2):
-            # One core each, as two GPUs would be: left to itself, each replica binds its
+        for index in range(count):
+            # One core each, as GPUs would be: left to itself, each replica binds its
             # compute threads to the first core (VLLM_CPU_OMP_THREADS_BIND=auto reserves
-            # the rest), so the two would take turns on one core and the load-aware
-            # clients would pile onto whichever was running.
+            # the rest), so they would take turns on one core and the load-aware clients
+            # would pile onto whichever was running. More replicas than cores share them
+            # in turn (the third takes the first core again).
             core = sorted(cores)[index % len(cores)]
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)
             server = stack.enter_context(run_vllm(model_dir, admission=False, extra=extra))

@@ -256,6 +256,11 @@ def test_the_affinity_floor_keeps_a_conversation_on_one_replica() -> None:
     # Each later turn re-sends the earlier ones: most of every prompt is cached.
     assert 0 < floor < every / 2
     assert floor == ba.affinity_floor(conversations, ids, seed=6)
+    # Over three replicas a tenant's system prompt is computed on up to three; on one
+    # replica every prefix is computed once, the least any split can do.
+    three = ba.affinity_floor(conversations, ids, seed=6, replicas=3)
+    assert ba.affinity_floor(conversations, ids, seed=6, replicas=1) <= min(floor, three)
+    assert 0 < three < every / 2
 
 
 def test_each_stormguard_client_has_its_affinity() -> None:
