@@ -132,6 +132,7 @@ def close_record(call: CallBase, outcome: str, usage: object = None) -> None:
         duration = call.core.clock.now() - call._started
     if call.machine.state in IN_FLIGHT:
         _settle_attempt(call, outcome, None if outcome == OK else call._attempt_error, usage)
+    end_wait(call)
     lease = call._lease
     if outcome != OK or not call.spec.stream:
         call.release_slot()  # a stream holds its slot until it ends (``ended``)
@@ -195,6 +196,7 @@ def _settle_attempt(
     ``LatencyRouting``. Nothing else is told of a cancelled attempt: that says
     nothing about the server."""
     permit, call._permit = call._permit, None
+    end_wait(call)
     # A stream settles at its first chunk: the time so far is its first token's.
     elapsed = call.core.clock.now() - call._started
     if call.core.latency_routing is not None and call._endpoint is not None:
@@ -220,6 +222,14 @@ def _settle_attempt(
             _after_ejection(call, endpoint)
     if call.core.throttle is not None:
         call.core.throttle.record(error, verdict=verdict)
+
+
+def end_wait(call: CallBase) -> None:
+    """The stream attempt no longer waits for its first chunk (it has it, or ended
+    without it): its endpoint's estimate no longer counts its wait."""
+    waiting, call._waiting = call._waiting, None
+    if waiting is not None:
+        call.core.picker.wait_ended(*waiting)
 
 
 def _latency_sample(

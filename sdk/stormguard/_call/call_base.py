@@ -135,6 +135,10 @@ class CallBase:
     http: httpx.Client | httpx.AsyncClient | None = None
     #: When the attempt was sent, on the client's clock (``pipeline.begin_attempt``).
     _started = 0.0
+    #: A stream attempt waiting for its first chunk with ``LatencyRouting`` on: its
+    #: endpoint and the picker's key for it (``pipeline.begin_attempt``; ended by
+    #: ``attempt_record.end_wait``).
+    _waiting: tuple[EndpointState, int] | None = None
     #: Seconds the attempt waited for its slot (``pipeline.reserve``/``granted``).
     _queued_before = 0.0
     #: The failure of the attempt (``attempt_record.failed``; cleared by

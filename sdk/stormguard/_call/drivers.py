@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import anyio
+from anyio.lowlevel import checkpoint
 
 from .._core.exceptions import ClientClosedError
 from .._core.http import httpx
@@ -67,6 +68,8 @@ from .stream_state import StreamState
 from .streaming import AsyncStream, Stream
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from .._core.http import AsyncHTTPClient, SyncHTTPClient
     from .._policies.hedge.policy import HedgePolicy
     from .call_spec import CallSpec
@@ -183,30 +186,22 @@ def run_call_async(
 async def _hedged_async(
     core: ClientCore, http: httpx.AsyncClient, spec: CallSpec, policy: HedgePolicy
 ) -> Any:
-    """A hedged call (``_call/hedge_race.py``): the primary in a task; at the delay,
-    the hedge in another; the first answer is the call's, the other task cancelled
-    (its response closed shielded from the cancellation: the server sees the
-    connection close and aborts the request)."""
+    """A hedged call (``_call/hedge_race.py``): the primary in a task; at the delay
+    (or a later one, when the budget or the endpoints held it back), the hedge in
+    another; the first answer is the call's, the other task cancelled (its response
+    closed shielded from the cancellation: the server sees the connection close and
+    aborts the request)."""
     race = Race(core, spec, http, policy)
     primary = race.primary.call
     if race.delay is None:  # too few latencies known: a plain call, timed
         result = await run_async(call_flow(primary, http), _perform_async, primary)
         race.observe_unhedged()
         return result
-    over, passed = anyio.Event(), anyio.Event()
+    over = anyio.Event()
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(
-                _racer_async, race, race.primary, call_flow(primary, http), over, passed
-            )
-            group.start_soon(_delay_async, core, race.delay, passed)
-            await passed.wait()
-            hedge = race.send_hedge()
-            if hedge is not None:
-                assert race.hedge is not None
-                group.start_soon(
-                    _racer_async, race, race.hedge, hedge_flow(hedge, http), over, passed
-                )
+            group.start_soon(_racer_async, race, race.primary, call_flow(primary, http), over)
+            group.start_soon(_hedge_when_due, core, race, http, group, over, race.delay)
             await over.wait()
             group.cancel_scope.cancel()  # the loser, and the delay's sleep
     except BaseException:
@@ -220,9 +215,7 @@ async def _hedged_async(
     return race.finish()
 
 
-async def _racer_async(
-    race: Race, racer: Racer, flow: CallFlow, over: anyio.Event, passed: anyio.Event
-) -> None:
+async def _racer_async(race: Race, racer: Racer, flow: CallFlow, over: anyio.Event) -> None:
     try:
         result = await run_async(flow, _perform_async, racer.call)
     except anyio.get_cancelled_exc_class():
@@ -236,12 +229,32 @@ async def _racer_async(
         race.ended(racer, result)
     if race.over():
         over.set()
-        passed.set()  # no hedge to send any more
 
 
-async def _delay_async(core: ClientCore, delay: float, passed: anyio.Event) -> None:
-    await core.clock.asleep(delay)
-    passed.set()
+async def _hedge_when_due(
+    core: ClientCore,
+    race: Race,
+    http: httpx.AsyncClient,
+    group: TaskGroup,
+    over: anyio.Event,
+    delay: float,
+) -> None:
+    """After each ``delay`` until one goes or none may: the hedge, in its own task."""
+    try:
+        while True:
+            await core.clock.asleep(delay)
+            await checkpoint()  # a test's clock may not yield: the racers run
+            hedge = race.send_hedge()
+            if hedge is not None:
+                assert race.hedge is not None
+                group.start_soon(_racer_async, race, race.hedge, hedge_flow(hedge, http), over)
+                return
+            if not race.may_hedge_later():
+                return
+    except anyio.get_cancelled_exc_class():
+        if race.over():
+            return  # the race is decided: nothing waits on this task (nor holds its frame)
+        raise
 
 
 async def _aclose_result(result: Any) -> None:
@@ -272,6 +285,12 @@ def _hedged_sync(core: ClientCore, http: httpx.Client, spec: CallSpec, policy: H
     try:
         changed.wait(race.delay)
         hedge = race.send_hedge()
+        while hedge is None and race.may_hedge_later():
+            changed.clear()  # a racer that ends sets it: the race is over
+            if race.over():
+                break
+            changed.wait(race.delay)
+            hedge = race.send_hedge()
         if hedge is not None:
             assert race.hedge is not None
             threads.append(_racer_thread(race, race.hedge, hedge_flow(hedge, http), changed))

@@ -12,7 +12,10 @@ The rules (docs/resilience.md, "Hedged requests"), those of gRPC's
   (``endpoint_choice.hedge_target``), paid from the hedge budget. None goes when
   the primary has ended, when the call's key is paced to its quota (a hedge would
   spend the quota twice), when no other endpoint can take it, or when the budget
-  is spent; the last two are counted in ``client.stats()``.
+  is spent; the last two are counted in ``client.stats()`` (once a call), and the
+  call asks again after each further delay while its primary waits (gRPC sends a
+  hedge at each delay that throttling allows): the budget refills as calls come,
+  and the call that has waited longest is the one that most needs its hedge.
 - The first answer wins (a plain call: a complete 2xx; a stream: its first
   chunk, the moment the attempt succeeds for every other policy too); the other
   racer is cancelled at once, its connection closed, so the server aborts it.
@@ -105,6 +108,10 @@ class Race:
         self.primary = Racer(LogicalCall(core, spec, http))
         self.hedge: Racer | None = None
         self.winner: Racer | None = None
+        #: The budget or the endpoints held the hedge back at a delay: asked again at
+        #: the next; and whether a hedge not sent was counted (once a call).
+        self._held_back = False
+        self._counted = False
         self._lock = fork_safe_lock()
         core.hedging.record_call(policy)
         self.started = core.clock.now()
@@ -123,8 +130,9 @@ class Race:
         return self.primary.done and (hedge is None or hedge.done)
 
     def send_hedge(self) -> LogicalCall | None:
-        """At the delay: the hedge to run, or None (the race is over, or no hedge may go:
-        counted when the budget or the endpoints are why)."""
+        """At a delay: the hedge to run, or None (the race is over, or no hedge may go
+        now: counted once a call when the budget, the quota or the endpoints are why;
+        ``may_hedge_later`` says whether to ask again)."""
         with self._lock:
             primary = self.primary.call
             if self._over() or self.hedge is not None:
@@ -133,17 +141,20 @@ class Race:
             quota = primary._quota
             if quota is not None and quota.state() is not None:
                 # The call's key is paced: a hedge would spend its quota twice.
-                stats.hedge(HEDGE_NO_BUDGET)
+                self._held_back = False
+                self._count(HEDGE_NO_BUDGET)
                 return None
             try:
                 target = hedge_target(primary)
             except (StormguardError, ValueError):  # none serves it now (a set just changed)
                 target = None
             if target is None:
-                stats.hedge(HEDGE_NO_ENDPOINT)
+                self._held_back = True
+                self._count(HEDGE_NO_ENDPOINT)
                 return None
             if not self.core.hedging.try_spend(self.policy):
-                stats.hedge(HEDGE_NO_BUDGET)
+                self._held_back = True
+                self._count(HEDGE_NO_BUDGET)
                 return None
             hedge = LogicalCall.hedge_of(primary, target)
             reservation = primary._reservation
@@ -152,6 +163,17 @@ class Race:
             self.hedge = Racer(hedge)
             stats.hedge(HEDGE_SENT)
             return hedge
+
+    def _count(self, reason: int) -> None:
+        if not self._counted:
+            self._counted = True
+            self.core.stats.hedge(reason)
+
+    def may_hedge_later(self) -> bool:
+        """After ``send_hedge`` sent none: whether to ask again at the next delay (the
+        budget or the endpoints held it back, and the primary still waits)."""
+        with self._lock:
+            return self._held_back and self.hedge is None and not self._over()
 
     def ended(self, racer: Racer, result: Any = None, error: BaseException | None = None) -> bool:
         """``racer``'s flow returned ``result`` or raised ``error``; True when it won

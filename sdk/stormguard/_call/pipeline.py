@@ -327,6 +327,8 @@ class LogicalCall(CallBase):
             bounds.attempt_started()  # the first chunk's bound, from now
         self._started = self.core.clock.now()
         self._pending = None
+        if self.spec.stream and self.core.latency_routing is not None:
+            self._waiting = (endpoint, self.core.picker.wait_began(endpoint, self._started))
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
         extensions["timeout"] = timeout

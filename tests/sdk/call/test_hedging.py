@@ -244,6 +244,53 @@ async def test_a_spent_budget_sends_no_hedge(router: respx.MockRouter, make: Any
     assert (stats.hedges_sent, stats.hedges_skipped_budget) == (0, 1)
 
 
+async def test_a_hedge_the_budget_held_back_goes_at_a_later_delay(
+    router: respx.MockRouter, make: Any
+) -> None:
+    """The budget is spent at the slow call's delay; another call refills it while
+    the slow one waits, and its hedge goes at its next delay and wins: the call that
+    waits longest is the one that needs a hedge most."""
+    client = make(hedge=HedgePolicy(delay=0.5, budget=0.5))  # a call deposits half a hedge
+    slow_calls = Server("hang", httpx.Response(200, json=chat_json("hedge")))
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        if b"refill" in request.content:
+            return httpx.Response(200, json=chat_json("other"))
+        return await slow_calls(request)
+
+    router.post(url__regex=ANY_HOST).mock(side_effect=answer)
+    slow = asyncio.ensure_future(client.chat.completions.create(messages=MESSAGES))
+    for _ in range(10_000):  # until its hedge was held back
+        if client.stats().hedges_skipped_budget:
+            break
+        await asyncio.sleep(0)
+    assert client.stats().hedges_skipped_budget == 1
+    assert not slow.done()
+    refill = [{"role": "user", "content": "refill"}]
+    other = await client.chat.completions.create(messages=refill)  # the other half
+    assert other.choices[0].message.content == "other"
+    resp = await slow
+    assert resp.choices[0].message.content == "hedge"
+    assert slow_calls.cancelled == [slow_calls.hosts[0]]  # the primary, which lost
+    assert sorted((r.hedge, r.outcome) for r in resp.attempt_history) == [
+        (False, "hedge_lost"),
+        (True, "ok"),
+    ]
+    stats = client.stats()
+    assert (stats.hedges_sent, stats.hedges_won, stats.hedges_skipped_budget) == (1, 1, 1)
+
+
+async def test_a_held_back_hedge_is_not_asked_for_after_the_primary_answers(
+    router: respx.MockRouter, make: Any
+) -> None:
+    client = make(hedge=HedgePolicy(delay=0.5, budget=0.05))
+    server = serve(router, skipped(client))
+    await client.chat.completions.create(messages=MESSAGES)
+    await asyncio.sleep(0)
+    assert len(server.hosts) == 1
+    assert client.stats().hedges_skipped_budget == 1  # counted once a call
+
+
 async def test_the_hedge_carries_on_when_the_primary_fails(
     router: respx.MockRouter, make: Any
 ) -> None:
@@ -344,6 +391,8 @@ async def test_a_stream_race_loser_gives_its_endpoint_a_lower_bound(
     assert winner is not None and winner.value < loser.value
     ranked = client._core.picker.candidates(latency=client._core.latency_routing, stream=True)
     assert ranked[0].name == won.endpoint
+    # Neither attempt still counts as waiting for its first chunk.
+    assert all(not s.waiting for s in states.values())
 
 
 async def test_the_token_reservation_is_charged_once(router: respx.MockRouter, make: Any) -> None:
@@ -448,6 +497,52 @@ def test_a_sync_hedge_wins_over_a_primary_that_fails() -> None:
     assert seen[0] != seen[1]
     assert client.stats().hedges_won == 1
     assert sorted((r.hedge, r.outcome) for r in resp.attempt_history)[-1] == (True, "ok")
+
+
+def test_a_sync_hedge_the_budget_held_back_goes_at_a_later_delay() -> None:
+    held_back, hedged = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if b"refill" in request.content:
+            return httpx.Response(200, json=chat_json("other"))
+        seen.append(request.url.host)
+        if len(seen) == 1:  # the slow call's primary: answers once its hedge is out
+            assert hedged.wait(10)
+            return httpx.Response(200, json=chat_json("primary"))
+        hedged.set()
+        return httpx.Response(200, json=chat_json("hedge"))
+
+    with respx.mock(assert_all_called=False) as router:
+        router.post(url__regex=ANY_HOST).mock(side_effect=answer)
+        with stormguard.Client(
+            base_url=URLS,
+            model="m",
+            api_key="k",
+            hedge=HedgePolicy(delay=0.05, budget=0.5),
+            ejection=stormguard.EjectionConfig(probe=unreachable),
+        ) as client:
+            got: list[Any] = []
+            slow = threading.Thread(
+                target=lambda: got.append(client.chat.completions.create(messages=MESSAGES))
+            )
+            slow.start()
+            for _ in range(1000):  # until its hedge was held back
+                if client.stats().hedges_skipped_budget:
+                    held_back.set()
+                    break
+                threading.Event().wait(0.01)
+            assert held_back.is_set()
+            refill = [{"role": "user", "content": "refill"}]
+            other = client.chat.completions.create(messages=refill)  # the other half
+            slow.join(10)
+            assert not slow.is_alive()
+    assert other.choices[0].message.content == "other"
+    (resp,) = got
+    assert resp.choices[0].message.content == "hedge"
+    assert seen[0] != seen[1]
+    stats = client.stats()
+    assert (stats.hedges_sent, stats.hedges_won, stats.hedges_skipped_budget) == (1, 1, 1)
 
 
 async def test_the_transport_hedges_openai_pythons_calls(router: respx.MockRouter) -> None:

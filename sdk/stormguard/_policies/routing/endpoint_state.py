@@ -3,6 +3,7 @@ flight, its ejection record) and the score the picker ranks it by."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from ...protocol import Priority, ServerLoad
@@ -37,6 +38,7 @@ class EndpointState:
         "server_hostname",
         "tier",
         "token_latency",
+        "waiting",
         "weight",
     )
 
@@ -73,6 +75,10 @@ class EndpointState:
         #: until a sample of that kind (fed only with ``LatencyRouting`` on).
         self.first_chunk_latency: PeakEwma | None = None
         self.token_latency: PeakEwma | None = None
+        #: When each of this client's streams to it that has no first chunk yet was
+        #: sent, oldest first, by the picker's key for the attempt; None until the
+        #: first (kept only with ``LatencyRouting`` on).
+        self.waiting: OrderedDict[int, float] | None = None
         #: Its ejection record (``_Record``, ``_policies/routing/ejection_status.py``),
         #: made by the tracker (``_policies/routing/ejection.py``) on first use.
         self.ejection: _Record | None = None
@@ -97,9 +103,17 @@ class EndpointState:
         return score / self.weight
 
     def latency(self, stream: bool, now: float, decay: float) -> float | None:
-        """Its latency estimate for a call of this kind now (None: no sample yet)."""
+        """Its latency estimate for a call of this kind now (None: no sample yet). A
+        stream's is at least how long its oldest stream still without a first chunk
+        has waited: that first chunk will take longer (``peak_ewma.py``)."""
         ewma = self.first_chunk_latency if stream else self.token_latency
-        return None if ewma is None else ewma.estimate(now, decay)
+        estimate = None if ewma is None else ewma.estimate(now, decay)
+        waiting = self.waiting
+        if stream and waiting:
+            waited = now - next(iter(waiting.values()))
+            if estimate is None or waited > estimate:
+                return waited
+        return estimate
 
     def observe_latency(
         self, seconds: float, now: float, decay: float, *, stream: bool, lower_bound: bool

@@ -47,6 +47,13 @@ ranked by the one of its kind.
   estimate as a peak would and never lowers it (LiteLLM counts a timeout as a
   1,000 s latency; a bound is what is known). Other failures give no sample: a
   fast 503 says nothing of speed, and the breaker and ejection judge errors.
+- A stream attempt still waiting for its first chunk after ``t`` seconds is the
+  same bound, known now: read for a stream, an endpoint's estimate is at least
+  the wait of its oldest such attempt (``EndpointState.latency``). A replica that
+  turned slow right after a fast answer otherwise goes silent, its estimate
+  decays while the calls sent to it wait, and it draws more of them until the
+  first comes back (load alone holds them off only after several). Finagle and
+  tower count such calls only in the load.
 
 **No sample yet.** An endpoint without an estimate of the call's kind is
 ranked as the fastest estimate among those being compared (tower starts one at

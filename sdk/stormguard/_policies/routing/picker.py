@@ -50,6 +50,7 @@ one endpoint's live state ``_policies/routing/endpoint_state.py``, and the base 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import OrderedDict
@@ -110,6 +111,8 @@ class EndpointPicker:
         #: Affinity keys that moved off a full home: the endpoint each moved to, the
         #: least recently moved first (``MOVED_KEYS`` at most).
         self._moves: OrderedDict[bytes, str] = OrderedDict()
+        #: Keys for the streams waiting for a first chunk (``wait_began``).
+        self._wait_keys = itertools.count()
         forget_in_child(self)
 
     def _forget_parent_calls(self) -> None:
@@ -117,6 +120,7 @@ class EndpointPicker:
         (``_core/fork.py``), and must not make their endpoints look busy."""
         for state in self.states:
             state.in_flight = 0
+            state.waiting = None
 
     def replace(self, states: Sequence[EndpointState]) -> tuple[list[str], list[str]]:
         """Make ``states`` the set, at once; returns the names added and removed. An
@@ -364,6 +368,25 @@ class EndpointPicker:
     def finished(self, state: EndpointState) -> None:
         with self._lock:
             state.in_flight = max(state.in_flight - 1, 0)
+
+    def wait_began(self, state: EndpointState, since: float) -> int:
+        """A stream sent to ``state`` at ``since`` (the clock's reading just before)
+        waits for its first chunk; returns its key for ``wait_ended``. While it waits,
+        ``state``'s first-chunk estimate is at least its wait (``EndpointState.latency``).
+        Kept only with ``LatencyRouting`` on."""
+        with self._lock:
+            key = next(self._wait_keys)
+            waiting = state.waiting
+            if waiting is None:
+                waiting = state.waiting = OrderedDict()
+            waiting[key] = since  # sent in order: the first is the oldest
+            return key
+
+    def wait_ended(self, state: EndpointState, key: int) -> None:
+        """The stream of ``key`` has its first chunk, or ended without one."""
+        with self._lock:
+            if state.waiting is not None:
+                state.waiting.pop(key, None)
 
     def observe_latency(
         self,

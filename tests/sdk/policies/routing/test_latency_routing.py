@@ -197,6 +197,59 @@ def test_equal_estimates_share_the_draws_by_weight() -> None:
     assert drawn["a.test:80"] > 1.5 * drawn["c.test:80"]
 
 
+def test_a_stream_still_waiting_for_its_first_chunk_counts_as_a_sample_of_its_wait() -> None:
+    """An endpoint that turned slow stops answering: its estimate decays from its
+    last fast answer while the calls sent to it wait. Their wait is what is known:
+    the endpoint's estimate is at least the oldest one's, and it is avoided once that
+    is over the other's cost, not when the first of them comes back."""
+    pick, clock = picker(Endpoint(A), Endpoint(B))
+    a, b = pick.states
+    pick.observe_latency(a, 0.1, ON, stream=True)
+    pick.observe_latency(b, 0.4, ON, stream=True)  # one slow answer: b's peak
+    clock.advance(5.0)  # a: 0.1 * e**-0.5 = 0.06, b: 0.24
+    assert firsts(pick, stream=True) == {"a.test:80": 200}
+    sent = clock.now()
+    key = pick.wait_began(a, sent)
+    pick.started(a)
+    clock.advance(0.1)  # a: (1 + 1) * 0.1 waited, under b's 0.24
+    assert a.latency(True, clock.now(), TAU) == pytest.approx(0.1)
+    assert firsts(pick, stream=True) == {"a.test:80": 200}
+    pick.wait_began(a, clock.now())  # a second, younger: the oldest is what counts
+    pick.started(a)
+    clock.advance(0.1)
+    assert a.latency(True, clock.now(), TAU) == pytest.approx(0.2)
+    assert firsts(pick, stream=True) == {"b.test:80": 200}
+    # A plain call's estimate is per token: a stream's wait says nothing of it.
+    assert a.latency(False, clock.now(), TAU) is None
+    # The oldest gets its first chunk: the younger one's wait (0.1) is the bound now.
+    pick.wait_ended(a, key)
+    pick.observe_latency(a, clock.now() - sent, ON, stream=True)  # 0.2: a peak
+    assert a.latency(True, clock.now(), TAU) == pytest.approx(0.2)
+    pick.wait_ended(a, key)  # twice: nothing
+    assert a.waiting is not None and len(a.waiting) == 1
+
+
+def test_a_wait_places_an_endpoint_without_a_sample_yet() -> None:
+    pick, clock = picker(Endpoint(A), Endpoint(B))
+    a, b = pick.states
+    pick.observe_latency(b, 0.5, ON, stream=True)
+    pick.wait_began(a, clock.now())
+    pick.started(a)
+    clock.advance(2.0)  # a's first call has waited 2 s: slower than b's 0.5
+    assert a.first_chunk_latency is None
+    assert firsts(pick, stream=True) == {"b.test:80": 200}
+
+
+def test_a_forked_child_forgets_the_parents_waits() -> None:
+    pick, clock = picker(Endpoint(A), Endpoint(B))
+    a, _ = pick.states
+    pick.wait_began(a, clock.now())
+    pick._forget_parent_calls()
+    assert a.waiting is None
+    clock.advance(10.0)
+    assert a.latency(True, clock.now(), TAU) is None
+
+
 def test_bad_samples_are_ignored() -> None:
     pick, _ = picker(Endpoint(A), Endpoint(B))
     a, _ = pick.states
@@ -268,6 +321,47 @@ async def test_with_options_turns_it_on(api: Api) -> None:
         for _ in range(40):
             await api.run(aware.chat.completions.create(messages=MESSAGES))
     assert Counter(served)["a.test"] == 1
+
+
+@pytest.mark.parametrize("outcome", ["first chunk", "error", "cancelled"])
+async def test_a_streams_wait_is_counted_until_its_first_chunk_or_its_end(
+    api: Api, outcome: str
+) -> None:
+    """The attempt's wait begins when it is sent and ends with its first chunk, or
+    with the attempt when it has none (an error, the caller leaving): nothing is
+    left behind to make the endpoint look slow."""
+    seen: list[tuple[str, int, float]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        (state,) = [s for s in _states(client) if s.name.startswith(request.url.host)]
+        assert state.waiting is not None
+        waited = api.clock.now() - next(iter(state.waiting.values()))
+        seen.append((request.url.host, len(state.waiting), waited))
+        api.clock.advance(0.5)
+        if outcome == "error":
+            return httpx.Response(400, json={"error": {"message": "bad"}})
+        return event_stream(sse(chunk("hi"), chunk(" there")))
+
+    with respx.mock(assert_all_called=False) as mock:
+        mock.post(url__regex=r"http://[ab]\.test/v1/chat/completions").mock(side_effect=answer)
+        client = api.client(base_url=[A, B], latency_routing=ON)
+        if outcome == "error":
+            with pytest.raises(stormguard.BadRequestError):
+                await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+        else:
+            stream = await api.run(client.chat.completions.create(messages=MESSAGES, stream=True))
+            assert all(not s.waiting for s in _states(client))  # its first chunk is in
+            if outcome == "cancelled":
+                await api.run(stream.close())
+            else:
+                await api.collect(stream)
+    ((host, waiting, waited),) = seen
+    assert (waiting, waited) == (1, 0.0)
+    (served,) = [s for s in _states(client) if s.name.startswith(host)]
+    assert served.waiting == {}
+    if outcome != "error":  # an error gives no sample (``peak_ewma.py``)
+        assert served.first_chunk_latency is not None
+        assert served.first_chunk_latency.value == pytest.approx(0.5)
 
 
 def _states(client: Any) -> list[Any]:
