@@ -327,8 +327,6 @@ class LogicalCall(CallBase):
             bounds.attempt_started()  # the first chunk's bound, from now
         self._started = self.core.clock.now()
         self._pending = None
-        if self.spec.stream and self.core.latency_routing is not None:
-            self._waiting = (endpoint, self.core.picker.wait_began(endpoint, self._started))
         # The timeout as a plain dict, which httpx and httpx2 both read: either one's
         # Timeout object is a number to the other.
         extensions["timeout"] = timeout
@@ -341,6 +339,8 @@ class LogicalCall(CallBase):
             headers=headers,
             extensions=extensions,
         )
+        if self.spec.stream and self.core.latency_routing is not None:
+            self._waiting = (endpoint, self.core.picker.wait_began(endpoint, self._started))
         return self._request
 
     def _content_for(self, provider: Deployment) -> bytes | None:
