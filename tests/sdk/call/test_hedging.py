@@ -470,6 +470,17 @@ def test_a_bad_hedge_option_is_a_clear_error() -> None:
         HedgePolicy(budget=1.5)
 
 
+def sync_client(budget: float) -> stormguard.Client:
+    """A sync client over both hosts, hedging after 50 ms (real time) within ``budget``."""
+    return stormguard.Client(
+        base_url=URLS,
+        model="m",
+        api_key="k",
+        hedge=HedgePolicy(delay=0.05, budget=budget),
+        ejection=stormguard.EjectionConfig(probe=unreachable),
+    )
+
+
 def test_a_sync_hedge_wins_over_a_primary_that_fails() -> None:
     # Sync: the primary fails (not retryable) once the hedge is out; the hedge answers.
     hedge_out = threading.Event()
@@ -485,13 +496,7 @@ def test_a_sync_hedge_wins_over_a_primary_that_fails() -> None:
 
     with respx.mock(assert_all_called=False) as router:
         router.post(url__regex=ANY_HOST).mock(side_effect=answer)
-        with stormguard.Client(
-            base_url=URLS,
-            model="m",
-            api_key="k",
-            hedge=HedgePolicy(delay=0.05, budget=1.0),
-            ejection=stormguard.EjectionConfig(probe=unreachable),
-        ) as client:
+        with sync_client(budget=1.0) as client:
             resp = client.chat.completions.create(messages=MESSAGES)
     assert resp.choices[0].message.content == "hedge"
     assert seen[0] != seen[1]
@@ -515,13 +520,7 @@ def test_a_sync_hedge_the_budget_held_back_goes_at_a_later_delay() -> None:
 
     with respx.mock(assert_all_called=False) as router:
         router.post(url__regex=ANY_HOST).mock(side_effect=answer)
-        with stormguard.Client(
-            base_url=URLS,
-            model="m",
-            api_key="k",
-            hedge=HedgePolicy(delay=0.05, budget=0.5),
-            ejection=stormguard.EjectionConfig(probe=unreachable),
-        ) as client:
+        with sync_client(budget=0.5) as client:
             got: list[Any] = []
             slow = threading.Thread(
                 target=lambda: got.append(client.chat.completions.create(messages=MESSAGES))
