@@ -201,7 +201,7 @@ async def _hedged_async(
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(_racer_async, race, race.primary, call_flow(primary, http), over)
-            group.start_soon(_hedge_when_due, core, race, http, group, over, race.delay)
+            group.start_soon(_hedge_when_due, core, race, http, group, over)
             await over.wait()
             group.cancel_scope.cancel()  # the loser, and the delay's sleep
     except BaseException:
@@ -237,12 +237,12 @@ async def _hedge_when_due(
     http: httpx.AsyncClient,
     group: TaskGroup,
     over: anyio.Event,
-    delay: float,
 ) -> None:
-    """After each ``delay`` until one goes or none may: the hedge, in its own task."""
+    """At the delay, and after each wait ``next_ask`` gives until one goes or none
+    may: the hedge, in its own task."""
     try:
         while True:
-            await core.clock.asleep(delay)
+            await core.clock.asleep(race.next_ask())
             await checkpoint()  # a test's clock may not yield: the racers run
             hedge = race.send_hedge()
             if hedge is not None:
@@ -283,13 +283,13 @@ def _hedged_sync(core: ClientCore, http: httpx.Client, spec: CallSpec, policy: H
     changed = threading.Event()
     threads = [_racer_thread(race, race.primary, call_flow(primary, http), changed)]
     try:
-        changed.wait(race.delay)
+        changed.wait(race.next_ask())
         hedge = race.send_hedge()
         while hedge is None and race.may_hedge_later():
             changed.clear()  # a racer that ends sets it: the race is over
             if race.over():
                 break
-            changed.wait(race.delay)
+            changed.wait(race.next_ask())
             hedge = race.send_hedge()
         if hedge is not None:
             assert race.hedge is not None

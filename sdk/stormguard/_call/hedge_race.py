@@ -13,9 +13,12 @@ The rules (docs/resilience.md, "Hedged requests"), those of gRPC's
   the primary has ended, when the call's key is paced to its quota (a hedge would
   spend the quota twice), when no other endpoint can take it, or when the budget
   is spent; the last two are counted in ``client.stats()`` (once a call), and the
-  call asks again after each further delay while its primary waits (gRPC sends a
-  hedge at each delay that throttling allows): the budget refills as calls come,
-  and the call that has waited longest is the one that most needs its hedge.
+  call asks again while its primary waits (gRPC sends a hedge at each delay that
+  throttling allows): the budget refills as calls come, and the call that has
+  waited longest is the one that most needs its hedge. The waits between asks
+  double from the delay to at most ``MAX_ASK_INTERVAL`` (``next_ask``), so that a
+  thousand calls held back in an overloaded fleet do not each ask every few
+  milliseconds.
 - The first answer wins (a plain call: a complete 2xx; a stream: its first
   chunk, the moment the attempt succeeds for every other policy too); the other
   racer is cancelled at once, its connection closed, so the server aborts it.
@@ -52,7 +55,11 @@ if TYPE_CHECKING:
     from .call_spec import CallSpec
     from .client_core import ClientCore
 
-__all__ = ["Race", "Racer", "SharedReservation", "info_of"]
+__all__ = ["MAX_ASK_INTERVAL", "Race", "Racer", "SharedReservation", "info_of"]
+
+#: The longest wait in seconds between two asks for a held-back hedge (unless the
+#: delay itself is longer).
+MAX_ASK_INTERVAL = 1.0
 
 
 class SharedReservation(Reservation):
@@ -108,10 +115,11 @@ class Race:
         self.primary = Racer(LogicalCall(core, spec, http))
         self.hedge: Racer | None = None
         self.winner: Racer | None = None
-        #: The budget or the endpoints held the hedge back at a delay: asked again at
-        #: the next; and whether a hedge not sent was counted (once a call).
+        #: The budget or the endpoints held the hedge back: asked again after
+        #: ``next_ask``; and whether a hedge not sent was counted (once a call).
         self._held_back = False
         self._counted = False
+        self._asks = 0
         self._lock = fork_safe_lock()
         core.hedging.record_call(policy)
         self.started = core.clock.now()
@@ -169,8 +177,18 @@ class Race:
             self._counted = True
             self.core.stats.hedge(reason)
 
+    def next_ask(self) -> float:
+        """Seconds to wait before the next ask for the hedge: the delay first, then
+        twice the last wait each time, at most ``MAX_ASK_INTERVAL`` (or the delay).
+        Called only by the race's one waiter (a task, or the caller's thread)."""
+        delay = self.delay
+        assert delay is not None, "a call with no delay is not raced"
+        wait = delay * 2.0 ** min(self._asks, 32)
+        self._asks += 1
+        return min(wait, max(delay, MAX_ASK_INTERVAL))
+
     def may_hedge_later(self) -> bool:
-        """After ``send_hedge`` sent none: whether to ask again at the next delay (the
+        """After ``send_hedge`` sent none: whether to ask again after ``next_ask`` (the
         budget or the endpoints held it back, and the primary still waits)."""
         with self._lock:
             return self._held_back and self.hedge is None and not self._over()

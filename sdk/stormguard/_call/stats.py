@@ -76,7 +76,7 @@ class CallStats:
     affinity_overflows: int = 0
     #: Hedges sent (one more attempt of a slow call, to another endpoint), and those
     #: whose answer the call returned; calls past their delay whose hedge was held
-    #: back (once a call; it is asked for again at each further delay, and may go
+    #: back (once a call; it is asked for again while the primary waits, and may go
     #: later): the hedge budget was spent (or the call's key is paced to its quota),
     #: or no other endpoint could take it (in rotation, not shedding or paused).
     hedges_sent: int = 0

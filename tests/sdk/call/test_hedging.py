@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import stormguard
 from stormguard import HedgePolicy
+from stormguard._call.hedge_race import Race
 from stormguard.telemetry import Telemetry
 from stormguard.testing import FakeClock
 from stormguard.tokens import TokenPolicy, TokenRateLimiter
@@ -289,6 +290,27 @@ async def test_a_held_back_hedge_is_not_asked_for_after_the_primary_answers(
     await asyncio.sleep(0)
     assert len(server.hosts) == 1
     assert client.stats().hedges_skipped_budget == 1  # counted once a call
+
+
+async def test_a_held_back_hedge_is_asked_for_at_doubling_waits(
+    router: respx.MockRouter, make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At the delay, then after twice the last wait, at most 1 s: a thousand calls
+    held back in an overloaded fleet do not each ask every few milliseconds."""
+    clock = FakeClock()
+    client = make(clock=clock, hedge=HedgePolicy(delay=0.1, budget=0.05))  # never enough
+    asked: list[float] = []
+    send_hedge = Race.send_hedge
+
+    def asking(race: Race) -> Any:
+        asked.append(clock.now() - race.started)
+        return send_hedge(race)
+
+    monkeypatch.setattr(Race, "send_hedge", asking)
+    serve(router, Until(lambda: len(asked) >= 8))
+    await client.chat.completions.create(messages=MESSAGES)
+    assert asked[:8] == pytest.approx([0.1, 0.3, 0.7, 1.5, 2.5, 3.5, 4.5, 5.5])
+    assert client.stats().hedges_skipped_budget == 1
 
 
 async def test_the_hedge_carries_on_when_the_primary_fails(
