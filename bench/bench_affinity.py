@@ -553,7 +553,10 @@ def sizing(
         longest = max(longest, max(count(c.messages(len(c.users) - 1)) for c in conversations))
         floors[seed] = affinity_floor(conversations, ids, seed, replicas)
     max_model_len = -(-(longest + MAX_TOKENS) // 256) * 256
-    kv_tokens = max(int(working * kv_share), in_flight * (longest + MAX_TOKENS), max_model_len)
+    # A turn holds whole blocks, and one more as it decodes past its last: ``in_flight``
+    # of the longest at once on one replica (affinity may put them all there) fit.
+    per_turn = (-(-(longest + MAX_TOKENS) // BLOCK_SIZE) + 1) * BLOCK_SIZE
+    kv_tokens = max(int(working * kv_share), in_flight * per_turn, max_model_len)
     return {
         "working_set": working,
         "longest": longest,
